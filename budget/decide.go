@@ -1,0 +1,161 @@
+package budget
+
+import (
+	"time"
+)
+
+// Estimate is what a request is expected to cost before it runs. Tokens is
+// an unsplit estimate that counts fully against every token metric (the
+// CLI's --tokens); Input and Output count against their own metric and both
+// against tokens.
+type Estimate struct {
+	Tokens int64
+	Input  int64
+	Output int64
+}
+
+// Amount is the estimate as seen by a limit of metric m. Requests and
+// concurrent limits always count one.
+func (e Estimate) Amount(m Metric) int64 {
+	switch m {
+	case MetricTokens:
+		return e.Tokens + e.Input + e.Output
+	case MetricInput:
+		return e.Tokens + e.Input
+	case MetricOutput:
+		return e.Tokens + e.Output
+	}
+	return 1
+}
+
+func (e Estimate) validate() error {
+	for _, f := range []struct {
+		n string
+		v int64
+	}{{"tokens", e.Tokens}, {"input", e.Input}, {"output", e.Output}} {
+		if err := CheckTokens("estimate."+f.n, f.v); err != nil {
+			return err
+		}
+	}
+	if e.Tokens+e.Input+e.Output > MaxTokens {
+		return invalid("estimate", e.Tokens+e.Input+e.Output, "overflows 2^53-1")
+	}
+	return nil
+}
+
+// Request names who is asking and what it may cost.
+type Request struct {
+	Key      string
+	Provider string
+	Model    string
+	Estimate Estimate
+}
+
+// Status is one limit as it stands at an instant.
+type Status struct {
+	Limit Limit
+	// WindowStart and ResetAt bound the current window; zero for concurrent
+	// limits, which have none.
+	WindowStart time.Time
+	ResetAt     time.Time
+	// Used is the window's usage (live leases for a concurrent limit),
+	// including this process's usage that is queued but not yet written.
+	Used int64
+	// Reserved is held by live reservations in the window.
+	Reserved int64
+	// NextExpiry is the earliest live lease expiry of a concurrent limit.
+	NextExpiry time.Time
+}
+
+// Remaining is Max - Used - Reserved, clamped at 0.
+func (s *Status) Remaining() int64 {
+	r := s.Limit.Max - s.Used - s.Reserved
+	if r < 0 {
+		return 0
+	}
+	return r
+}
+
+// Breach is the most restrictive limit that refused a request.
+type Breach struct {
+	Status
+	// RetryAfterSeconds is the longest wait among all breached limits,
+	// rounded up: a window limit waits for its reset (an upper bound), a
+	// concurrent one for its earliest lease expiry, at most 5 s.
+	RetryAfterSeconds int64
+	// Retryable is false when the estimate alone exceeds a breached limit:
+	// waiting cannot help.
+	Retryable bool
+}
+
+// Parked is a refusal because the request's provider is parked.
+type Parked struct {
+	ProviderState
+	RetryAfterSeconds int64 // the wait left until resume-at, rounded up
+}
+
+// Decision is the answer to "may this request run now?".
+type Decision struct {
+	Allowed bool
+	// Breach is the most restrictive exceeded limit, or nil.
+	Breach *Breach
+	// Parked is set while the request's provider refuses work.
+	Parked *Parked
+	// Limits holds every applicable enabled limit, in listing order.
+	Limits []Status
+}
+
+// MaxConcurrentWait caps the retry-after of a refused concurrent limit.
+const MaxConcurrentWait = 5 * time.Second
+
+// Decide applies contract section 4 to the statuses of the applicable enabled
+// limits. It is pure, so the Tracker's cache path and a store transaction
+// reach the same answer.
+func Decide(statuses []Status, est Estimate, now time.Time) Decision {
+	d := Decision{Allowed: true, Limits: statuses}
+	var best *Status
+	var bestRem, wait int64
+	retryable := true
+	for i := range statuses {
+		s := &statuses[i]
+		e := est.Amount(s.Limit.Metric)
+		held := s.Used + s.Reserved
+		if e > 0 && held+e <= s.Limit.Max || e == 0 && held < s.Limit.Max {
+			continue
+		}
+		d.Allowed = false
+		rem := s.Limit.Max - held - e
+		if best == nil || rem < bestRem || rem == bestRem && (s.Limit.Max < best.Limit.Max ||
+			s.Limit.Max == best.Limit.Max && s.Limit.ID < best.Limit.ID) {
+			best, bestRem = s, rem
+		}
+		if e > s.Limit.Max {
+			retryable = false
+		}
+		if w := s.wait(now); w > wait {
+			wait = w
+		}
+	}
+	if best != nil {
+		d.Breach = &Breach{Status: *best, RetryAfterSeconds: wait, Retryable: retryable}
+	}
+	return d
+}
+
+// wait is how long the limit refuses, in whole seconds rounded up.
+func (s *Status) wait(now time.Time) int64 {
+	if s.Limit.Metric == MetricConcurrent {
+		if s.NextExpiry.IsZero() {
+			return ceilSeconds(MaxConcurrentWait)
+		}
+		return ceilSeconds(min(s.NextExpiry.Sub(now), MaxConcurrentWait))
+	}
+	return ceilSeconds(s.ResetAt.Sub(now))
+}
+
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}

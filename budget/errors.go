@@ -1,0 +1,65 @@
+package budget
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors, matched with errors.Is. Every error this package returns
+// for bad input wraps ErrInvalid and names the field and the value.
+var (
+	// ErrInvalid marks bad input: nothing was written.
+	ErrInvalid = errors.New("invalid input")
+	// ErrNotFound marks an unknown limit, reservation or provider.
+	ErrNotFound = errors.New("not found")
+	// ErrSettled marks a reservation that was already committed or released.
+	ErrSettled = errors.New("reservation already settled")
+	// ErrLeaseLost is returned by Renew for a reservation that expired or was settled.
+	ErrLeaseLost = errors.New("reservation lease lost")
+	// ErrClosed is returned by a Tracker after Close.
+	ErrClosed = errors.New("tracker closed")
+	// ErrSchemaTooNew is returned when a database was written by a newer tokenbudget.
+	ErrSchemaTooNew = errors.New("database schema is newer than this build")
+)
+
+// invalid returns an ErrInvalid naming the field and the offending value.
+func invalid(field string, value any, why string) error {
+	return fmt.Errorf("%w: %s %q: %s", ErrInvalid, field, fmt.Sprint(value), why)
+}
+
+// Invalid is invalid for other packages (the CLI, the stores) that validate
+// their own input the same way.
+func Invalid(field string, value any, why string) error { return invalid(field, value, why) }
+
+// ExceededError is returned by Reserve when a limit refuses the request. It
+// carries the most restrictive breach (contract section 4).
+type ExceededError struct {
+	Decision Decision
+}
+
+func (e *ExceededError) Error() string {
+	b := e.Decision.Breach
+	if b == nil {
+		return "token budget exceeded"
+	}
+	return fmt.Sprintf("token budget exceeded: limit %s (key %s, %s) used %d reserved %d of %d, retry after %s",
+		b.Limit.ID, b.Limit.Key, b.Limit.ScopeString(), b.Used, b.Reserved, b.Limit.Max,
+		time.Duration(b.RetryAfterSeconds)*time.Second)
+}
+
+// ParkedError is returned by Check-based helpers and Reserve when the request's
+// provider is parked until a future instant.
+type ParkedError struct {
+	Provider ProviderState
+	// RetryAfter is the wait left until the provider's resume-at.
+	RetryAfter time.Duration
+}
+
+func (e *ParkedError) Error() string {
+	return fmt.Sprintf("provider %s is parked (%s) for %s", e.Provider.Provider, e.Provider.Kind,
+		e.RetryAfter.Round(time.Second))
+}
+
+// Retryable reports whether waiting can help: a parked provider always resumes.
+func (e *ParkedError) Retryable() bool { return true }

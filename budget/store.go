@@ -1,0 +1,163 @@
+package budget
+
+import (
+	"context"
+	"time"
+)
+
+// Store is the durable state behind a Tracker: SQLite by default,
+// PostgreSQL for several replicas. It knows no budget rules: the Tracker runs
+// them inside the transactions a Store opens, so every backend enforces the
+// same contract.
+//
+// Implementations MUST be safe for concurrent use by several goroutines and
+// by several processes sharing the database, and MUST retry transient
+// conflicts (SQLITE_BUSY, serialization failures, deadlocks) themselves.
+type Store interface {
+	// Update runs fn in one write transaction and commits it when fn returns
+	// nil. fn may run more than once (after a transient conflict), so it
+	// must have no effects outside tx until Update returns.
+	Update(ctx context.Context, fn func(Tx) error) error
+	// View runs fn in a read-only transaction over one consistent snapshot.
+	// Write methods of tx fail inside View.
+	View(ctx context.Context, fn func(Tx) error) error
+	// Stats reports the store's retries and failures so far.
+	Stats() StoreStats
+	Close() error
+}
+
+// StoreStats counts what a Store retried and what it gave up on.
+type StoreStats struct {
+	Retries  int64 // transient conflicts retried (SQLITE_BUSY, serialization)
+	Failures int64 // transactions that returned an error
+}
+
+// CounterRow is one limit's usage in one window, as stored.
+type CounterRow struct {
+	LimitID     string
+	WindowStart time.Time
+	WindowEnd   time.Time
+	Used        int64
+}
+
+// Rollover records that a limit entered a new window while the one before had
+// usage (contract section 8).
+type Rollover struct {
+	LimitID         string
+	PrevWindowStart time.Time
+	PrevUsed        int64
+	WindowStart     time.Time
+	LoggedAt        time.Time
+}
+
+// Hold is what one reservation holds against one limit. A concurrent limit's
+// hold is its lease: Amount 1, no window.
+type Hold struct {
+	ReservationID string
+	LimitID       string
+	WindowStart   time.Time // zero for leases
+	Amount        int64
+	ExpiresAt     time.Time
+}
+
+// ReservationState is where a reservation is in its life.
+type ReservationState string
+
+const (
+	ReservationLive      ReservationState = "live"
+	ReservationCommitted ReservationState = "committed"
+	ReservationReleased  ReservationState = "released"
+	ReservationExpired   ReservationState = "expired" // recovered; still committable for a while
+)
+
+// ReservationRow is a reservation as stored.
+type ReservationRow struct {
+	ID        string
+	Key       string
+	Provider  string
+	Model     string
+	Estimate  Estimate
+	At        time.Time // the instant that picks the windows it counts in
+	ExpiresAt time.Time
+	State     ReservationState
+	SettledAt time.Time // when committed, released or recovered
+}
+
+// GatewayKey is a proxy credential; only the SHA-256 of its secret is stored.
+type GatewayKey struct {
+	Name      string
+	Hash      string // hex SHA-256 of the secret
+	CreatedAt time.Time
+	RevokedAt time.Time // zero while usable
+}
+
+// Tx is one transaction of a Store. Times are stored with nanosecond
+// precision. Methods that find nothing return ErrNotFound unless they say
+// otherwise.
+type Tx interface {
+	// Limits lists the limits of key, every key when key is "", unordered.
+	Limits(ctx context.Context, key string) ([]Limit, error)
+	Limit(ctx context.Context, id string) (Limit, error)
+	InsertLimit(ctx context.Context, l Limit, now time.Time) error
+	// UpdateLimit replaces the mutable attributes of the limit with l.ID.
+	UpdateLimit(ctx context.Context, l Limit, now time.Time) error
+	// DeleteLimit removes a limit with its counters, rollovers and holds.
+	DeleteLimit(ctx context.Context, id string) error
+	// LockLimits blocks concurrent transactions that lock any of ids until
+	// this one ends, so reservations on one limit are decided one at a time.
+	// Callers pass ids in ascending order. A store whose write transactions
+	// are already serialised may do nothing.
+	LockLimits(ctx context.Context, ids []string) error
+
+	// InsertUsage appends events to the history; inserted[i] is false when
+	// (key, request_id) was already stored (a duplicate).
+	InsertUsage(ctx context.Context, events []Usage) (inserted []bool, err error)
+	// SumUsage is the history's total for limit l's scope and metric over
+	// [start, end).
+	SumUsage(ctx context.Context, l *Limit, start, end time.Time) (int64, error)
+
+	// Counter reads one counter row; ok is false when there is none.
+	Counter(ctx context.Context, limitID string, start time.Time) (used int64, ok bool, err error)
+	// AddCounter adds delta to an existing row; ok is false when there is none.
+	AddCounter(ctx context.Context, limitID string, start time.Time, delta int64) (ok bool, err error)
+	// CreateCounter creates the row seeded from the history of [start, end)
+	// as this transaction sees it. If a concurrent transaction created it
+	// first, delta is added to that row instead and created is false.
+	CreateCounter(ctx context.Context, l *Limit, start, end time.Time, delta int64) (created bool, err error)
+	// LatestCounterStart is the newest window start the limit has a row for.
+	LatestCounterStart(ctx context.Context, limitID string) (start time.Time, ok bool, err error)
+	// CounterRows lists every counter row, for verify.
+	CounterRows(ctx context.Context) ([]CounterRow, error)
+
+	// InsertRollover logs r unless one exists for (r.LimitID, r.WindowStart).
+	InsertRollover(ctx context.Context, r Rollover) error
+	// Rollovers lists the newest n rollovers of key's limits ("" for all).
+	Rollovers(ctx context.Context, key string, n int) ([]Rollover, error)
+
+	// Holds lists the holds on a limit's window (zero start for leases)
+	// expiring after now.
+	Holds(ctx context.Context, limitID string, start, now time.Time) ([]Hold, error)
+	InsertReservation(ctx context.Context, r ReservationRow, holds []Hold) error
+	Reservation(ctx context.Context, id string) (ReservationRow, error)
+	// SettleReservation sets state and settled-at and drops its holds.
+	SettleReservation(ctx context.Context, id string, state ReservationState, at time.Time) error
+	// RenewReservation moves the expiry of a reservation and its holds.
+	RenewReservation(ctx context.Context, id string, expiresAt time.Time) error
+	// ExpiredReservations lists live reservations whose expiry is at or before now.
+	ExpiredReservations(ctx context.Context, now time.Time, max int) ([]ReservationRow, error)
+	// DeleteSettledBefore removes reservations settled before t.
+	DeleteSettledBefore(ctx context.Context, t time.Time) (int64, error)
+
+	Provider(ctx context.Context, name string) (ProviderState, error)
+	Providers(ctx context.Context) ([]ProviderState, error)
+	PutProvider(ctx context.Context, p ProviderState) error
+	DeleteProvider(ctx context.Context, name string) (bool, error)
+	// ClaimProbe takes the provider's probe claim until until, if no other
+	// live claim holds it; ok reports whether this caller got it.
+	ClaimProbe(ctx context.Context, name, owner string, now, until time.Time) (ok bool, err error)
+
+	InsertKey(ctx context.Context, k GatewayKey) error
+	KeyByHash(ctx context.Context, hash string) (GatewayKey, error)
+	Keys(ctx context.Context) ([]GatewayKey, error)
+	RevokeKey(ctx context.Context, name string, at time.Time) error
+}

@@ -1,0 +1,107 @@
+package budget
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// MaxTokens is the largest token count accepted: 2^53-1, the largest integer
+// a JSON number carries exactly.
+const MaxTokens = 1<<53 - 1
+
+// Usage is one request's usage event (contract section 1).
+//
+// Input counts every prompt token, cached or not; CacheRead and CacheWrite are
+// a breakdown inside it. Output counts generated tokens other than reasoning;
+// Reasoning is separate. Billable tokens are Input + Output + Reasoning.
+type Usage struct {
+	RequestID  string    `json:"request_id"`
+	Key        string    `json:"key"`
+	Provider   string    `json:"provider"`
+	Model      string    `json:"model"`
+	Input      int64     `json:"input"`
+	Output     int64     `json:"output"`
+	Reasoning  int64     `json:"reasoning"`
+	CacheRead  int64     `json:"cache_read"`
+	CacheWrite int64     `json:"cache_write"`
+	At         time.Time `json:"at"`
+}
+
+// Billable is the number of tokens the event costs: every prompt token and
+// every generated token, each once.
+func (u Usage) Billable() int64 { return u.Input + u.Output + u.Reasoning }
+
+// Amount is the event's contribution to a limit of metric m.
+func (u Usage) Amount(m Metric) int64 {
+	switch m {
+	case MetricTokens:
+		return u.Billable()
+	case MetricInput:
+		return u.Input
+	case MetricOutput:
+		return u.Output + u.Reasoning
+	case MetricRequests:
+		return 1
+	}
+	return 0
+}
+
+// Normalize trims names, fills a missing request id and returns the event
+// validated. at is used when u.At is zero.
+func (u Usage) Normalize(at time.Time) (Usage, error) {
+	u.Key = strings.TrimSpace(u.Key)
+	u.Provider = strings.TrimSpace(u.Provider)
+	u.Model = strings.TrimSpace(u.Model)
+	u.RequestID = strings.TrimSpace(u.RequestID)
+	if u.Key == "" {
+		return u, invalid("key", u.Key, "must not be empty")
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"input", u.Input}, {"output", u.Output}, {"reasoning", u.Reasoning}, {"cache_read", u.CacheRead}, {"cache_write", u.CacheWrite}} {
+		if err := CheckTokens(f.name, f.v); err != nil {
+			return u, err
+		}
+	}
+	if u.CacheRead+u.CacheWrite > u.Input {
+		return u, invalid("cache_read+cache_write", u.CacheRead+u.CacheWrite, "must not exceed input "+strconv.FormatInt(u.Input, 10))
+	}
+	if u.Billable() > MaxTokens {
+		return u, invalid("input+output+reasoning", u.Billable(), "overflows 2^53-1")
+	}
+	if u.At.IsZero() {
+		u.At = at
+	}
+	if u.RequestID == "" {
+		u.RequestID = NewID("req_")
+	}
+	return u, nil
+}
+
+// CheckTokens validates one token count: an integer from 0 to 2^53-1.
+func CheckTokens(field string, v int64) error {
+	if v < 0 || v > MaxTokens {
+		return invalid(field, v, "must be between 0 and 2^53-1")
+	}
+	return nil
+}
+
+// CheckedAdd adds token counts and reports overflow past MaxTokens.
+func CheckedAdd(a, b int64) (int64, bool) {
+	if b > 0 && a > math.MaxInt64-b {
+		return 0, false
+	}
+	return a + b, true
+}
+
+// NewID returns prefix followed by 16 random hex characters.
+func NewID(prefix string) string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	return prefix + hex.EncodeToString(b[:])
+}

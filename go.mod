@@ -1,0 +1,3 @@
+module github.com/tokenbudget/tokenbudget
+
+go 1.26.0
