@@ -95,6 +95,9 @@ type GatewayKey struct {
 // precision. Methods that find nothing return ErrNotFound unless they say
 // otherwise.
 type Tx interface {
+	// LimitsVersion changes whenever any limit is created, changed or
+	// deleted, by any process.
+	LimitsVersion(ctx context.Context) (int64, error)
 	// Limits lists the limits of key, every key when key is "", unordered.
 	Limits(ctx context.Context, key string) ([]Limit, error)
 	Limit(ctx context.Context, id string) (Limit, error)

@@ -66,11 +66,11 @@ func ParseWindow(s, resetTime, tz string) (Window, error) {
 	}
 	rt, err := ParseResetTime(resetTime)
 	if err != nil {
-		return w, err
+		return Window{}, err
 	}
 	loc, err := LoadZone(tz)
 	if err != nil {
-		return w, err
+		return Window{}, err
 	}
 	w.ResetTime, w.Zone = rt, loc
 	return w, nil
@@ -82,12 +82,21 @@ func ParseResetTime(s string) (int, error) {
 		return 0, nil
 	}
 	h, m, ok := strings.Cut(s, ":")
-	hh, err1 := strconv.Atoi(h)
-	mm, err2 := strconv.Atoi(m)
-	if !ok || len(h) != 2 || len(m) != 2 || err1 != nil || err2 != nil || hh < 0 || hh > 23 || mm < 0 || mm > 59 {
+	if !ok || !twoDigits(h) || !twoDigits(m) {
+		return 0, invalid("reset_time", s, "want HH:MM between 00:00 and 23:59")
+	}
+	hh, _ := strconv.Atoi(h)
+	mm, _ := strconv.Atoi(m)
+	if hh > 23 || mm > 59 {
 		return 0, invalid("reset_time", s, "want HH:MM between 00:00 and 23:59")
 	}
 	return hh*60 + mm, nil
+}
+
+// twoDigits reports whether s is exactly two ASCII digits: strconv.Atoi alone
+// would take "+9" or "-0".
+func twoDigits(s string) bool {
+	return len(s) == 2 && '0' <= s[0] && s[0] <= '9' && '0' <= s[1] && s[1] <= '9'
 }
 
 // LoadZone loads an IANA zone; "" is UTC. "Local" is refused: a limit must
@@ -173,13 +182,25 @@ func (w Window) Nominal() time.Duration {
 func (w Window) Bounds(t time.Time) (start, end time.Time) {
 	switch w.Kind {
 	case Fixed:
-		n := int64(w.Length)
-		u := t.UnixNano()
+		if w.Length%time.Second != 0 || w.Length < time.Second {
+			// Not a valid fixed window; kept for callers that build one
+			// by hand. UnixNano is only defined for years 1678 to 2262.
+			n := int64(w.Length)
+			u := t.UnixNano()
+			s := u / n * n
+			if s > u { // floor for instants before 1970
+				s -= n
+			}
+			return time.Unix(0, s).UTC(), time.Unix(0, s+n).UTC()
+		}
+		// In whole seconds, so every representable year works.
+		n := int64(w.Length / time.Second)
+		u := t.Unix() // floors, also before 1970
 		s := u / n * n
 		if s > u { // floor for instants before 1970
 			s -= n
 		}
-		return time.Unix(0, s).UTC(), time.Unix(0, s+n).UTC()
+		return time.Unix(s, 0).UTC(), time.Unix(s+n, 0).UTC()
 	case Daily, Weekly, Monthly:
 		loc := w.Zone
 		if loc == nil {
@@ -189,7 +210,9 @@ func (w Window) Bounds(t time.Time) (start, end time.Time) {
 		switch w.Kind {
 		case Weekly:
 			wd := int(time.Date(y, m, d, 12, 0, 0, 0, time.UTC).Weekday()+6) % 7 // Monday = 0
-			d -= wd
+			// Normalise: the Monday may lie in the previous month or
+			// year, and resetOn compares the date it is given.
+			y, m, d = time.Date(y, m, d-wd, 12, 0, 0, 0, time.UTC).Date()
 		case Monthly:
 			d = 1
 		}

@@ -1,0 +1,284 @@
+package budget
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+)
+
+// LimitSpec is a `limit set`: the identity in full, and the attributes to
+// change. A nil pointer leaves the attribute as it is on an update (and takes
+// its default on a create).
+type LimitSpec struct {
+	ID         string // optional: names a new limit or addresses an existing one
+	Key        string
+	Scope      string // "" is global
+	ScopeValue string
+	Metric     string // "" is tokens
+	Window     string // required except for concurrent limits
+	ResetTime  *string
+	Timezone   *string
+	Max        *int64 // required on create
+	Enabled    *bool
+}
+
+// parse validates the spec's identity into a Limit without id or max.
+func (s LimitSpec) parse() (Limit, error) {
+	l := Limit{ID: strings.TrimSpace(s.ID), Key: s.Key, Scope: Scope(s.Scope), ScopeValue: s.ScopeValue, Metric: Metric(s.Metric), Max: 1, Enabled: true}
+	m, err := ParseMetric(s.Metric)
+	if err != nil {
+		return l, err
+	}
+	rt, tz := "", ""
+	if s.ResetTime != nil {
+		rt = *s.ResetTime
+	}
+	if s.Timezone != nil {
+		tz = *s.Timezone
+	}
+	if m == MetricConcurrent {
+		if strings.TrimSpace(s.Window) != "" {
+			return l, invalid("window", s.Window, "concurrent limits take no window")
+		}
+		if rt != "" {
+			return l, invalid("reset_time", rt, "concurrent limits have no window")
+		}
+		if tz != "" {
+			return l, invalid("timezone", tz, "concurrent limits have no window")
+		}
+	} else if l.Window, err = ParseWindow(s.Window, rt, tz); err != nil {
+		return l, err
+	}
+	if s.Max != nil {
+		l.Max = *s.Max
+	}
+	if s.Enabled != nil {
+		l.Enabled = *s.Enabled
+	}
+	return l.Validate()
+}
+
+// SetLimit creates or updates a limit (contract section 3) in one
+// transaction and reports whether it created one.
+func (t *Tracker) SetLimit(ctx context.Context, s LimitSpec) (Limit, bool, error) {
+	want, err := s.parse()
+	if err != nil {
+		return Limit{}, false, err
+	}
+	var out Limit
+	var created bool
+	now := t.now()
+	err = t.store.Update(ctx, func(tx Tx) error {
+		created = false
+		ls, err := tx.Limits(ctx, want.Key)
+		if err != nil {
+			return err
+		}
+		var same, byID *Limit
+		for i := range ls {
+			if ls[i].SameIdentity(&want) {
+				same = &ls[i]
+			}
+		}
+		if want.ID != "" {
+			l, err := tx.Limit(ctx, want.ID)
+			switch {
+			case err == nil:
+				byID = &l
+			case !errors.Is(err, ErrNotFound):
+				return err
+			}
+			if byID != nil && !byID.SameIdentity(&want) {
+				return invalid("id", want.ID, "names a limit with another key, scope, value, metric or window")
+			}
+			if byID == nil && same != nil {
+				return invalid("id", want.ID, "limit "+same.ID+" already has this key, scope, value, metric and window")
+			}
+		}
+		cur := byID
+		if cur == nil {
+			cur = same
+		}
+		if cur == nil {
+			if s.Max == nil {
+				return invalid("limit", "", "is required to create a limit")
+			}
+			out = want
+			if out.ID == "" {
+				out.ID = NewID("lim_")
+			}
+			created = true
+			return tx.InsertLimit(ctx, out, now)
+		}
+		out = *cur
+		if s.Max != nil {
+			out.Max = want.Max
+		}
+		if s.Enabled != nil {
+			out.Enabled = want.Enabled
+		}
+		if s.ResetTime != nil {
+			out.Window.ResetTime = want.Window.ResetTime
+		}
+		if s.Timezone != nil {
+			out.Window.Zone = want.Window.Zone
+		}
+		return tx.UpdateLimit(ctx, out, now)
+	})
+	if err != nil {
+		return Limit{}, false, err
+	}
+	t.limits.Remove(out.Key)
+	return out, created, nil
+}
+
+// DeleteLimit removes a limit with its counters and holds.
+func (t *Tracker) DeleteLimit(ctx context.Context, id string) error {
+	var key string
+	err := t.store.Update(ctx, func(tx Tx) error {
+		l, err := tx.Limit(ctx, id)
+		if err != nil {
+			return err
+		}
+		key = l.Key
+		return tx.DeleteLimit(ctx, id)
+	})
+	if err == nil {
+		t.limits.Remove(key)
+	}
+	return err
+}
+
+// Limits lists the limits of key (every key when key is ""), in listing
+// order, read from the store.
+func (t *Tracker) Limits(ctx context.Context, key string) ([]Limit, error) {
+	var ls []Limit
+	err := t.store.View(ctx, func(tx Tx) error {
+		var err error
+		ls, err = tx.Limits(ctx, key)
+		return err
+	})
+	sortLimits(ls)
+	return ls, err
+}
+
+func sortLimits(ls []Limit) {
+	slices.SortFunc(ls, func(a, b Limit) int {
+		if a.Less(&b) {
+			return -1
+		}
+		if b.Less(&a) {
+			return 1
+		}
+		return 0
+	})
+}
+
+// Report is what `budget inspect` shows.
+type Report struct {
+	At        time.Time
+	Limits    []Status // every limit, disabled ones too, in listing order
+	Rollovers []Rollover
+	Providers []ProviderState // parked providers
+}
+
+// Inspect reports every limit of key ("" for all) in the window holding at,
+// the newest rollovers and the parked providers. It reads one snapshot and
+// writes nothing.
+func (t *Tracker) Inspect(ctx context.Context, key string, at time.Time, rollovers int) (Report, error) {
+	r := Report{At: at}
+	err := t.store.View(ctx, func(tx Tx) error {
+		ls, err := tx.Limits(ctx, key)
+		if err != nil {
+			return err
+		}
+		sortLimits(ls)
+		r.Limits = make([]Status, 0, len(ls))
+		for i := range ls {
+			st, err := storedStatus(ctx, tx, &ls[i], at)
+			if err != nil {
+				return err
+			}
+			r.Limits = append(r.Limits, st)
+		}
+		if rollovers > 0 {
+			if r.Rollovers, err = tx.Rollovers(ctx, key, rollovers); err != nil {
+				return err
+			}
+		}
+		r.Providers, err = tx.Providers(ctx)
+		return err
+	})
+	return r, err
+}
+
+// storedStatus is a limit's status at `at` as the store alone says.
+func storedStatus(ctx context.Context, tx Tx, l *Limit, at time.Time) (Status, error) {
+	st := Status{Limit: *l}
+	if l.Metric != MetricConcurrent {
+		st.WindowStart, st.ResetAt = l.Window.Bounds(at)
+	}
+	used, holds, err := readCounter(ctx, tx, l, st.WindowStart, st.ResetAt, at)
+	if err != nil {
+		return st, err
+	}
+	var sum, n int64
+	for _, h := range holds {
+		sum += h.Amount
+		n++
+		if e := time.Unix(0, h.ExpiresAt).UTC(); st.NextExpiry.IsZero() || e.Before(st.NextExpiry) {
+			st.NextExpiry = e
+		}
+	}
+	if l.Metric == MetricConcurrent {
+		st.Used = n
+	} else {
+		st.Used, st.Reserved = used, sum
+	}
+	return st, nil
+}
+
+// Drift is a counter row that disagrees with the history of its window.
+type Drift struct {
+	LimitID     string
+	WindowStart time.Time
+	Counter     int64
+	History     int64
+}
+
+// Verify compares every counter row with the history's sum over its window.
+func (t *Tracker) Verify(ctx context.Context) ([]Drift, error) {
+	var out []Drift
+	err := t.store.View(ctx, func(tx Tx) error {
+		out = out[:0]
+		ls, err := tx.Limits(ctx, "")
+		if err != nil {
+			return err
+		}
+		byID := make(map[string]*Limit, len(ls))
+		for i := range ls {
+			byID[ls[i].ID] = &ls[i]
+		}
+		rows, err := tx.CounterRows(ctx)
+		if err != nil {
+			return err
+		}
+		for _, r := range rows {
+			l := byID[r.LimitID]
+			if l == nil {
+				continue
+			}
+			h, err := tx.SumUsage(ctx, l, r.WindowStart, r.WindowEnd)
+			if err != nil {
+				return err
+			}
+			if h != r.Used {
+				out = append(out, Drift{LimitID: r.LimitID, WindowStart: r.WindowStart, Counter: r.Used, History: h})
+			}
+		}
+		return nil
+	})
+	return out, err
+}

@@ -1,0 +1,145 @@
+package budget
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tokenbudget/tokenbudget/cache"
+)
+
+// writerState is owned by the writer goroutine: the limits it resolved,
+// valid while the store's limits version stays the same.
+type writerState struct {
+	unwritten atomic.Int64 // events given up on when Close's context ended
+	errMu     sync.Mutex
+	err       error // the last write error
+
+	version int64
+	checked bool // version confirmed inside the current transaction
+	byKey   map[string][]Limit
+}
+
+func (w *writerState) init() { w.byKey = make(map[string][]Limit) }
+
+func (w *writerState) setErr(err error) {
+	w.errMu.Lock()
+	w.err = err
+	w.errMu.Unlock()
+}
+
+func (w *writerState) lastErr() error {
+	w.errMu.Lock()
+	defer w.errMu.Unlock()
+	return w.err
+}
+
+const maxWriterKeys = 100_000
+
+// limitsFor resolves key's limits inside tx: from memory when the limits
+// version read in this transaction matches, else from the store. A limit
+// another process created is therefore never skipped.
+func (w *writerState) limitsFor(ctx context.Context, tx Tx, key string) ([]Limit, error) {
+	if !w.checked {
+		v, err := tx.LimitsVersion(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if v != w.version || len(w.byKey) > maxWriterKeys {
+			clear(w.byKey)
+			w.version = v
+		}
+		w.checked = true
+	}
+	if ls, ok := w.byKey[key]; ok {
+		return ls, nil
+	}
+	ls, err := tx.Limits(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	w.byKey[key] = ls
+	return ls, nil
+}
+
+// windowDelta is what one batch adds to one limit window.
+type windowDelta struct {
+	key        cache.Key
+	limit      *Limit
+	start, end time.Time
+	delta      int64
+}
+
+// applyUsage appends events to the history and adds the coalesced deltas of
+// the new (non-duplicate) ones to every matching limit's counters, creating
+// rows seeded from the history and logging rollovers as needed. Disabled
+// limits count too: only enforcement stops.
+func (t *Tracker) applyUsage(ctx context.Context, tx Tx, events []Usage, now time.Time) ([]bool, []windowDelta, error) {
+	if len(events) == 0 {
+		return nil, nil, nil
+	}
+	inserted, err := tx.InsertUsage(ctx, events)
+	if err != nil {
+		return nil, nil, err
+	}
+	var deltas []windowDelta
+	index := make(map[cache.Key]int)
+	for i := range events {
+		if !inserted[i] {
+			continue
+		}
+		e := &events[i]
+		ls, err := t.w.limitsFor(ctx, tx, e.Key)
+		if err != nil {
+			return nil, nil, err
+		}
+		for j := range ls {
+			l := &ls[j]
+			if l.Metric == MetricConcurrent || !l.Applies(e.Key, e.Provider, e.Model) {
+				continue
+			}
+			start, end := l.Window.Bounds(e.At)
+			k := cache.Key{LimitID: l.ID, Start: start.UnixNano()}
+			n, ok := index[k]
+			if !ok {
+				n = len(deltas)
+				index[k] = n
+				deltas = append(deltas, windowDelta{key: k, limit: l, start: start, end: end})
+			}
+			deltas[n].delta += e.Amount(l.Metric)
+		}
+	}
+	for i := range deltas {
+		d := &deltas[i]
+		if err := bumpCounter(ctx, tx, d.limit, d.start, d.end, d.delta, now); err != nil {
+			return nil, nil, err
+		}
+	}
+	return inserted, deltas, nil
+}
+
+// bumpCounter adds delta to a limit window's counter. A missing row is
+// created from the history (which already holds this transaction's events,
+// so the delta is inside the seed); creating the row of a window later than
+// every row the limit has logs a rollover when the window before it had
+// usage (contract section 8).
+func bumpCounter(ctx context.Context, tx Tx, l *Limit, start, end time.Time, delta int64, now time.Time) error {
+	if ok, err := tx.AddCounter(ctx, l.ID, start, delta); ok || err != nil {
+		return err
+	}
+	latest, has, err := tx.LatestCounterStart(ctx, l.ID)
+	if err != nil {
+		return err
+	}
+	created, err := tx.CreateCounter(ctx, l, start, end, delta)
+	if err != nil || !created || has && !start.After(latest) {
+		return err
+	}
+	ps, pe := l.Window.Bounds(start.Add(-1))
+	prev, err := tx.SumUsage(ctx, l, ps, pe)
+	if err != nil || prev == 0 {
+		return err
+	}
+	return tx.InsertRollover(ctx, Rollover{LimitID: l.ID, PrevWindowStart: ps, PrevUsed: prev, WindowStart: start, LoggedAt: now})
+}

@@ -1,0 +1,175 @@
+package budget
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/tokenbudget/tokenbudget/cache"
+)
+
+// Check answers whether req may run now, without consuming anything.
+func (t *Tracker) Check(ctx context.Context, req Request) (Decision, error) {
+	return t.CheckAt(ctx, req, t.now())
+}
+
+// CheckAt is Check at the instant now: the windows are those holding now.
+// It never writes: a window with no counter row yet is seeded from the
+// history in memory only.
+func (t *Tracker) CheckAt(ctx context.Context, req Request, now time.Time) (Decision, error) {
+	req, err := normalizeRequest(req)
+	if err != nil {
+		return Decision{}, err
+	}
+	kl, err := t.keyLimitsFor(ctx, req.Key)
+	if err != nil {
+		return Decision{}, err
+	}
+	var statuses []Status
+	for i := range kl.limits {
+		l := &kl.limits[i]
+		if !l.Enabled || !l.Applies(req.Key, req.Provider, req.Model) {
+			continue
+		}
+		if statuses == nil {
+			statuses = make([]Status, 0, len(kl.limits)-i)
+		}
+		st, err := t.status(ctx, kl, i, now)
+		if err != nil {
+			return Decision{}, err
+		}
+		statuses = append(statuses, st)
+	}
+	d := Decide(statuses, req.Estimate, now)
+	if req.Provider != "" {
+		p, err := t.parkedAt(ctx, req.Provider, now)
+		if err != nil {
+			return Decision{}, err
+		}
+		if p != nil {
+			d.Allowed = false
+			d.Parked = p
+		}
+	}
+	return d, nil
+}
+
+func normalizeRequest(req Request) (Request, error) {
+	req.Key = strings.TrimSpace(req.Key)
+	req.Provider = strings.TrimSpace(req.Provider)
+	req.Model = strings.TrimSpace(req.Model)
+	if req.Key == "" {
+		return req, invalid("key", req.Key, "must not be empty")
+	}
+	return req, req.Estimate.validate()
+}
+
+// status is limit i of kl as it stands at now, from the cache when warm.
+func (t *Tracker) status(ctx context.Context, kl *keyLimits, i int, now time.Time) (Status, error) {
+	l := &kl.limits[i]
+	st := Status{Limit: *l}
+	k := cache.Key{LimitID: l.ID}
+	if l.Metric != MetricConcurrent {
+		st.WindowStart, st.ResetAt = kl.bounds(i, now)
+		k.Start = st.WindowStart.UnixNano()
+	}
+	c := t.counters.Peek(k)
+	if c == nil || !t.fresh(c.LoadedAt()) {
+		var err error
+		if c, err = t.loadCounter(ctx, l, k, st.WindowStart, st.ResetAt); err != nil {
+			return st, err
+		}
+	}
+	held, n, next := c.Reserved(now.UnixNano())
+	if l.Metric == MetricConcurrent {
+		st.Used = n
+		if next != 0 {
+			st.NextExpiry = time.Unix(0, next).UTC()
+		}
+		return st, nil
+	}
+	st.Used = c.Committed() + c.Pending()
+	st.Reserved = held
+	return st, nil
+}
+
+// loadCounter reads one counter from the store into the cache: the stored
+// row, or the history's sum when the window has no row yet, and its live
+// holds. A read that overlaps a local commit is discarded and retried, so a
+// delta is never counted both in the read and in pending.
+func (t *Tracker) loadCounter(ctx context.Context, l *Limit, k cache.Key, start, end time.Time) (*cache.Counter, error) {
+	c := t.counters.Acquire(k)
+	for attempt := 0; ; attempt++ {
+		seq := c.Seq()
+		if seq%2 == 1 {
+			if c.LoadedAt() != 0 {
+				return c, nil // a commit is landing; the cached total plus pending is still exact for us
+			}
+			if err := pause(ctx, attempt); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		loadedAt := t.now().UnixNano()
+		var used int64
+		var holds []cache.Hold
+		err := t.store.View(ctx, func(tx Tx) error {
+			var err error
+			used, holds, err = readCounter(ctx, tx, l, start, end, time.Unix(0, loadedAt))
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("load counter of limit %s: %w", l.ID, err)
+		}
+		if c.Refresh(seq, used, holds, loadedAt) || c.LoadedAt() != 0 {
+			return c, nil
+		}
+		if err := pause(ctx, attempt); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// readCounter is a limit window's stored usage (seeded from the history
+// when it has no row yet) and its live holds at now.
+func readCounter(ctx context.Context, tx Tx, l *Limit, start, end, now time.Time) (int64, []cache.Hold, error) {
+	var used int64
+	if l.Metric != MetricConcurrent {
+		v, ok, err := tx.Counter(ctx, l.ID, start)
+		if err != nil {
+			return 0, nil, err
+		}
+		if !ok {
+			if v, err = tx.SumUsage(ctx, l, start, end); err != nil {
+				return 0, nil, err
+			}
+		}
+		used = v
+	}
+	hs, err := tx.Holds(ctx, l.ID, start, now)
+	if err != nil {
+		return 0, nil, err
+	}
+	var holds []cache.Hold
+	if len(hs) > 0 {
+		holds = make([]cache.Hold, len(hs))
+		for i, h := range hs {
+			holds[i] = cache.Hold{ID: h.ReservationID, Amount: h.Amount, ExpiresAt: h.ExpiresAt.UnixNano()}
+		}
+	}
+	return used, holds, nil
+}
+
+// pause waits a little before retrying a read that raced a commit.
+func pause(ctx context.Context, attempt int) error {
+	d := time.Duration(min(attempt+1, 50)) * 100 * time.Microsecond
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-tm.C:
+		return nil
+	}
+}

@@ -1,0 +1,232 @@
+package budget
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/tokenbudget/tokenbudget/cache"
+)
+
+type opKind uint8
+
+const (
+	opUsage opKind = iota
+	opFlush
+	opTx // a function run inside the batch transaction (reservations)
+)
+
+// op is one unit of work for the writer.
+type op struct {
+	kind     opKind
+	ev       Usage
+	contribs []contrib // the pending deltas Record added for ev
+
+	// opTx: run inside the transaction (it may run more than once; it must
+	// reset what it reports), then after once the batch committed or failed.
+	run   func(ctx context.Context, tx Tx, now time.Time) error
+	after func(err error)
+
+	done chan opResult // nil for fire-and-forget usage
+}
+
+type opResult struct {
+	duplicate bool
+	flush     FlushResult
+	err       error
+}
+
+type contrib struct {
+	key   cache.Key
+	c     *cache.Counter
+	delta int64
+}
+
+// FlushResult counts the events the writer committed since the previous
+// Flush returned (by any caller), up to this one.
+type FlushResult struct {
+	Written    int64 // new events appended to the history
+	Duplicates int64 // events whose (key, request_id) was already stored
+}
+
+// Stats are the tracker's counters since New.
+type Stats struct {
+	Queued     int64 // events accepted by Record
+	Written    int64 // events committed to the history
+	Duplicates int64 // events ignored as duplicates
+	Batches    int64 // write transactions committed
+	Retries    int64 // failed batch attempts retried by the writer
+	Failures   int64 // failed batch attempts (each is retried)
+	QueueDepth int64 // operations waiting for the writer now
+	Store      StoreStats
+}
+
+type trackerStats struct {
+	queued, written, duplicates, batches, retries, failures atomic.Int64
+	sinceFlushWritten, sinceFlushDup                        int64 // writer-owned
+}
+
+// Stats reports the tracker's counters.
+func (t *Tracker) Stats() Stats {
+	return Stats{
+		Queued: t.stats.queued.Load(), Written: t.stats.written.Load(), Duplicates: t.stats.duplicates.Load(),
+		Batches: t.stats.batches.Load(), Retries: t.stats.retries.Load(), Failures: t.stats.failures.Load(),
+		QueueDepth: int64(len(t.queue)), Store: t.store.Stats(),
+	}
+}
+
+// Record validates u and queues it for the writer. It never touches the
+// store on the caller's goroutine and blocks only while the queue is full,
+// until there is room or ctx ends. Once Record returns nil the event is
+// never dropped while the process lives (in Durable mode it is already
+// committed). A missing request id is generated; a zero At means now.
+//
+// When the key's limits are cached, the event shows in this process's
+// checks at once, before it is written.
+func (t *Tracker) Record(ctx context.Context, u Usage) error {
+	u, err := u.Normalize(t.now())
+	if err != nil {
+		return err
+	}
+	o := &op{kind: opUsage, ev: u}
+	if t.cfg.Durable {
+		o.done = make(chan opResult, 1)
+	}
+	if err := t.enqueue(ctx, o); err != nil {
+		return err
+	}
+	if o.done == nil {
+		return nil
+	}
+	return t.wait(ctx, o).err
+}
+
+// RecordSync records events and waits until they are committed, reporting
+// for each whether it was a duplicate. It is the synchronous path of the CLI
+// and of imports.
+func (t *Tracker) RecordSync(ctx context.Context, events ...Usage) ([]bool, error) {
+	now := t.now()
+	ops := make([]*op, len(events))
+	for i := range events {
+		u, err := events[i].Normalize(now)
+		if err != nil {
+			return nil, err
+		}
+		ops[i] = &op{kind: opUsage, ev: u, done: make(chan opResult, 1)}
+	}
+	for _, o := range ops {
+		if err := t.enqueue(ctx, o); err != nil {
+			return nil, err
+		}
+	}
+	dup := make([]bool, len(ops))
+	for i, o := range ops {
+		r := t.wait(ctx, o)
+		if r.err != nil {
+			return nil, r.err
+		}
+		dup[i] = r.duplicate
+	}
+	return dup, nil
+}
+
+// Flush waits until everything queued before it is committed. It returns
+// the writer's error once a batch has failed Config.FlushFailures times (the
+// writer keeps retrying), or ctx's error.
+func (t *Tracker) Flush(ctx context.Context) (FlushResult, error) {
+	o := &op{kind: opFlush, done: make(chan opResult, 1)}
+	if err := t.enqueue(ctx, o); err != nil {
+		return FlushResult{}, err
+	}
+	r := t.wait(ctx, o)
+	return r.flush, r.err
+}
+
+// enqueue hands o to the writer, adding an event's pending deltas first so
+// that a check on another goroutine never misses it.
+func (t *Tracker) enqueue(ctx context.Context, o *op) error {
+	t.closeMu.RLock()
+	defer t.closeMu.RUnlock()
+	if t.closed {
+		return ErrClosed
+	}
+	if o.kind == opUsage {
+		t.addPending(o)
+	}
+	select {
+	case t.queue <- o:
+		if o.kind == opUsage {
+			t.stats.queued.Add(1)
+		}
+		return nil
+	default:
+	}
+	select {
+	case t.queue <- o:
+		if o.kind == opUsage {
+			t.stats.queued.Add(1)
+		}
+		return nil
+	case <-ctx.Done():
+		for _, c := range o.contribs {
+			c.c.AddPending(-c.delta)
+		}
+		return ctx.Err()
+	}
+}
+
+// addPending overlays the event on the cached counters of its key's limits.
+// Without cached limits nothing is overlaid: the event shows once written.
+func (t *Tracker) addPending(o *op) {
+	e, ok := t.limits.Peek(o.ev.Key)
+	if !ok {
+		return
+	}
+	kl := e.Value
+	for i := range kl.limits {
+		l := &kl.limits[i]
+		if l.Metric == MetricConcurrent || !l.Applies(o.ev.Key, o.ev.Provider, o.ev.Model) {
+			continue
+		}
+		start, _ := kl.bounds(i, o.ev.At)
+		k := cache.Key{LimitID: l.ID, Start: start.UnixNano()}
+		d := o.ev.Amount(l.Metric)
+		c := t.counters.Acquire(k)
+		for !c.AddPending(d) {
+			c = t.counters.Acquire(k)
+		}
+		o.contribs = append(o.contribs, contrib{key: k, c: c, delta: d})
+	}
+}
+
+func (t *Tracker) wait(ctx context.Context, o *op) opResult {
+	select {
+	case r := <-o.done:
+		return r
+	case <-ctx.Done():
+		return opResult{err: ctx.Err()}
+	}
+}
+
+// Close flushes what is queued and stops the writer and the sweep. If ctx
+// ends first, or the store stays unwritable until it does, Close returns an
+// error counting the events that were not written.
+func (t *Tracker) Close(ctx context.Context) error {
+	t.closeMu.Lock()
+	if t.closed {
+		t.closeMu.Unlock()
+		<-t.done
+		return nil
+	}
+	t.closed = true
+	t.closeCx.Store(&ctx)
+	close(t.stop)
+	t.closeMu.Unlock()
+	<-t.done
+	if n := len(t.queue) + int(t.w.unwritten.Load()); n > 0 {
+		return fmt.Errorf("budget: close: %d operations not written: %w", n, errors.Join(ctx.Err(), t.w.lastErr()))
+	}
+	return nil
+}

@@ -1,0 +1,233 @@
+package budget
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tokenbudget/tokenbudget/cache"
+)
+
+// Defaults for Config fields.
+const (
+	DefaultRefreshInterval  = time.Second
+	DefaultQueueSize        = 65536
+	DefaultBatchSize        = 1024
+	DefaultBatchInterval    = 2 * time.Millisecond
+	DefaultCounterCacheSize = 200_000
+	DefaultLimitCacheSize   = 100_000
+	DefaultFlushFailures    = 5
+	DefaultReservationTTL   = 2 * time.Minute
+	DefaultSettledRetention = 24 * time.Hour
+	DefaultSweepInterval    = 15 * time.Second
+	DefaultParkRetryAfter   = 60 * time.Second
+	DefaultMaxProbeBackoff  = 10 * time.Minute
+)
+
+// Config tunes a Tracker. Start from DefaultConfig; zero sizes and
+// intervals other than RefreshInterval fall back to their defaults.
+type Config struct {
+	// Now is the clock. (Optional; default time.Now; tests inject one.)
+	Now func() time.Time
+	// RefreshInterval is how long a cached counter or definition is trusted
+	// before it is re-read from the store, so other processes' writes and
+	// CLI changes are seen. 0 reads the store on every check.
+	RefreshInterval time.Duration
+	// QueueSize bounds the events queued for the writer; Record blocks when
+	// it is full. (Optional; default DefaultQueueSize.)
+	QueueSize int
+	// BatchSize and BatchInterval bound one write transaction: the writer
+	// commits when it holds BatchSize operations or BatchInterval after the
+	// first one arrived. (Optional; defaults DefaultBatchSize, DefaultBatchInterval.)
+	BatchSize     int
+	BatchInterval time.Duration
+	// CounterCacheSize and LimitCacheSize bound the caches: counters are
+	// (limit, window) pairs, limit entries are API keys. (Optional.)
+	CounterCacheSize int
+	LimitCacheSize   int
+	// Durable makes Record return only once its event is committed (pair it
+	// with a store opened with fsync on every commit). (Optional; default false.)
+	Durable bool
+	// FlushFailures is how many failed attempts at a batch make Flush
+	// return the error; the writer keeps retrying. (Optional; default 5.)
+	FlushFailures int
+	// OnError is called from the writer goroutine for every failed write.
+	// (Optional.)
+	OnError func(error)
+	// ReservationTTL is the default lifetime of a reservation.
+	ReservationTTL time.Duration
+	// SettledRetention is how long an expired reservation stays committable
+	// before recovery deletes it, with settled ones.
+	SettledRetention time.Duration
+	// SweepInterval is how often the background sweep recovers expired
+	// reservations; negative disables it. (Optional; default 15s.)
+	SweepInterval time.Duration
+	// ParkRetryAfter is the parking time when the upstream names none.
+	ParkRetryAfter time.Duration
+	// MaxProbeBackoff caps how far failed probes push resume-at.
+	MaxProbeBackoff time.Duration
+}
+
+// DefaultConfig returns the configuration Open uses.
+func DefaultConfig() Config {
+	return Config{RefreshInterval: DefaultRefreshInterval}
+}
+
+func (c *Config) fill() {
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.RefreshInterval < 0 {
+		c.RefreshInterval = 0
+	}
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	defd := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&c.QueueSize, DefaultQueueSize)
+	def(&c.BatchSize, DefaultBatchSize)
+	def(&c.CounterCacheSize, DefaultCounterCacheSize)
+	def(&c.LimitCacheSize, DefaultLimitCacheSize)
+	def(&c.FlushFailures, DefaultFlushFailures)
+	defd(&c.BatchInterval, DefaultBatchInterval)
+	defd(&c.ReservationTTL, DefaultReservationTTL)
+	defd(&c.SettledRetention, DefaultSettledRetention)
+	defd(&c.ParkRetryAfter, DefaultParkRetryAfter)
+	defd(&c.MaxProbeBackoff, DefaultMaxProbeBackoff)
+	if c.SweepInterval == 0 {
+		c.SweepInterval = DefaultSweepInterval
+	}
+}
+
+// Tracker answers whether a key may spend tokens and records what it spent.
+//
+// Check reads from memory when the cache is warm; Record only queues, and
+// one writer goroutine per Tracker commits the queue to the Store in
+// batches. Reservations give exact limits under concurrency. A Tracker is
+// safe for concurrent use; Close it to flush and stop the writer.
+type Tracker struct {
+	store    Store
+	cfg      Config
+	now      func() time.Time
+	limits   *cache.Defs[string, *keyLimits]
+	counters *cache.Counters
+	parked   *cache.Defs[string, *ProviderState] // nil value: not parked
+
+	queue   chan *op
+	closeMu sync.RWMutex // held for reading while sending on queue
+	closed  bool
+	stop    chan struct{}
+	done    chan struct{}
+	closeCx atomic.Pointer[context.Context]
+
+	stats trackerStats
+	w     writerState // owned by the writer goroutine
+}
+
+// New starts a Tracker over store. It recovers expired reservations once
+// and starts the writer and the background sweep.
+func New(ctx context.Context, store Store, cfg Config) (*Tracker, error) {
+	if store == nil {
+		return nil, errors.New("budget: New needs a Store")
+	}
+	cfg.fill()
+	t := &Tracker{
+		store:    store,
+		cfg:      cfg,
+		now:      cfg.Now,
+		limits:   cache.NewDefs[string, *keyLimits](cfg.LimitCacheSize),
+		counters: cache.NewCounters(cfg.CounterCacheSize),
+		parked:   cache.NewDefs[string, *ProviderState](cfg.LimitCacheSize),
+		queue:    make(chan *op, cfg.QueueSize),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	t.w.init()
+	go t.run()
+	return t, nil
+}
+
+// Store is the store behind the tracker.
+func (t *Tracker) Store() Store { return t.store }
+
+// Now is the tracker's clock.
+func (t *Tracker) Now() time.Time { return t.now() }
+
+// keyLimits is the cached definitions of one API key, in listing order,
+// with the last window each limit was seen in (so a warm check skips the
+// calendar arithmetic).
+type keyLimits struct {
+	limits []Limit
+	spans  []atomic.Pointer[span]
+}
+
+type span struct{ start, end time.Time }
+
+func newKeyLimits(ls []Limit) *keyLimits {
+	slices.SortFunc(ls, func(a, b Limit) int {
+		if a.Less(&b) {
+			return -1
+		}
+		if b.Less(&a) {
+			return 1
+		}
+		return 0
+	})
+	return &keyLimits{limits: ls, spans: make([]atomic.Pointer[span], len(ls))}
+}
+
+// bounds is limits[i].Window.Bounds(at), remembered while at stays in it.
+func (k *keyLimits) bounds(i int, at time.Time) (time.Time, time.Time) {
+	if s := k.spans[i].Load(); s != nil && !at.Before(s.start) && at.Before(s.end) {
+		return s.start, s.end
+	}
+	start, end := k.limits[i].Window.Bounds(at)
+	k.spans[i].Store(&span{start, end})
+	return start, end
+}
+
+// fresh reports whether something loaded at loadedAt may still be trusted.
+func (t *Tracker) fresh(loadedAt int64) bool {
+	return loadedAt != 0 && t.cfg.RefreshInterval > 0 && t.now().UnixNano()-loadedAt < int64(t.cfg.RefreshInterval)
+}
+
+// keyLimitsFor returns key's limits from the cache, re-reading them once
+// they are older than the refresh interval.
+func (t *Tracker) keyLimitsFor(ctx context.Context, key string) (*keyLimits, error) {
+	if e, ok := t.limits.Peek(key); ok && t.fresh(e.LoadedAt) {
+		return e.Value, nil
+	}
+	loadedAt := t.now().UnixNano()
+	var ls []Limit
+	err := t.store.View(ctx, func(tx Tx) error {
+		var err error
+		ls, err = tx.Limits(ctx, key)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load limits of %q: %w", key, err)
+	}
+	kl := newKeyLimits(ls)
+	t.limits.Put(key, kl, loadedAt)
+	return kl, nil
+}
+
+// InvalidateLimits drops the cached definitions of key (every key when key
+// is ""), so the next check reads them again.
+func (t *Tracker) InvalidateLimits(key string) {
+	if key == "" {
+		t.limits.Purge()
+		return
+	}
+	t.limits.Remove(key)
+}

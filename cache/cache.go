@@ -1,0 +1,228 @@
+// Package cache holds the in-memory side of tokenbudget: committed counter
+// totals with the deltas this process has queued but not yet written, and
+// definitions, each in a bounded golang-lru/v2 cache. It imports nothing of
+// tokenbudget's own.
+//
+// Concurrency: every type here is safe for concurrent use. Reads (Peek, the
+// Counter getters) take no exclusive lock, so checks on many goroutines do
+// not serialise; recency is left to the writers (Acquire). A Counter that
+// holds pending deltas or an in-flight commit is never dropped by eviction:
+// it is pinned aside until its deltas are settled.
+package cache
+
+import (
+	"sync"
+	"sync/atomic"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+)
+
+// Key names one limit's window: the limit id and the window start in Unix
+// nanoseconds (0 for windowless concurrent limits).
+type Key struct {
+	LimitID string
+	Start   int64
+}
+
+// Hold is a live reservation's hold on a counter.
+type Hold struct {
+	ID        string
+	Amount    int64
+	ExpiresAt int64 // Unix nanoseconds
+}
+
+// Counter is one limit window as this process sees it: what the store had
+// when last read or written, plus what this process has queued since.
+type Counter struct {
+	mu        sync.Mutex // orders commits, refreshes, pending changes and eviction
+	committed atomic.Int64
+	pending   atomic.Int64
+	loadedAt  atomic.Int64 // Unix nanos of the last store read; 0 = never read
+	seq       atomic.Uint64
+	holds     atomic.Pointer[[]Hold]
+	evicted   bool // dropped from the cache and not pinned: no longer the live object
+	inflight  int  // commits in progress that touch this counter
+}
+
+// Committed is the last total known to be in the store.
+func (c *Counter) Committed() int64 { return c.committed.Load() }
+
+// Pending is what this process has queued for the window but not committed.
+func (c *Counter) Pending() int64 { return c.pending.Load() }
+
+// LoadedAt is when the counter was last read from the store (Unix nanos);
+// 0 means never, so Committed means nothing yet.
+func (c *Counter) LoadedAt() int64 { return c.loadedAt.Load() }
+
+// Reserved sums the holds that are still live at now (Unix nanos), and
+// reports the earliest of their expiries (0 when none).
+func (c *Counter) Reserved(now int64) (sum, count, next int64) {
+	p := c.holds.Load()
+	if p == nil {
+		return 0, 0, 0
+	}
+	for _, h := range *p {
+		if h.ExpiresAt > now {
+			sum += h.Amount
+			count++
+			if next == 0 || h.ExpiresAt < next {
+				next = h.ExpiresAt
+			}
+		}
+	}
+	return sum, count, next
+}
+
+// Seq is the counter's commit sequence, taken before a store read and
+// handed back to Refresh. It is odd while a local commit is in flight.
+func (c *Counter) Seq() uint64 { return c.seq.Load() }
+
+// Refresh installs what was read from the store at loadedAt, unless a local
+// commit began or ended since seq was taken: then the read may or may not
+// include that commit, and installing it could count the commit's delta
+// twice (once in the read, once in pending). It reports whether it installed.
+func (c *Counter) Refresh(seq uint64, committed int64, holds []Hold, loadedAt int64) bool {
+	if seq%2 == 1 {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seq.Load() != seq {
+		return false
+	}
+	c.committed.Store(committed)
+	c.holds.Store(&holds)
+	c.loadedAt.Store(loadedAt)
+	return true
+}
+
+// AddPending adds a queued delta. It returns false when the counter was
+// evicted before the delta landed: the caller must Acquire the live one.
+func (c *Counter) AddPending(delta int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.evicted {
+		return false
+	}
+	c.pending.Add(delta)
+	return true
+}
+
+// BeginCommit marks a store commit touching this counter as in flight.
+func (c *Counter) BeginCommit() {
+	c.mu.Lock()
+	c.inflight++
+	c.seq.Add(1)
+	c.mu.Unlock()
+}
+
+// EndCommit settles a commit: pending loses what was queued for it, and,
+// when the commit succeeded, committed gains what the store added. seq
+// moves on so no refresh read during the commit is installed.
+func (c *Counter) EndCommit(queued, applied int64, ok bool) {
+	c.mu.Lock()
+	c.inflight--
+	if ok {
+		c.pending.Add(-queued)
+		if c.loadedAt.Load() != 0 {
+			c.committed.Add(applied)
+		}
+	}
+	c.seq.Add(1)
+	c.mu.Unlock()
+}
+
+// UpdateHolds replaces the holds through fn under the counter's lock, for a
+// local reservation, commit or release.
+func (c *Counter) UpdateHolds(fn func([]Hold) []Hold) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var cur []Hold
+	if p := c.holds.Load(); p != nil {
+		cur = *p
+	}
+	next := fn(append([]Hold(nil), cur...))
+	c.holds.Store(&next)
+	c.seq.Add(2) // a refresh read before this change must not overwrite it
+}
+
+func (c *Counter) busy() bool { return c.pending.Load() != 0 || c.inflight != 0 }
+
+// Counters is a bounded LRU of Counters that never loses a busy one.
+type Counters struct {
+	lru    *lru.Cache[Key, *Counter]
+	slow   sync.Mutex // serialises the miss path of Acquire
+	pinned sync.Map   // Key -> *Counter evicted while busy
+}
+
+// NewCounters returns a cache of at most size idle counters (plus those
+// pinned by pending deltas).
+func NewCounters(size int) *Counters {
+	cs := &Counters{}
+	cs.lru, _ = lru.NewWithEvict(max(size, 1), cs.evict) // only fails for size <= 0
+	return cs
+}
+
+// evict runs outside the LRU's lock: a busy counter is pinned aside, an
+// idle one is marked dead so late AddPending calls go to its successor.
+func (cs *Counters) evict(k Key, c *Counter) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.busy() {
+		cs.pinned.Store(k, c)
+		return
+	}
+	c.evicted = true
+}
+
+// Peek returns the cached counter for k without touching recency, or nil.
+func (cs *Counters) Peek(k Key) *Counter {
+	c, _ := cs.lru.Peek(k)
+	return c
+}
+
+// Acquire returns the live counter for k, creating an unloaded one if
+// needed, and marks it recently used.
+func (cs *Counters) Acquire(k Key) *Counter {
+	if c, ok := cs.lru.Get(k); ok {
+		return c
+	}
+	cs.slow.Lock()
+	defer cs.slow.Unlock()
+	if c, ok := cs.lru.Get(k); ok {
+		return c
+	}
+	var c *Counter
+	if p, ok := cs.pinned.Load(k); ok {
+		c = p.(*Counter)
+	} else {
+		c = new(Counter)
+	}
+	cs.lru.Add(k, c)
+	cs.pinned.CompareAndDelete(k, c)
+	return c
+}
+
+// Unpin forgets k's counter once it is idle, if eviction had pinned it.
+func (cs *Counters) Unpin(k Key, c *Counter) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.busy() && cs.pinned.CompareAndDelete(k, c) {
+		c.evicted = true
+	}
+}
+
+// Len is the number of counters in the LRU (pinned ones excluded).
+func (cs *Counters) Len() int { return cs.lru.Len() }
+
+// Purge drops every idle counter; busy ones stay pinned.
+func (cs *Counters) Purge() { cs.lru.Purge() }
+
+// Invalidate forgets the committed total, so the next check re-reads it,
+// and rejects any refresh read that started before.
+func (c *Counter) Invalidate() {
+	c.mu.Lock()
+	c.seq.Add(2)
+	c.loadedAt.Store(0)
+	c.mu.Unlock()
+}

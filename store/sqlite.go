@@ -1,0 +1,301 @@
+// Package store implements budget.Store on SQLite through sqlx and the pure-Go
+// modernc.org/sqlite driver.
+//
+// A DB is safe for concurrent use. Writes go through one connection whose
+// transactions take the write lock up front (BEGIN IMMEDIATE), so two
+// processes sharing the file queue on the lock instead of failing on an
+// upgrade; SQLITE_BUSY is retried, never returned. Reads use a separate pool
+// of query-only connections in WAL mode and never wait for the writer.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+)
+
+// SchemaVersion is the PRAGMA user_version this build writes and reads.
+const SchemaVersion = 1
+
+// Options configure Open. The zero value is usable.
+type Options struct {
+	// Create makes a missing database file (mode 0600). Without it a missing
+	// file is an error naming the path. (Optional; default false.)
+	Create bool
+	// Durable selects synchronous=FULL: a commit is fsynced before it
+	// returns. The default, NORMAL in WAL mode, survives a process crash but
+	// may lose the last commits on power loss. (Optional; default false.)
+	Durable bool
+	// BusyTimeout is how long SQLite waits for another process's lock before
+	// Update retries. (Optional; default 5s.)
+	BusyTimeout time.Duration
+	// ReadConns bounds the read pool. (Optional; default 4.)
+	ReadConns int
+}
+
+// DB is a budget.Store on one SQLite file.
+type DB struct {
+	path string
+	w    *sqlx.DB // one connection, BEGIN IMMEDIATE
+	r    *sqlx.DB // query-only pool, deferred BEGIN
+
+	stmts sync.Map // query string -> *sqlx.Stmt on w
+
+	retries  atomic.Int64
+	failures atomic.Int64
+}
+
+var _ budget.Store = (*DB)(nil)
+
+// Open opens (and with opts.Create, creates) the SQLite database at path,
+// applying schema (the root package's embedded schema.sql) to a new file and
+// migrating an older one. A file that is not a SQLite database is refused
+// untouched.
+func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
+	if path == "" {
+		return nil, budget.Invalid("db", path, "a database path is required")
+	}
+	if opts.BusyTimeout <= 0 {
+		opts.BusyTimeout = 5 * time.Second
+	}
+	if opts.ReadConns <= 0 {
+		opts.ReadConns = 4
+	}
+	if err := prepareFile(path, opts.Create); err != nil {
+		return nil, err
+	}
+	sync := "NORMAL"
+	if opts.Durable {
+		sync = "FULL"
+	}
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()))
+	q.Add("_pragma", "foreign_keys(1)")
+	q.Add("_pragma", "synchronous("+sync+")")
+	base := "file:" + (&url.URL{Path: path}).EscapedPath()
+	wq := url.Values{"_pragma": append([]string{"journal_mode(WAL)"}, q["_pragma"]...), "_txlock": {"immediate"}}
+	w, err := sqlx.Open("sqlite", base+"?mode=rw&"+wq.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxIdleTime(0)
+	w.SetConnMaxLifetime(0)
+	db := &DB{path: path, w: w}
+	err = db.migrate(ctx, schema)
+	if err == nil {
+		err = db.prepare(ctx)
+	}
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	rq := url.Values{"_pragma": append([]string{"query_only(1)"}, q["_pragma"]...)}
+	r, err := sqlx.Open("sqlite", base+"?mode=ro&"+rq.Encode())
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	r.SetMaxOpenConns(opts.ReadConns)
+	r.SetMaxIdleConns(opts.ReadConns)
+	db.r = r
+	return db, nil
+}
+
+// prepareFile refuses a missing file unless create, and makes a new one 0600
+// so the WAL and shared-memory files SQLite derives from it are private too.
+func prepareFile(path string, create bool) error {
+	f, err := os.Open(path)
+	if err == nil {
+		defer f.Close()
+		var hdr [16]byte
+		n, err := io.ReadFull(f, hdr[:])
+		if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("open %s: %w", path, err)
+		}
+		if n > 0 && string(hdr[:n]) != "SQLite format 3\x00"[:n] || n > 0 && n < 16 {
+			return fmt.Errorf("open %s: not a SQLite database", path)
+		}
+		return nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	if !create {
+		return fmt.Errorf("open %s: no such database file", path)
+	}
+	f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	if f != nil {
+		return f.Close()
+	}
+	return nil
+}
+
+// migrations[i] upgrades a schema of version i to i+1. Version 0 is an empty
+// file, so migrations[0] is the whole schema.
+func migrations(schema string) []string { return []string{schema} }
+
+func (db *DB) migrate(ctx context.Context, schema string) error {
+	steps := migrations(schema)
+	err := db.run(ctx, db.w, false, func(budget.Tx) error { return nil }) // surfaces a bad file before any write
+	if err != nil {
+		return fmt.Errorf("open %s: %w", db.path, err)
+	}
+	return db.run(ctx, db.w, false, func(t budget.Tx) error {
+		x := t.(*tx).tx
+		var v int
+		if err := x.GetContext(ctx, &v, "PRAGMA user_version"); err != nil {
+			return fmt.Errorf("open %s: read schema version: %w", db.path, err)
+		}
+		if v > len(steps) {
+			return fmt.Errorf("open %s: %w: it has version %d, this build knows up to %d", db.path, budget.ErrSchemaTooNew, v, len(steps))
+		}
+		for i := v; i < len(steps); i++ {
+			if _, err := x.ExecContext(ctx, steps[i]); err != nil {
+				return fmt.Errorf("open %s: migrate schema %d to %d: %w", db.path, i, i+1, err)
+			}
+		}
+		if v < len(steps) {
+			if _, err := x.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", len(steps))); err != nil {
+				return fmt.Errorf("open %s: set schema version: %w", db.path, err)
+			}
+		}
+		return nil
+	})
+}
+
+// Path is the database file's path.
+func (db *DB) Path() string { return db.path }
+
+// Close closes both pools.
+func (db *DB) Close() error {
+	var errs []error
+	if db.r != nil {
+		errs = append(errs, db.r.Close())
+	}
+	errs = append(errs, db.w.Close())
+	return errors.Join(errs...)
+}
+
+// Stats reports retries and failures so far.
+func (db *DB) Stats() budget.StoreStats {
+	return budget.StoreStats{Retries: db.retries.Load(), Failures: db.failures.Load()}
+}
+
+// Update runs fn in a BEGIN IMMEDIATE transaction, retrying while the
+// database is busy (another process holds the lock) until ctx ends.
+func (db *DB) Update(ctx context.Context, fn func(budget.Tx) error) error {
+	return db.run(ctx, db.w, false, fn)
+}
+
+// View runs fn in a deferred, read-only transaction on the read pool.
+func (db *DB) View(ctx context.Context, fn func(budget.Tx) error) error {
+	return db.run(ctx, db.r, true, fn)
+}
+
+func (db *DB) run(ctx context.Context, pool *sqlx.DB, ro bool, fn func(budget.Tx) error) error {
+	backoff := time.Millisecond
+	for {
+		err := db.once(ctx, pool, ro, fn)
+		if err == nil {
+			return nil
+		}
+		if !isBusy(err) {
+			if !ro {
+				db.failures.Add(1)
+			}
+			return err
+		}
+		db.retries.Add(1)
+		t := time.NewTimer(backoff + rand.N(backoff))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			db.failures.Add(1)
+			return fmt.Errorf("%w (database busy: %v)", ctx.Err(), err)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 100*time.Millisecond)
+	}
+}
+
+func (db *DB) once(ctx context.Context, pool *sqlx.DB, ro bool, fn func(budget.Tx) error) (err error) {
+	t, err := pool.BeginTxx(ctx, nil)
+	if err != nil {
+		return db.wrap(err)
+	}
+	defer func() {
+		if err != nil {
+			_ = t.Rollback()
+		}
+	}()
+	if err = fn(&tx{db: db, tx: t, ro: ro}); err != nil {
+		return err
+	}
+	return db.wrap(t.Commit())
+}
+
+func (db *DB) wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_NOTADB {
+		return fmt.Errorf("%s: not a SQLite database: %w", db.path, err)
+	}
+	return err
+}
+
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		c := se.Code() & 0xff
+		return c == sqlite3.SQLITE_BUSY || c == sqlite3.SQLITE_LOCKED
+	}
+	return false
+}
+
+// prepare readies the hot write statements once on the writer connection,
+// so the writer skips SQLite's parse and plan on every call.
+func (db *DB) prepare(ctx context.Context) error {
+	for _, q := range hotStatements {
+		st, err := db.w.PreparexContext(ctx, q)
+		if err != nil {
+			return fmt.Errorf("prepare %q: %w", q, err)
+		}
+		db.stmts.Store(q, st)
+	}
+	return nil
+}
+
+// exec runs query in t, through its prepared statement when it has one.
+func (db *DB) exec(ctx context.Context, t *sqlx.Tx, query string, args ...any) (int64, error) {
+	var res interface{ RowsAffected() (int64, error) }
+	var err error
+	if st, ok := db.stmts.Load(query); ok {
+		res, err = t.StmtxContext(ctx, st.(*sqlx.Stmt)).ExecContext(ctx, args...)
+	} else {
+		res, err = t.ExecContext(ctx, query, args...)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}

@@ -1,0 +1,372 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+)
+
+// tx implements budget.Tx on one SQLite transaction.
+type tx struct {
+	db *DB
+	tx *sqlx.Tx
+	ro bool
+}
+
+var _ budget.Tx = (*tx)(nil)
+
+var errReadOnly = errors.New("store: write inside a read-only transaction")
+
+const (
+	qInsertUsage = `INSERT INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`
+	qAddCounter = `UPDATE counters SET used = used + ? WHERE limit_id = ? AND window_start = ?`
+	qCounter    = `SELECT used FROM counters WHERE limit_id = ? AND window_start = ?`
+	qHolds      = `SELECT reservation_id, amount, expires_at FROM holds WHERE limit_id = ? AND window_start = ? AND expires_at > ?`
+
+	qLimitsVersion = `SELECT value FROM meta WHERE name = 'limits_version'`
+)
+
+var hotStatements = []string{qInsertUsage, qAddCounter, qCounter, qHolds, qLimitsVersion}
+
+func ns(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNs(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+func (t *tx) write() error {
+	if t.ro {
+		return errReadOnly
+	}
+	return nil
+}
+
+func (t *tx) exec(ctx context.Context, q string, args ...any) (int64, error) {
+	if err := t.write(); err != nil {
+		return 0, err
+	}
+	return t.db.exec(ctx, t.tx, q, args...)
+}
+
+// ---- limits
+
+type limitRow struct {
+	ID            string `db:"id"`
+	Key           string `db:"key"`
+	Scope         string `db:"scope"`
+	ScopeValue    string `db:"scope_value"`
+	Metric        string `db:"metric"`
+	Max           int64  `db:"max"`
+	Window        string `db:"window"`
+	WindowSeconds int64  `db:"window_seconds"`
+	ResetTime     int    `db:"reset_time"`
+	Timezone      string `db:"timezone"`
+	Enabled       bool   `db:"enabled"`
+}
+
+const limitCols = `id, key, scope, scope_value, metric, max, window, window_seconds, reset_time, timezone, enabled`
+
+var zones sync.Map // name -> *time.Location
+
+func (r *limitRow) limit() (budget.Limit, error) {
+	l := budget.Limit{ID: r.ID, Key: r.Key, Scope: budget.Scope(r.Scope), ScopeValue: r.ScopeValue,
+		Metric: budget.Metric(r.Metric), Max: r.Max, Enabled: r.Enabled}
+	switch r.Window {
+	case "":
+	case "daily", "weekly", "monthly":
+		l.Window.Kind = map[string]budget.WindowKind{"daily": budget.Daily, "weekly": budget.Weekly, "monthly": budget.Monthly}[r.Window]
+		l.Window.ResetTime = r.ResetTime
+		if z, ok := zones.Load(r.Timezone); ok {
+			l.Window.Zone = z.(*time.Location)
+		} else {
+			z, err := budget.LoadZone(r.Timezone)
+			if err != nil {
+				return l, fmt.Errorf("limit %s: %w", r.ID, err)
+			}
+			zones.Store(r.Timezone, z)
+			l.Window.Zone = z
+		}
+	default:
+		l.Window = budget.Window{Kind: budget.Fixed, Length: time.Duration(r.WindowSeconds) * time.Second}
+	}
+	return l, nil
+}
+
+func limitArgs(l budget.Limit) []any {
+	var secs int64
+	if l.Window.Kind == budget.Fixed {
+		secs = int64(l.Window.Length / time.Second)
+	}
+	return []any{l.ID, l.Key, string(l.Scope), l.ScopeValue, string(l.Metric), l.Max, l.Window.String(), secs,
+		l.Window.ResetTime, l.Window.ZoneName(), l.Enabled}
+}
+
+func (t *tx) LimitsVersion(ctx context.Context) (int64, error) {
+	var v int64
+	var err error
+	if st, ok := t.db.stmts.Load(qLimitsVersion); ok && !t.ro {
+		err = t.tx.StmtxContext(ctx, st.(*sqlx.Stmt)).GetContext(ctx, &v)
+	} else {
+		err = t.tx.GetContext(ctx, &v, qLimitsVersion)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read limits version: %w", err)
+	}
+	return v, nil
+}
+
+func (t *tx) Limits(ctx context.Context, key string) ([]budget.Limit, error) {
+	var rows []limitRow
+	var err error
+	if key == "" {
+		err = t.tx.SelectContext(ctx, &rows, `SELECT `+limitCols+` FROM limits`)
+	} else {
+		err = t.tx.SelectContext(ctx, &rows, `SELECT `+limitCols+` FROM limits WHERE key = ?`, key)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read limits: %w", err)
+	}
+	out := make([]budget.Limit, 0, len(rows))
+	for i := range rows {
+		l, err := rows[i].limit()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+func (t *tx) Limit(ctx context.Context, id string) (budget.Limit, error) {
+	var r limitRow
+	err := t.tx.GetContext(ctx, &r, `SELECT `+limitCols+` FROM limits WHERE id = ?`, id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return budget.Limit{}, fmt.Errorf("limit %q: %w", id, budget.ErrNotFound)
+	}
+	if err != nil {
+		return budget.Limit{}, fmt.Errorf("read limit %s: %w", id, err)
+	}
+	return r.limit()
+}
+
+func (t *tx) InsertLimit(ctx context.Context, l budget.Limit, now time.Time) error {
+	args := append(limitArgs(l), ns(now), ns(now))
+	_, err := t.exec(ctx, `INSERT INTO limits (`+limitCols+`, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...)
+	if err != nil {
+		return fmt.Errorf("insert limit %s: %w", l.ID, err)
+	}
+	return nil
+}
+
+func (t *tx) UpdateLimit(ctx context.Context, l budget.Limit, now time.Time) error {
+	n, err := t.exec(ctx, `UPDATE limits SET max = ?, reset_time = ?, timezone = ?, enabled = ?, updated_at = ? WHERE id = ?`,
+		l.Max, l.Window.ResetTime, l.Window.ZoneName(), l.Enabled, ns(now), l.ID)
+	if err != nil {
+		return fmt.Errorf("update limit %s: %w", l.ID, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("limit %q: %w", l.ID, budget.ErrNotFound)
+	}
+	return nil
+}
+
+func (t *tx) DeleteLimit(ctx context.Context, id string) error {
+	n, err := t.exec(ctx, `DELETE FROM limits WHERE id = ?`, id)
+	if err != nil {
+		return fmt.Errorf("delete limit %s: %w", id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("limit %q: %w", id, budget.ErrNotFound)
+	}
+	return nil
+}
+
+// LockLimits does nothing: BEGIN IMMEDIATE already serialises every write
+// transaction on the file, across processes.
+func (t *tx) LockLimits(context.Context, []string) error { return t.write() }
+
+// ---- usage and counters
+
+func (t *tx) InsertUsage(ctx context.Context, events []budget.Usage) ([]bool, error) {
+	if err := t.write(); err != nil {
+		return nil, err
+	}
+	inserted := make([]bool, len(events))
+	for i := range events {
+		e := &events[i]
+		n, err := t.db.exec(ctx, t.tx, qInsertUsage, e.Key, e.RequestID, e.Provider, e.Model,
+			e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, ns(e.At))
+		if err != nil {
+			return nil, fmt.Errorf("insert usage %s/%s: %w", e.Key, e.RequestID, err)
+		}
+		inserted[i] = n == 1
+	}
+	return inserted, nil
+}
+
+var sumExpr = map[budget.Metric]string{
+	budget.MetricTokens:   "SUM(input + output + reasoning)",
+	budget.MetricInput:    "SUM(input)",
+	budget.MetricOutput:   "SUM(output + reasoning)",
+	budget.MetricRequests: "COUNT(*)",
+}
+
+func sumQuery(l *budget.Limit) (string, error) {
+	expr, ok := sumExpr[l.Metric]
+	if !ok {
+		return "", fmt.Errorf("no usage history for metric %s", l.Metric)
+	}
+	q := `SELECT COALESCE(` + expr + `, 0) FROM usage WHERE key = ? AND at >= ? AND at < ?`
+	switch l.Scope {
+	case budget.ScopeProvider:
+		q += ` AND provider = ?`
+	case budget.ScopeModel:
+		q += ` AND model = ?`
+	}
+	return q, nil
+}
+
+func sumArgs(l *budget.Limit, start, end time.Time) []any {
+	args := []any{l.Key, start.UnixNano(), end.UnixNano()}
+	if l.Scope != budget.ScopeGlobal {
+		args = append(args, l.ScopeValue)
+	}
+	return args
+}
+
+func (t *tx) SumUsage(ctx context.Context, l *budget.Limit, start, end time.Time) (int64, error) {
+	q, err := sumQuery(l)
+	if err != nil {
+		return 0, err
+	}
+	var v int64
+	if err := t.tx.GetContext(ctx, &v, q, sumArgs(l, start, end)...); err != nil {
+		return 0, fmt.Errorf("sum usage of limit %s: %w", l.ID, err)
+	}
+	return v, nil
+}
+
+func (t *tx) Counter(ctx context.Context, limitID string, start time.Time) (int64, bool, error) {
+	var v int64
+	var err error
+	if st, ok := t.db.stmts.Load(qCounter); ok && !t.ro {
+		err = t.tx.StmtxContext(ctx, st.(*sqlx.Stmt)).GetContext(ctx, &v, limitID, start.UnixNano())
+	} else {
+		err = t.tx.GetContext(ctx, &v, qCounter, limitID, start.UnixNano())
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("read counter %s@%d: %w", limitID, start.Unix(), err)
+	}
+	return v, true, nil
+}
+
+func (t *tx) AddCounter(ctx context.Context, limitID string, start time.Time, delta int64) (bool, error) {
+	n, err := t.exec(ctx, qAddCounter, delta, limitID, start.UnixNano())
+	if err != nil {
+		return false, fmt.Errorf("add to counter %s: %w", limitID, err)
+	}
+	return n == 1, nil
+}
+
+func (t *tx) CreateCounter(ctx context.Context, l *budget.Limit, start, end time.Time, delta int64) (bool, error) {
+	q, err := sumQuery(l)
+	if err != nil {
+		return false, err
+	}
+	// The seed is computed in the same statement that inserts it, from the
+	// history this transaction sees (which already holds its own events).
+	q = strings.Replace(q, "SELECT ", "INSERT INTO counters (limit_id, window_start, window_end, used) SELECT ?, ?, ?, ", 1) +
+		` ON CONFLICT (limit_id, window_start) DO UPDATE SET used = used + ?`
+	args := append([]any{l.ID, start.UnixNano(), end.UnixNano()}, sumArgs(l, start, end)...)
+	args = append(args, delta)
+	if _, err := t.exec(ctx, q, args...); err != nil {
+		return false, fmt.Errorf("create counter %s@%d: %w", l.ID, start.Unix(), err)
+	}
+	// Under BEGIN IMMEDIATE no other transaction can have created the row
+	// since the caller found it missing.
+	return true, nil
+}
+
+func (t *tx) LatestCounterStart(ctx context.Context, limitID string) (time.Time, bool, error) {
+	var v sql.NullInt64
+	if err := t.tx.GetContext(ctx, &v, `SELECT MAX(window_start) FROM counters WHERE limit_id = ?`, limitID); err != nil {
+		return time.Time{}, false, fmt.Errorf("latest counter of %s: %w", limitID, err)
+	}
+	if !v.Valid {
+		return time.Time{}, false, nil
+	}
+	return time.Unix(0, v.Int64).UTC(), true, nil
+}
+
+func (t *tx) CounterRows(ctx context.Context) ([]budget.CounterRow, error) {
+	var rows []struct {
+		LimitID string `db:"limit_id"`
+		Start   int64  `db:"window_start"`
+		End     int64  `db:"window_end"`
+		Used    int64  `db:"used"`
+	}
+	if err := t.tx.SelectContext(ctx, &rows, `SELECT limit_id, window_start, window_end, used FROM counters ORDER BY limit_id, window_start`); err != nil {
+		return nil, fmt.Errorf("read counters: %w", err)
+	}
+	out := make([]budget.CounterRow, len(rows))
+	for i, r := range rows {
+		out[i] = budget.CounterRow{LimitID: r.LimitID, WindowStart: time.Unix(0, r.Start).UTC(), WindowEnd: time.Unix(0, r.End).UTC(), Used: r.Used}
+	}
+	return out, nil
+}
+
+func (t *tx) InsertRollover(ctx context.Context, r budget.Rollover) error {
+	_, err := t.exec(ctx, `INSERT INTO rollovers (limit_id, window_start, prev_window_start, prev_used, logged_at)
+		VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`, r.LimitID, r.WindowStart.UnixNano(), r.PrevWindowStart.UnixNano(), r.PrevUsed, ns(r.LoggedAt))
+	if err != nil {
+		return fmt.Errorf("log rollover of %s: %w", r.LimitID, err)
+	}
+	return nil
+}
+
+func (t *tx) Rollovers(ctx context.Context, key string, n int) ([]budget.Rollover, error) {
+	var rows []struct {
+		LimitID   string `db:"limit_id"`
+		Start     int64  `db:"window_start"`
+		PrevStart int64  `db:"prev_window_start"`
+		PrevUsed  int64  `db:"prev_used"`
+		LoggedAt  int64  `db:"logged_at"`
+	}
+	q := `SELECT r.limit_id, r.window_start, r.prev_window_start, r.prev_used, r.logged_at FROM rollovers r`
+	args := []any{}
+	if key != "" {
+		q += ` JOIN limits l ON l.id = r.limit_id WHERE l.key = ?`
+		args = append(args, key)
+	}
+	q += ` ORDER BY r.logged_at DESC, r.window_start DESC, r.limit_id LIMIT ?`
+	args = append(args, n)
+	if err := t.tx.SelectContext(ctx, &rows, q, args...); err != nil {
+		return nil, fmt.Errorf("read rollovers: %w", err)
+	}
+	out := make([]budget.Rollover, len(rows))
+	for i, r := range rows {
+		out[i] = budget.Rollover{LimitID: r.LimitID, WindowStart: time.Unix(0, r.Start).UTC(),
+			PrevWindowStart: time.Unix(0, r.PrevStart).UTC(), PrevUsed: r.PrevUsed, LoggedAt: fromNs(r.LoggedAt)}
+	}
+	return out, nil
+}

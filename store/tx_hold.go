@@ -1,0 +1,282 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+)
+
+// ---- reservations and holds
+
+func (t *tx) Holds(ctx context.Context, limitID string, start, now time.Time) ([]budget.Hold, error) {
+	var rows *sqlx.Rows
+	var err error
+	if st, ok := t.db.stmts.Load(qHolds); ok && !t.ro {
+		rows, err = t.tx.StmtxContext(ctx, st.(*sqlx.Stmt)).QueryxContext(ctx, limitID, ns(start), now.UnixNano())
+	} else {
+		rows, err = t.tx.QueryxContext(ctx, qHolds, limitID, ns(start), now.UnixNano())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read holds of %s: %w", limitID, err)
+	}
+	defer rows.Close()
+	var out []budget.Hold
+	for rows.Next() {
+		var id string
+		var amount, exp int64
+		if err := rows.Scan(&id, &amount, &exp); err != nil {
+			return nil, fmt.Errorf("read holds of %s: %w", limitID, err)
+		}
+		out = append(out, budget.Hold{ReservationID: id, LimitID: limitID, WindowStart: start, Amount: amount, ExpiresAt: fromNs(exp)})
+	}
+	return out, rows.Err()
+}
+
+func (t *tx) InsertReservation(ctx context.Context, r budget.ReservationRow, holds []budget.Hold) error {
+	_, err := t.exec(ctx, `INSERT INTO reservations (id, key, provider, model, est_tokens, est_input, est_output, at, expires_at, state, settled_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, r.ID, r.Key, r.Provider, r.Model, r.Estimate.Tokens, r.Estimate.Input,
+		r.Estimate.Output, ns(r.At), ns(r.ExpiresAt), string(r.State), ns(r.SettledAt))
+	if err != nil {
+		return fmt.Errorf("insert reservation %s: %w", r.ID, err)
+	}
+	for _, h := range holds {
+		if _, err := t.exec(ctx, `INSERT INTO holds (reservation_id, limit_id, window_start, amount, expires_at) VALUES (?, ?, ?, ?, ?)`,
+			r.ID, h.LimitID, ns(h.WindowStart), h.Amount, ns(h.ExpiresAt)); err != nil {
+			return fmt.Errorf("insert hold of %s on %s: %w", r.ID, h.LimitID, err)
+		}
+	}
+	return nil
+}
+
+type reservationRow struct {
+	ID        string `db:"id"`
+	Key       string `db:"key"`
+	Provider  string `db:"provider"`
+	Model     string `db:"model"`
+	Tokens    int64  `db:"est_tokens"`
+	Input     int64  `db:"est_input"`
+	Output    int64  `db:"est_output"`
+	At        int64  `db:"at"`
+	ExpiresAt int64  `db:"expires_at"`
+	State     string `db:"state"`
+	SettledAt int64  `db:"settled_at"`
+}
+
+const reservationCols = `id, key, provider, model, est_tokens, est_input, est_output, at, expires_at, state, settled_at`
+
+func (r *reservationRow) row() budget.ReservationRow {
+	return budget.ReservationRow{ID: r.ID, Key: r.Key, Provider: r.Provider, Model: r.Model,
+		Estimate: budget.Estimate{Tokens: r.Tokens, Input: r.Input, Output: r.Output},
+		At:       fromNs(r.At), ExpiresAt: fromNs(r.ExpiresAt), State: budget.ReservationState(r.State), SettledAt: fromNs(r.SettledAt)}
+}
+
+func (t *tx) Reservation(ctx context.Context, id string) (budget.ReservationRow, error) {
+	var r reservationRow
+	err := t.tx.GetContext(ctx, &r, `SELECT `+reservationCols+` FROM reservations WHERE id = ?`, id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return budget.ReservationRow{}, fmt.Errorf("reservation %q: %w", id, budget.ErrNotFound)
+	}
+	if err != nil {
+		return budget.ReservationRow{}, fmt.Errorf("read reservation %s: %w", id, err)
+	}
+	return r.row(), nil
+}
+
+func (t *tx) SettleReservation(ctx context.Context, id string, state budget.ReservationState, at time.Time) error {
+	n, err := t.exec(ctx, `UPDATE reservations SET state = ?, settled_at = ? WHERE id = ?`, string(state), ns(at), id)
+	if err != nil {
+		return fmt.Errorf("settle reservation %s: %w", id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("reservation %q: %w", id, budget.ErrNotFound)
+	}
+	if _, err := t.exec(ctx, `DELETE FROM holds WHERE reservation_id = ?`, id); err != nil {
+		return fmt.Errorf("drop holds of %s: %w", id, err)
+	}
+	return nil
+}
+
+func (t *tx) RenewReservation(ctx context.Context, id string, expiresAt time.Time) error {
+	n, err := t.exec(ctx, `UPDATE reservations SET expires_at = ? WHERE id = ?`, ns(expiresAt), id)
+	if err != nil {
+		return fmt.Errorf("renew reservation %s: %w", id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("reservation %q: %w", id, budget.ErrNotFound)
+	}
+	if _, err := t.exec(ctx, `UPDATE holds SET expires_at = ? WHERE reservation_id = ?`, ns(expiresAt), id); err != nil {
+		return fmt.Errorf("renew holds of %s: %w", id, err)
+	}
+	return nil
+}
+
+func (t *tx) ExpiredReservations(ctx context.Context, now time.Time, max int) ([]budget.ReservationRow, error) {
+	var rows []reservationRow
+	if err := t.tx.SelectContext(ctx, &rows, `SELECT `+reservationCols+` FROM reservations
+		WHERE state = 'live' AND expires_at <= ? ORDER BY expires_at, id LIMIT ?`, now.UnixNano(), max); err != nil {
+		return nil, fmt.Errorf("read expired reservations: %w", err)
+	}
+	out := make([]budget.ReservationRow, len(rows))
+	for i := range rows {
+		out[i] = rows[i].row()
+	}
+	return out, nil
+}
+
+func (t *tx) DeleteSettledBefore(ctx context.Context, before time.Time) (int64, error) {
+	n, err := t.exec(ctx, `DELETE FROM reservations WHERE state <> 'live' AND settled_at < ?`, before.UnixNano())
+	if err != nil {
+		return 0, fmt.Errorf("delete settled reservations: %w", err)
+	}
+	return n, nil
+}
+
+// ---- providers
+
+type providerRow struct {
+	Provider      string `db:"provider"`
+	Kind          string `db:"kind"`
+	ParkedAt      int64  `db:"parked_at"`
+	RetryAfter    int64  `db:"retry_after"`
+	ResumeAt      int64  `db:"resume_at"`
+	Affected      string `db:"affected"`
+	ProbeFailures int    `db:"probe_failures"`
+}
+
+const providerCols = `provider, kind, parked_at, retry_after, resume_at, affected, probe_failures`
+
+func (r *providerRow) state() budget.ProviderState {
+	p := budget.ProviderState{Provider: r.Provider, Kind: budget.ParkKind(r.Kind), ParkedAt: fromNs(r.ParkedAt),
+		RetryAfter: time.Duration(r.RetryAfter), ResumeAt: fromNs(r.ResumeAt), ProbeFailures: r.ProbeFailures}
+	if r.Affected != "" {
+		p.Affected = strings.Split(r.Affected, "\n")
+	}
+	return p
+}
+
+func (t *tx) Provider(ctx context.Context, name string) (budget.ProviderState, error) {
+	var r providerRow
+	err := t.tx.GetContext(ctx, &r, `SELECT `+providerCols+` FROM providers WHERE provider = ?`, name)
+	if errors.Is(err, sql.ErrNoRows) {
+		return budget.ProviderState{}, fmt.Errorf("provider %q: %w", name, budget.ErrNotFound)
+	}
+	if err != nil {
+		return budget.ProviderState{}, fmt.Errorf("read provider %s: %w", name, err)
+	}
+	return r.state(), nil
+}
+
+func (t *tx) Providers(ctx context.Context) ([]budget.ProviderState, error) {
+	var rows []providerRow
+	if err := t.tx.SelectContext(ctx, &rows, `SELECT `+providerCols+` FROM providers ORDER BY provider`); err != nil {
+		return nil, fmt.Errorf("read providers: %w", err)
+	}
+	out := make([]budget.ProviderState, len(rows))
+	for i := range rows {
+		out[i] = rows[i].state()
+	}
+	return out, nil
+}
+
+func (t *tx) PutProvider(ctx context.Context, p budget.ProviderState) error {
+	_, err := t.exec(ctx, `INSERT INTO providers (`+providerCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (provider) DO UPDATE SET kind = excluded.kind, parked_at = excluded.parked_at,
+		retry_after = excluded.retry_after, resume_at = excluded.resume_at, affected = excluded.affected,
+		probe_failures = excluded.probe_failures`,
+		p.Provider, string(p.Kind), ns(p.ParkedAt), int64(p.RetryAfter), ns(p.ResumeAt), strings.Join(p.Affected, "\n"), p.ProbeFailures)
+	if err != nil {
+		return fmt.Errorf("save provider %s: %w", p.Provider, err)
+	}
+	return nil
+}
+
+func (t *tx) DeleteProvider(ctx context.Context, name string) (bool, error) {
+	n, err := t.exec(ctx, `DELETE FROM providers WHERE provider = ?`, name)
+	if err != nil {
+		return false, fmt.Errorf("unpark provider %s: %w", name, err)
+	}
+	return n == 1, nil
+}
+
+func (t *tx) ClaimProbe(ctx context.Context, name, owner string, now, until time.Time) (bool, error) {
+	n, err := t.exec(ctx, `UPDATE providers SET probe_owner = ?, probe_until = ?
+		WHERE provider = ? AND (probe_owner = '' OR probe_owner = ? OR probe_until <= ?)`,
+		owner, ns(until), name, owner, now.UnixNano())
+	if err != nil {
+		return false, fmt.Errorf("claim probe of %s: %w", name, err)
+	}
+	return n == 1, nil
+}
+
+// ---- gateway keys
+
+func (t *tx) InsertKey(ctx context.Context, k budget.GatewayKey) error {
+	_, err := t.exec(ctx, `INSERT INTO gateway_keys (name, hash, created_at, revoked_at) VALUES (?, ?, ?, ?)`,
+		k.Name, k.Hash, ns(k.CreatedAt), ns(k.RevokedAt))
+	if err != nil {
+		if strings.Contains(err.Error(), "UNIQUE") {
+			return budget.Invalid("name", k.Name, "a key with this name exists")
+		}
+		return fmt.Errorf("insert key %s: %w", k.Name, err)
+	}
+	return nil
+}
+
+type keyRow struct {
+	Name      string `db:"name"`
+	Hash      string `db:"hash"`
+	CreatedAt int64  `db:"created_at"`
+	RevokedAt int64  `db:"revoked_at"`
+}
+
+func (r keyRow) key() budget.GatewayKey {
+	return budget.GatewayKey{Name: r.Name, Hash: r.Hash, CreatedAt: fromNs(r.CreatedAt), RevokedAt: fromNs(r.RevokedAt)}
+}
+
+func (t *tx) KeyByHash(ctx context.Context, hash string) (budget.GatewayKey, error) {
+	var r keyRow
+	err := t.tx.GetContext(ctx, &r, `SELECT name, hash, created_at, revoked_at FROM gateway_keys WHERE hash = ?`, hash)
+	if errors.Is(err, sql.ErrNoRows) {
+		return budget.GatewayKey{}, fmt.Errorf("gateway key: %w", budget.ErrNotFound)
+	}
+	if err != nil {
+		return budget.GatewayKey{}, fmt.Errorf("read gateway key: %w", err)
+	}
+	return r.key(), nil
+}
+
+func (t *tx) Keys(ctx context.Context) ([]budget.GatewayKey, error) {
+	var rows []keyRow
+	if err := t.tx.SelectContext(ctx, &rows, `SELECT name, hash, created_at, revoked_at FROM gateway_keys ORDER BY name`); err != nil {
+		return nil, fmt.Errorf("read gateway keys: %w", err)
+	}
+	out := make([]budget.GatewayKey, len(rows))
+	for i, r := range rows {
+		out[i] = r.key()
+	}
+	return out, nil
+}
+
+func (t *tx) RevokeKey(ctx context.Context, name string, at time.Time) error {
+	n, err := t.exec(ctx, `UPDATE gateway_keys SET revoked_at = ? WHERE name = ? AND revoked_at = 0`, ns(at), name)
+	if err != nil {
+		return fmt.Errorf("revoke key %s: %w", name, err)
+	}
+	if n == 0 {
+		var exists int
+		if err := t.tx.GetContext(ctx, &exists, `SELECT COUNT(*) FROM gateway_keys WHERE name = ?`, name); err != nil {
+			return fmt.Errorf("revoke key %s: %w", name, err)
+		}
+		if exists == 0 {
+			return fmt.Errorf("gateway key %q: %w", name, budget.ErrNotFound)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,84 @@
+// Package tokenbudget wires a token budget Tracker to its database in one
+// call. The domain lives in package budget, the stores in store (SQLite) and
+// its subpackages; this package only embeds the SQLite schema and picks the
+// store named by a DSN.
+package tokenbudget
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/store"
+)
+
+// SQLiteSchema is the current SQLite schema, applied by store.Open.
+//
+//go:embed schema.sql
+var SQLiteSchema string
+
+// Options configure Open. The zero value opens an existing SQLite file with
+// budget.DefaultConfig.
+type Options struct {
+	// Create makes a missing SQLite database (mode 0600). (Optional.)
+	Create bool
+	// Durable fsyncs every commit (synchronous=FULL) and makes Record wait
+	// for the commit holding its event. (Optional.)
+	Durable bool
+	// Config tunes the Tracker. (Optional; default budget.DefaultConfig().)
+	Config *budget.Config
+}
+
+// DB is a Tracker together with the store it owns; Close closes both.
+type DB struct {
+	*budget.Tracker
+	store budget.Store
+}
+
+// Close flushes and stops the tracker, then closes the store.
+func (db *DB) Close(ctx context.Context) error {
+	return errors.Join(db.Tracker.Close(ctx), db.store.Close())
+}
+
+// OpenStore opens the store a DSN names: a SQLite file path (the default).
+func OpenStore(ctx context.Context, dsn string, opts Options) (budget.Store, error) {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		return nil, fmt.Errorf("open %s: the PostgreSQL backend is not built yet", RedactDSN(dsn))
+	}
+	return store.Open(ctx, dsn, SQLiteSchema, store.Options{Create: opts.Create, Durable: opts.Durable})
+}
+
+// Open opens the database named by dsn and starts a Tracker on it.
+func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
+	s, err := OpenStore(ctx, dsn, opts)
+	if err != nil {
+		return nil, err
+	}
+	cfg := budget.DefaultConfig()
+	if opts.Config != nil {
+		cfg = *opts.Config
+	}
+	cfg.Durable = cfg.Durable || opts.Durable
+	t, err := budget.New(ctx, s, cfg)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	return &DB{Tracker: t, store: s}, nil
+}
+
+// RedactDSN hides the password of a URL-style DSN, for messages and logs.
+func RedactDSN(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil || u.User == nil {
+		if i := strings.Index(dsn, "@"); i >= 0 && strings.Contains(dsn, "://") {
+			return dsn[:strings.Index(dsn, "://")+3] + "xxxxx" + dsn[i:]
+		}
+		return dsn
+	}
+	return u.Redacted()
+}
