@@ -114,6 +114,15 @@ func (l Limit) Validate() (Limit, error) {
 	if l.Window.Kind == Fixed && (l.Window.Length < time.Second || l.Window.Length%time.Second != 0) {
 		return l, invalid("window", l.Window.Length, "must be a whole number of seconds, at least 1s")
 	}
+	if l.Window.Kind > Monthly {
+		return l, invalid("window", int(l.Window.Kind), "unknown window kind")
+	}
+	if l.Window.Kind == Fixed && (l.Window.ResetTime != 0 || l.Window.Zone != nil) {
+		return l, invalid("reset_time", l.Window.ResetTime, "applies to calendar windows only")
+	}
+	if l.Window.Calendar() && (l.Window.ResetTime < 0 || l.Window.ResetTime >= 24*60) {
+		return l, invalid("reset_time", l.Window.ResetTime, "must be minutes 0..1439 after midnight")
+	}
 	if l.Window.Calendar() && l.Window.Zone == nil {
 		l.Window.Zone = time.UTC
 	}

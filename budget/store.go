@@ -142,8 +142,9 @@ type Tx interface {
 	Holds(ctx context.Context, limitID string, start, now time.Time) ([]Hold, error)
 	InsertReservation(ctx context.Context, r ReservationRow, holds []Hold) error
 	Reservation(ctx context.Context, id string) (ReservationRow, error)
-	// SettleReservation sets state and settled-at and drops its holds.
-	SettleReservation(ctx context.Context, id string, state ReservationState, at time.Time) error
+	// SettleReservation sets state and settled-at and drops its holds,
+	// returning them.
+	SettleReservation(ctx context.Context, id string, state ReservationState, at time.Time) ([]Hold, error)
 	// RenewReservation moves the expiry of a reservation and its holds.
 	RenewReservation(ctx context.Context, id string, expiresAt time.Time) error
 	// ExpiredReservations lists live reservations whose expiry is at or before now.

@@ -3,7 +3,6 @@ package budget
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -91,9 +90,10 @@ func CheckTokens(field string, v int64) error {
 	return nil
 }
 
-// CheckedAdd adds token counts and reports overflow past MaxTokens.
+// CheckedAdd adds two token counts; ok is false when either is out of
+// range or the sum passes MaxTokens.
 func CheckedAdd(a, b int64) (int64, bool) {
-	if b > 0 && a > math.MaxInt64-b {
+	if a < 0 || b < 0 || a > MaxTokens || b > MaxTokens || a > MaxTokens-b {
 		return 0, false
 	}
 	return a + b, true
