@@ -44,8 +44,9 @@ type contrib struct {
 	delta int64
 }
 
-// FlushResult counts the events the writer committed since the previous
-// Flush returned (by any caller), up to this one.
+// FlushResult counts the events queued by Record (fire-and-forget; the
+// synchronous paths report their own) that the writer committed since the
+// previous Flush, by any caller, up to this one.
 type FlushResult struct {
 	Written    int64 // new events appended to the history
 	Duplicates int64 // events whose (key, request_id) was already stored
@@ -225,6 +226,7 @@ func (t *Tracker) Close(ctx context.Context) error {
 	close(t.stop)
 	t.closeMu.Unlock()
 	<-t.done
+	t.sweepWG.Wait()
 	if n := len(t.queue) + int(t.w.unwritten.Load()); n > 0 {
 		return fmt.Errorf("budget: close: %d operations not written: %w", n, errors.Join(ctx.Err(), t.w.lastErr()))
 	}

@@ -142,6 +142,8 @@ type Tx interface {
 	Holds(ctx context.Context, limitID string, start, now time.Time) ([]Hold, error)
 	InsertReservation(ctx context.Context, r ReservationRow, holds []Hold) error
 	Reservation(ctx context.Context, id string) (ReservationRow, error)
+	// ReservationHolds lists the holds of reservation id.
+	ReservationHolds(ctx context.Context, id string) ([]Hold, error)
 	// SettleReservation sets state and settled-at and drops its holds,
 	// returning them.
 	SettleReservation(ctx context.Context, id string, state ReservationState, at time.Time) ([]Hold, error)

@@ -64,7 +64,8 @@ type Config struct {
 	// before recovery deletes it, with settled ones.
 	SettledRetention time.Duration
 	// SweepInterval is how often the background sweep recovers expired
-	// reservations; negative disables it. (Optional; default 15s.)
+	// reservations. Negative disables both the sweep and the recovery New
+	// runs at start, as read-only tools must. (Optional; default 15s.)
 	SweepInterval time.Duration
 	// ParkRetryAfter is the parking time when the upstream names none.
 	ParkRetryAfter time.Duration
@@ -130,6 +131,8 @@ type Tracker struct {
 	done    chan struct{}
 	closeCx atomic.Pointer[context.Context]
 
+	sweepWG sync.WaitGroup
+
 	stats trackerStats
 	w     writerState // owned by the writer goroutine
 }
@@ -153,8 +156,32 @@ func New(ctx context.Context, store Store, cfg Config) (*Tracker, error) {
 		done:     make(chan struct{}),
 	}
 	t.w.init()
+	if cfg.SweepInterval > 0 {
+		if _, err := t.Recover(ctx, t.now()); err != nil {
+			return nil, fmt.Errorf("budget: recover expired reservations: %w", err)
+		}
+		t.sweepWG.Add(1)
+		go t.sweep()
+	}
 	go t.run()
 	return t, nil
+}
+
+// sweep recovers expired reservations every Config.SweepInterval until Close.
+func (t *Tracker) sweep() {
+	defer t.sweepWG.Done()
+	tk := time.NewTicker(t.cfg.SweepInterval)
+	defer tk.Stop()
+	for {
+		select {
+		case <-t.stop:
+			return
+		case <-tk.C:
+			if _, err := t.Recover(context.Background(), t.now()); err != nil && t.cfg.OnError != nil {
+				t.cfg.OnError(fmt.Errorf("budget: sweep: %w", err))
+			}
+		}
+	}
 }
 
 // Store is the store behind the tracker.

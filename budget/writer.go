@@ -201,7 +201,7 @@ func (t *Tracker) settle(batch []*op, inserted []bool, deltas []windowDelta, tol
 		applied[d.key] = d.delta
 	}
 	seen := make(map[*cache.Counter]bool)
-	var written, dups int64
+	var written, dups, asyncWritten, asyncDups int64
 	ev := 0
 	for _, o := range batch {
 		if o.kind != opUsage {
@@ -213,6 +213,13 @@ func (t *Tracker) settle(batch []*op, inserted []bool, deltas []windowDelta, tol
 			dups++
 		} else {
 			written++
+		}
+		if o.done == nil {
+			if dup {
+				asyncDups++
+			} else {
+				asyncWritten++
+			}
 		}
 		for _, c := range o.contribs {
 			a := int64(0)
@@ -238,8 +245,8 @@ func (t *Tracker) settle(batch []*op, inserted []bool, deltas []windowDelta, tol
 	t.stats.written.Add(written)
 	t.stats.duplicates.Add(dups)
 	t.stats.batches.Add(1)
-	t.stats.sinceFlushWritten += written
-	t.stats.sinceFlushDup += dups
+	t.stats.sinceFlushWritten += asyncWritten
+	t.stats.sinceFlushDup += asyncDups
 	for _, o := range batch {
 		switch {
 		case told[o]:

@@ -89,18 +89,39 @@ func (t *tx) Reservation(ctx context.Context, id string) (budget.ReservationRow,
 	return r.row(), nil
 }
 
-func (t *tx) SettleReservation(ctx context.Context, id string, state budget.ReservationState, at time.Time) error {
+func (t *tx) SettleReservation(ctx context.Context, id string, state budget.ReservationState, at time.Time) ([]budget.Hold, error) {
 	n, err := t.exec(ctx, `UPDATE reservations SET state = ?, settled_at = ? WHERE id = ?`, string(state), ns(at), id)
 	if err != nil {
-		return fmt.Errorf("settle reservation %s: %w", id, err)
+		return nil, fmt.Errorf("settle reservation %s: %w", id, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("reservation %q: %w", id, budget.ErrNotFound)
+		return nil, fmt.Errorf("reservation %q: %w", id, budget.ErrNotFound)
+	}
+	holds, err := t.ReservationHolds(ctx, id)
+	if err != nil {
+		return nil, err
 	}
 	if _, err := t.exec(ctx, `DELETE FROM holds WHERE reservation_id = ?`, id); err != nil {
-		return fmt.Errorf("drop holds of %s: %w", id, err)
+		return nil, fmt.Errorf("drop holds of %s: %w", id, err)
 	}
-	return nil
+	return holds, nil
+}
+
+func (t *tx) ReservationHolds(ctx context.Context, id string) ([]budget.Hold, error) {
+	var rows []struct {
+		LimitID string `db:"limit_id"`
+		Start   int64  `db:"window_start"`
+		Amount  int64  `db:"amount"`
+		Expires int64  `db:"expires_at"`
+	}
+	if err := t.tx.SelectContext(ctx, &rows, `SELECT limit_id, window_start, amount, expires_at FROM holds WHERE reservation_id = ? ORDER BY limit_id`, id); err != nil {
+		return nil, fmt.Errorf("read holds of %s: %w", id, err)
+	}
+	holds := make([]budget.Hold, len(rows))
+	for i, r := range rows {
+		holds[i] = budget.Hold{ReservationID: id, LimitID: r.LimitID, WindowStart: fromNs(r.Start), Amount: r.Amount, ExpiresAt: fromNs(r.Expires)}
+	}
+	return holds, nil
 }
 
 func (t *tx) RenewReservation(ctx context.Context, id string, expiresAt time.Time) error {

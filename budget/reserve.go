@@ -1,0 +1,370 @@
+package budget
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tokenbudget/tokenbudget/cache"
+)
+
+// Reservation is an estimate held against every applicable limit until it
+// is committed, released or expires. Like x/time/rate's Reservation it is a
+// value the caller settles: Commit with the actual usage, or Release.
+type Reservation struct {
+	ID        string
+	Key       string
+	Provider  string
+	Model     string
+	Estimate  Estimate
+	At        time.Time // picks the windows the hold and the committed usage count in
+	ExpiresAt time.Time
+	Holds     []Hold // one per applicable enabled limit (leases for concurrent ones)
+}
+
+// Settlement is what Commit did.
+type Settlement struct {
+	RequestID string // the reservation id, used as the event's request id
+	// Expired is true when the reservation had expired before the commit:
+	// the usage is recorded all the same (the tokens were spent).
+	Expired bool
+}
+
+// RecoverResult counts what Recover freed.
+type RecoverResult struct {
+	ReleasedReservations int64 // expired reservations whose holds were freed
+	ReleasedLeases       int64 // concurrency leases among those holds
+	Deleted              int64 // settled reservations past retention, removed
+}
+
+// Reserve atomically checks every applicable enabled limit and, only if all
+// fit, holds the estimate on each (and takes a lease on concurrent limits)
+// until the reservation is settled or ttl passes (0: Config.ReservationTTL).
+// A refusal holds nothing and returns *ExceededError or *ParkedError.
+//
+// Reserve runs on the writer's transaction after every event this process
+// queued before it, so its own unflushed usage counts; holds that have
+// expired stop counting whether or not a sweep has run.
+func (t *Tracker) Reserve(ctx context.Context, req Request, ttl time.Duration) (*Reservation, error) {
+	req, err := normalizeRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	e := req.Estimate
+	if e.Tokens+e.Input+e.Output <= 0 {
+		return nil, invalid("estimate", 0, "must be greater than 0")
+	}
+	if ttl < 0 {
+		return nil, invalid("ttl", ttl, "must be greater than 0")
+	}
+	if ttl == 0 {
+		ttl = t.cfg.ReservationTTL
+	}
+	at := t.now()
+	var res *Reservation
+	var refusal error
+	err = t.inTx(ctx, func(ctx context.Context, tx Tx, now time.Time) error {
+		res, refusal = nil, nil
+		var err error
+		res, refusal, err = t.reserveTx(ctx, tx, req, at, ttl)
+		return err
+	}, func() {
+		if res != nil {
+			t.cacheHolds(res.ID, res.Holds, true)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	if refusal != nil {
+		return nil, refusal
+	}
+	return res, nil
+}
+
+func (t *Tracker) reserveTx(ctx context.Context, tx Tx, req Request, at time.Time, ttl time.Duration) (*Reservation, error, error) {
+	if req.Provider != "" {
+		p, err := tx.Provider(ctx, req.Provider)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return nil, nil, err
+		}
+		if err == nil && p.Refusing(at) {
+			return nil, &ParkedError{Provider: p, RetryAfter: p.ResumeAt.Sub(at)}, nil
+		}
+	}
+	ls, err := t.w.limitsFor(ctx, tx, req.Key)
+	if err != nil {
+		return nil, nil, err
+	}
+	var apply []Limit
+	for i := range ls {
+		if ls[i].Enabled && ls[i].Applies(req.Key, req.Provider, req.Model) {
+			apply = append(apply, ls[i])
+		}
+	}
+	slices.SortFunc(apply, func(a, b Limit) int { return strings.Compare(a.ID, b.ID) })
+	ids := make([]string, len(apply))
+	for i := range apply {
+		ids[i] = apply[i].ID
+	}
+	if err := tx.LockLimits(ctx, ids); err != nil {
+		return nil, nil, err
+	}
+	statuses := make([]Status, 0, len(apply))
+	for i := range apply {
+		st, err := storedStatus(ctx, tx, &apply[i], at)
+		if err != nil {
+			return nil, nil, err
+		}
+		statuses = append(statuses, st)
+	}
+	sortStatuses(statuses)
+	if d := Decide(statuses, req.Estimate, at); !d.Allowed {
+		return nil, &ExceededError{Decision: d}, nil
+	}
+	r := &Reservation{ID: NewID("rsv_"), Key: req.Key, Provider: req.Provider, Model: req.Model,
+		Estimate: req.Estimate, At: at, ExpiresAt: at.Add(ttl)}
+	for i := range statuses {
+		l := &statuses[i].Limit
+		r.Holds = append(r.Holds, Hold{ReservationID: r.ID, LimitID: l.ID, WindowStart: statuses[i].WindowStart,
+			Amount: req.Estimate.Amount(l.Metric), ExpiresAt: r.ExpiresAt})
+	}
+	row := ReservationRow{ID: r.ID, Key: r.Key, Provider: r.Provider, Model: r.Model, Estimate: r.Estimate,
+		At: r.At, ExpiresAt: r.ExpiresAt, State: ReservationLive}
+	if err := tx.InsertReservation(ctx, row, r.Holds); err != nil {
+		return nil, nil, err
+	}
+	return r, nil, nil
+}
+
+func sortStatuses(s []Status) {
+	slices.SortFunc(s, func(a, b Status) int {
+		if a.Limit.Less(&b.Limit) {
+			return -1
+		}
+		if b.Limit.Less(&a.Limit) {
+			return 1
+		}
+		return 0
+	})
+}
+
+// Commit records the actual usage of reservation id as an event at the
+// reservation's instant (request id = reservation id; key, provider and
+// model from the reservation) and frees its holds, in one transaction. The
+// actual may be larger or smaller than the estimate: it is recorded as it
+// is. A commit after expiry still records the usage and reports Expired; a
+// second commit or a commit after Release returns ErrSettled.
+func (t *Tracker) Commit(ctx context.Context, id string, actual Usage) (Settlement, error) {
+	actual.Key = "commit" // validated below; the reservation's key is used
+	actual.RequestID = id
+	if _, err := actual.Normalize(time.Unix(0, 0)); err != nil {
+		return Settlement{}, err
+	}
+	var out Settlement
+	var dropped []Hold
+	var deltas []windowDelta
+	err := t.inTx(ctx, func(ctx context.Context, tx Tx, now time.Time) error {
+		out, dropped, deltas = Settlement{}, nil, nil
+		r, err := tx.Reservation(ctx, id)
+		if err != nil {
+			return err
+		}
+		if r.State == ReservationCommitted || r.State == ReservationReleased {
+			return settledError(id, r.State)
+		}
+		out = Settlement{RequestID: id, Expired: r.State == ReservationExpired || !now.Before(r.ExpiresAt)}
+		ev := actual
+		ev.Key, ev.Provider, ev.Model, ev.At = r.Key, r.Provider, r.Model, r.At
+		if _, deltas, err = t.applyUsage(ctx, tx, []Usage{ev}, now); err != nil {
+			return err
+		}
+		dropped, err = tx.SettleReservation(ctx, id, ReservationCommitted, now)
+		return err
+	}, func() {
+		for _, d := range deltas {
+			if c := t.counters.Peek(d.key); c != nil {
+				c.Invalidate()
+			}
+		}
+		t.cacheHolds(id, dropped, false)
+	})
+	return out, err
+}
+
+// Release frees the holds and leases of reservation id without recording
+// usage, for a request that failed. Releasing an expired, unsettled
+// reservation succeeds; a settled one returns ErrSettled.
+func (t *Tracker) Release(ctx context.Context, id string) error {
+	var dropped []Hold
+	return t.inTx(ctx, func(ctx context.Context, tx Tx, now time.Time) error {
+		dropped = nil
+		r, err := tx.Reservation(ctx, id)
+		if err != nil {
+			return err
+		}
+		if r.State == ReservationCommitted || r.State == ReservationReleased {
+			return settledError(id, r.State)
+		}
+		dropped, err = tx.SettleReservation(ctx, id, ReservationReleased, now)
+		return err
+	}, func() { t.cacheHolds(id, dropped, false) })
+}
+
+// Renew extends reservation id and its leases to ttl from now (0:
+// Config.ReservationTTL). A reservation that expired or was settled returns
+// ErrLeaseLost: its holds may already be someone else's room.
+func (t *Tracker) Renew(ctx context.Context, id string, ttl time.Duration) (time.Time, error) {
+	if ttl < 0 {
+		return time.Time{}, invalid("ttl", ttl, "must be greater than 0")
+	}
+	if ttl == 0 {
+		ttl = t.cfg.ReservationTTL
+	}
+	var exp time.Time
+	var holds []Hold
+	err := t.inTx(ctx, func(ctx context.Context, tx Tx, now time.Time) error {
+		r, err := tx.Reservation(ctx, id)
+		if err != nil {
+			return err
+		}
+		if r.State != ReservationLive || !now.Before(r.ExpiresAt) {
+			return ErrLeaseLost
+		}
+		exp = now.Add(ttl)
+		holds, err = tx.ReservationHolds(ctx, id)
+		if err != nil {
+			return err
+		}
+		return tx.RenewReservation(ctx, id, exp)
+	}, func() {
+		for i := range holds {
+			holds[i].ExpiresAt = exp
+		}
+		t.cacheHolds(id, holds, true)
+	})
+	return exp, err
+}
+
+func settledError(id string, s ReservationState) error {
+	return &settled{id: id, state: s}
+}
+
+type settled struct {
+	id    string
+	state ReservationState
+}
+
+func (e *settled) Error() string { return "reservation " + e.id + " already " + string(e.state) }
+func (e *settled) Unwrap() error { return ErrSettled }
+
+// Recover frees the holds and leases of reservations expired at now, marks
+// them expired (still committable for Config.SettledRetention) and deletes
+// settled reservations older than that. Several processes may run it at
+// once: each reservation is recovered by exactly one.
+func (t *Tracker) Recover(ctx context.Context, now time.Time) (RecoverResult, error) {
+	var res RecoverResult
+	err := t.store.Update(ctx, func(tx Tx) error {
+		res = RecoverResult{}
+		for {
+			rows, err := tx.ExpiredReservations(ctx, now, 500)
+			if err != nil {
+				return err
+			}
+			for _, r := range rows {
+				hs, err := tx.SettleReservation(ctx, r.ID, ReservationExpired, now)
+				if err != nil {
+					return err
+				}
+				res.ReleasedReservations++
+				for _, h := range hs {
+					if h.WindowStart.IsZero() {
+						res.ReleasedLeases++
+					}
+				}
+			}
+			if len(rows) < 500 {
+				break
+			}
+		}
+		n, err := tx.DeleteSettledBefore(ctx, now.Add(-t.cfg.SettledRetention))
+		res.Deleted = n
+		return err
+	})
+	return res, err
+}
+
+// inTx runs fn inside the writer's next batch transaction and then, once
+// that committed, after (on the writer goroutine). fn may run more than
+// once; it must reset what it reports. An error fn returns is reported to
+// the caller without failing the batch: it rolls back fn's own writes only.
+func (t *Tracker) inTx(ctx context.Context, fn func(context.Context, Tx, time.Time) error, after func()) error {
+	var fnErr error
+	done := make(chan error, 1)
+	o := &op{kind: opTx,
+		run: func(ctx context.Context, tx Tx, now time.Time) error {
+			fnErr = nil
+			// Every fn refuses (a domain error) before it writes, so
+			// reporting the refusal needs no rollback of its own.
+			err := fn(ctx, tx, now)
+			if isDomainError(err) {
+				fnErr = err
+				return nil
+			}
+			return err
+		},
+		after: func(err error) {
+			if err == nil && fnErr == nil && after != nil {
+				after()
+			}
+			if err == nil {
+				err = fnErr
+			}
+			done <- err
+		},
+	}
+	if err := t.enqueue(ctx, o); err != nil {
+		return err
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// isDomainError tells a refusal or bad request (the caller's answer) from
+// a store failure (the batch's problem).
+func isDomainError(err error) bool {
+	return err != nil && (errors.Is(err, ErrNotFound) || errors.Is(err, ErrSettled) ||
+		errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrInvalid))
+}
+
+// cacheHolds adds (add) or removes the reservation's holds on the cached
+// counters. Adding is idempotent, as a refresh may already have read them.
+func (t *Tracker) cacheHolds(id string, holds []Hold, add bool) {
+	for _, h := range holds {
+		c := t.counters.Peek(cache.Key{LimitID: h.LimitID, Start: nsOf(h.WindowStart)})
+		if c == nil {
+			continue
+		}
+		ch := cache.Hold{ID: id, Amount: h.Amount, ExpiresAt: h.ExpiresAt.UnixNano()}
+		c.UpdateHolds(func(cur []cache.Hold) []cache.Hold {
+			cur = slices.DeleteFunc(cur, func(x cache.Hold) bool { return x.ID == id })
+			if add {
+				cur = append(cur, ch)
+			}
+			return cur
+		})
+	}
+}
+
+func nsOf(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}

@@ -1,0 +1,27 @@
+package store_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	tokenbudget "github.com/tokenbudget/tokenbudget"
+	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/store"
+	"github.com/tokenbudget/tokenbudget/store/storetest"
+)
+
+// newSQLite makes a fresh database file in the test's temp dir.
+func newSQLite(t testing.TB) func() budget.Store {
+	path := filepath.Join(t.TempDir(), "budget.db")
+	return func() budget.Store {
+		db, err := store.Open(context.Background(), path, tokenbudget.SQLiteSchema, store.Options{Create: true})
+		if err != nil {
+			t.Fatalf("store.Open: %v", err)
+		}
+		t.Cleanup(func() { db.Close() })
+		return db
+	}
+}
+
+func TestConformance(t *testing.T) { storetest.Run(t, newSQLite) }
