@@ -271,10 +271,10 @@ func testLimitIdentity(t *testing.T, newDB NewDB) {
 	}
 	_ = c
 	for _, bad := range []budget.LimitSpec{
-		{ID: "day", Key: "k", Window: "weekly", Max: ptr(int64(1))},  // existing id, other window
-		{ID: "new", Key: "k", Window: "daily", Max: ptr(int64(1))},   // new id, existing tuple
-		{ID: "x", Key: "k", Window: "2h"},                            // create without a limit
-		{Key: "k", Window: "1h", Max: ptr(int64(0))},                 // limit 0
+		{ID: "day", Key: "k", Window: "weekly", Max: ptr(int64(1))}, // existing id, other window
+		{ID: "new", Key: "k", Window: "daily", Max: ptr(int64(1))},  // new id, existing tuple
+		{ID: "x", Key: "k", Window: "2h"},                           // create without a limit
+		{Key: "k", Window: "1h", Max: ptr(int64(0))},                // limit 0
 		{Key: "k", Scope: "global", ScopeValue: "v", Window: "1h", Max: ptr(int64(1))},
 	} {
 		if _, _, err := tr.SetLimit(ctx, bad); !errors.Is(err, budget.ErrInvalid) {
