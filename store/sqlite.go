@@ -299,3 +299,10 @@ func (db *DB) exec(ctx context.Context, t *sqlx.Tx, query string, args ...any) (
 	}
 	return res.RowsAffected()
 }
+
+// SetUserVersion stamps the schema version; tests use it to fake a database
+// written by another build.
+func (db *DB) SetUserVersion(ctx context.Context, v int) error {
+	_, err := db.w.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", v))
+	return err
+}
