@@ -1,0 +1,168 @@
+package tokenbudget_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	tokenbudget "github.com/tokenbudget/tokenbudget"
+	"github.com/tokenbudget/tokenbudget/budget"
+)
+
+// openBench opens a fresh database with nKeys keys, each with a global, a
+// provider and a model limit large enough never to refuse.
+func openBench(b *testing.B, nKeys int, mutate func(*budget.Config)) *tokenbudget.DB {
+	b.Helper()
+	ctx := context.Background()
+	cfg := budget.DefaultConfig()
+	cfg.SweepInterval = -1
+	cfg.RefreshInterval = time.Hour // warm means warm: no re-reads mid-benchmark
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	db, err := tokenbudget.Open(ctx, filepath.Join(b.TempDir(), "bench.db"), tokenbudget.Options{Create: true, Config: &cfg})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close(ctx) })
+	max := int64(1 << 50)
+	for k := range nKeys {
+		key := fmt.Sprintf("key-%d", k)
+		for _, s := range []budget.LimitSpec{
+			{Key: key, Window: "daily"},
+			{Key: key, Scope: "provider", ScopeValue: "openai", Window: "1h"},
+			{Key: key, Scope: "model", ScopeValue: "gpt-4o", Window: "1m", Metric: "input"},
+		} {
+			s.Max = &max
+			if _, _, err := db.SetLimit(ctx, s); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	return db
+}
+
+var benchReq = budget.Request{Key: "key-0", Provider: "openai", Model: "gpt-4o", Estimate: budget.Estimate{Input: 500, Output: 200}}
+
+func BenchmarkCheckWarm(b *testing.B) {
+	db := openBench(b, 1, nil)
+	ctx := context.Background()
+	if d, err := db.Check(ctx, benchReq); err != nil || len(d.Limits) != 3 {
+		b.Fatalf("warm-up check = %+v, %v; want 3 limits", d, err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if d, _ := db.Check(ctx, benchReq); !d.Allowed {
+			b.Fatal("refused")
+		}
+	}
+}
+
+func BenchmarkCheckWarmParallel(b *testing.B) {
+	db := openBench(b, 1, nil)
+	ctx := context.Background()
+	db.Check(ctx, benchReq)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if d, _ := db.Check(ctx, benchReq); !d.Allowed {
+				b.Error("refused")
+				return
+			}
+		}
+	})
+}
+
+func BenchmarkRecordEnqueue(b *testing.B) {
+	db := openBench(b, 1, func(c *budget.Config) { c.QueueSize = 1 << 22 })
+	ctx := context.Background()
+	db.Check(ctx, benchReq)
+	u := budget.Usage{Key: "key-0", Provider: "openai", Model: "gpt-4o", Input: 10, Output: 5}
+	b.ReportAllocs()
+	b.ResetTimer()
+	var i int64
+	for b.Loop() {
+		i++
+		u.RequestID = "r" + fmt.Sprint(i)
+		if err := db.Record(ctx, u); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	if _, err := db.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkRecordSustained is the writer's throughput: from the first
+// Record to the Flush that commits the last, 1,000 keys with 3 limits each.
+func BenchmarkRecordSustained(b *testing.B) {
+	db := openBench(b, 1000, func(c *budget.Config) { c.QueueSize = 1 << 16 })
+	ctx := context.Background()
+	ids := make([]string, 0, 1<<16)
+	var seq atomic.Int64
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		n := seq.Add(1)
+		if len(ids) < cap(ids) {
+			ids = append(ids, fmt.Sprintf("req-%d", n))
+		}
+		u := budget.Usage{RequestID: fmt.Sprintf("req-%d", n), Key: fmt.Sprintf("key-%d", i%1000), Provider: "openai", Model: "gpt-4o", Input: 10, Output: 5}
+		if err := db.Record(ctx, u); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := db.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
+}
+
+func benchReserveCommit(b *testing.B, par int) {
+	db := openBench(b, 1, nil)
+	ctx := context.Background()
+	b.SetParallelism(par)
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			r, err := db.Reserve(ctx, benchReq, time.Minute)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if _, err := db.Commit(ctx, r.ID, budget.Usage{Input: 400, Output: 100}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "pairs/s")
+}
+
+// SetParallelism multiplies GOMAXPROCS: 1 and 32 on 2 cores give 2 and 64
+// goroutines; the single-goroutine case runs without RunParallel.
+func BenchmarkReserveCommit1(b *testing.B) {
+	db := openBench(b, 1, nil)
+	ctx := context.Background()
+	b.ResetTimer()
+	start := time.Now()
+	for b.Loop() {
+		r, err := db.Reserve(ctx, benchReq, time.Minute)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := db.Commit(ctx, r.ID, budget.Usage{Input: 400, Output: 100}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "pairs/s")
+}
+
+func BenchmarkReserveCommit64(b *testing.B) { benchReserveCommit(b, 64/max(1, runtimeProcs())) }
