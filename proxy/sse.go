@@ -1,0 +1,337 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+)
+
+// DefaultMaxEventSize is the default cap on the data of one SSE event.
+const DefaultMaxEventSize = 1 << 20
+
+// ErrEventTooLarge is recorded (see StreamParser.Err) when an event's data
+// exceeds the parser's MaxEventSize: the event is skipped, not buffered.
+var ErrEventTooLarge = errors.New("proxy: SSE event exceeds the size cap; skipped")
+
+// keepData is the buffer capacity kept between events; a larger buffer,
+// grown by one big event, is released.
+const keepData = 64 << 10
+
+// line states
+const (
+	stLineStart  = iota // at the start of a line
+	stName              // in a field name
+	stValueStart        // just after the colon: one space is skipped
+	stValue             // in a field value
+	stSkip              // in a comment line
+)
+
+// fields that matter
+const (
+	fieldOther = iota
+	fieldData
+	fieldEvent
+)
+
+const maxEventName = 64
+
+// StreamParser extracts the usage of a streamed (text/event-stream) response
+// from its raw bytes, fed through Write in chunks split anywhere (inside a
+// line, a field name, a CRLF or a multi-byte character). It follows the SSE
+// framing rules of the WHATWG spec: LF, CR or CRLF line ends, comment lines,
+// one optional space after the colon, multi-line data joined with LF, an
+// event dispatched at a blank line (an event still open when the stream
+// ends is discarded). Only events whose data holds a "usage" object are
+// decoded.
+//
+// Usage by format:
+//   - OpenAIChat (and OpenAIEmbeddings): the last chunk with a usage object,
+//     normally the include_usage chunk before "data: [DONE]".
+//   - OpenAIResponses: the last event with a response.usage object, which
+//     is response.completed, response.incomplete or response.failed.
+//   - AnthropicMessages: message_start's message.usage, then each
+//     message_delta's usage field by field: a count the delta carries
+//     replaces the one seen before (counts are cumulative, so a repeated
+//     input count is not added twice), a count it omits is kept.
+//
+// Memory is bounded: an event whose data exceeds MaxEventSize is skipped.
+// The zero value is not usable; call NewStreamParser. A StreamParser is not
+// safe for concurrent use.
+type StreamParser struct {
+	// MaxEventSize caps the data of one event, in bytes; 0 means
+	// DefaultMaxEventSize. Set it before the first Write.
+	MaxEventSize int
+
+	format Format
+
+	// SSE framing
+	st        int
+	prevCR    bool // the last byte was a CR ending a line
+	firstLine bool // still on the stream's first line (BOM handling)
+	name      [8]byte
+	nameLen   int // > len(name): too long for a known field
+	field     int
+	event     []byte
+	data      []byte
+	hasData   bool
+	overflow  bool
+
+	// results
+	tok   Tokens
+	found bool
+	final bool
+	anth  [4]count // Anthropic input, cache read, cache write, output
+	err   error
+
+	// StripUsageChunks mode: raw bytes held until their event ends
+	strip      bool
+	usageOnly  bool // the event just dispatched is a usage-only chunk
+	hold       []byte
+	off        int // hold[off:blockStart] may be read out
+	blockStart int // start of the current (unfinished) event in hold
+	seg        int // first byte of the current Write not yet in hold
+	blockPass  bool
+	afterEvent int // an event just ended with CR: eventKept or eventDropped
+}
+
+// How the last event ended, for the LF that may follow its CR.
+const (
+	eventKept = 1 + iota
+	eventDropped
+)
+
+// NewStreamParser returns a parser for a stream of format f.
+func NewStreamParser(f Format) *StreamParser {
+	return &StreamParser{format: f, firstLine: true}
+}
+
+// Result returns the usage seen so far. found is false when no event carried
+// usage (the caller then falls back to its estimate; never record zero).
+// Called before the stream ends, it reports what the dispatched events gave.
+func (p *StreamParser) Result() (t Tokens, found bool) { return p.tok, p.found }
+
+// Final reports whether the stream's final usage has been seen: OpenAI
+// chat's usage chunk, a Responses response.completed, response.incomplete or
+// response.failed event, an Anthropic message_delta with usage. Until then a
+// found Anthropic Result is message_start's: the input and cache counts are
+// known but the output count is a placeholder (typically 1), so a caller
+// charging a stream cut short should add its output estimate.
+func (p *StreamParser) Final() bool { return p.final }
+
+// Err returns the first problem met: ErrEventTooLarge, or why an event
+// carrying usage could not be decoded (bad JSON, a count that is not an
+// integer from 0 to 2^53-1). Such events are skipped; Result still holds
+// what the other events gave. For logging only.
+func (p *StreamParser) Err() error { return p.err }
+
+func (p *StreamParser) maxEvent() int {
+	if p.MaxEventSize > 0 {
+		return p.MaxEventSize
+	}
+	return DefaultMaxEventSize
+}
+
+// Write parses b, the next bytes of the stream. It never fails and always
+// returns len(b), nil, so it can sit behind io.TeeReader or io.MultiWriter.
+func (p *StreamParser) Write(b []byte) (int, error) {
+	p.seg = 0
+	for i := 0; i < len(b); {
+		c := b[i]
+		switch p.st {
+		case stLineStart:
+			if c == '\n' && p.prevCR { // the LF of a CRLF
+				p.prevCR = false
+				if p.strip && p.afterEvent != 0 { // it ends the event before
+					if p.afterEvent == eventDropped {
+						p.keep(b[p.seg:i])
+					} else {
+						p.keep(b[p.seg : i+1])
+					}
+					p.seg = i + 1
+					p.blockStart = len(p.hold)
+				}
+				p.afterEvent = 0
+				i++
+				continue
+			}
+			p.prevCR, p.afterEvent = false, 0
+			switch c {
+			case '\r', '\n': // blank line: dispatch
+				p.prevCR = c == '\r'
+				i++
+				p.endEvent(b, i)
+				continue
+			case ':':
+				p.st = stSkip
+				i++
+				continue
+			}
+			p.st, p.nameLen = stName, 0
+		case stName:
+			j := i
+			for j < len(b) && b[j] != ':' && b[j] != '\r' && b[j] != '\n' {
+				j++
+			}
+			p.addName(b[i:j])
+			if i = j; i == len(b) {
+				continue
+			}
+			p.startField()
+			if b[i] == ':' {
+				p.st = stValueStart
+				i++
+				continue
+			}
+			p.endField() // a line without a colon: the field with an empty value
+			p.endLine(b[i])
+			i++
+		case stValueStart:
+			p.st = stValue
+			if c == ' ' {
+				i++
+			}
+		case stValue, stSkip:
+			j := indexEOL(b[i:])
+			if j < 0 {
+				if p.st == stValue {
+					p.addValue(b[i:])
+				}
+				i = len(b)
+				continue
+			}
+			if p.st == stValue {
+				p.addValue(b[i : i+j])
+				p.endField()
+			}
+			i += j
+			p.endLine(b[i])
+			i++
+		}
+	}
+	if p.strip {
+		p.keep(b[p.seg:])
+	}
+	return len(b), nil
+}
+
+// indexEOL returns the index of the first CR or LF in b, or -1.
+func indexEOL(b []byte) int {
+	i := bytes.IndexByte(b, '\n')
+	s := b
+	if i >= 0 {
+		s = b[:i]
+	}
+	if j := bytes.IndexByte(s, '\r'); j >= 0 {
+		return j
+	}
+	return i
+}
+
+func (p *StreamParser) endLine(c byte) {
+	p.prevCR = c == '\r'
+	p.st = stLineStart
+	p.firstLine = false
+}
+
+func (p *StreamParser) addName(b []byte) {
+	if p.nameLen+len(b) > len(p.name) {
+		p.nameLen = len(p.name) + 1
+		return
+	}
+	p.nameLen += copy(p.name[p.nameLen:], b)
+}
+
+// startField decides which field the name just read is.
+func (p *StreamParser) startField() {
+	p.field = fieldOther
+	if p.nameLen > len(p.name) {
+		return
+	}
+	name := p.name[:p.nameLen]
+	if p.firstLine { // a byte order mark may open the stream
+		name = bytes.TrimPrefix(name, []byte("\xef\xbb\xbf"))
+	}
+	switch string(name) {
+	case "data":
+		p.field = fieldData
+		p.hasData = true
+	case "event":
+		p.field = fieldEvent
+		p.event = p.event[:0]
+	}
+}
+
+func (p *StreamParser) addValue(b []byte) {
+	switch p.field {
+	case fieldData:
+		if p.overflow {
+			return
+		}
+		if len(p.data)+len(b) > p.maxEvent() {
+			p.tooLarge()
+			return
+		}
+		p.data = append(p.data, b...)
+	case fieldEvent:
+		if len(p.event)+len(b) > maxEventName {
+			b = b[:max(0, maxEventName-len(p.event))]
+		}
+		p.event = append(p.event, b...)
+	}
+}
+
+func (p *StreamParser) endField() {
+	if p.field == fieldData && !p.overflow {
+		if len(p.data) >= p.maxEvent() {
+			p.tooLarge()
+		} else {
+			p.data = append(p.data, '\n')
+		}
+	}
+	p.field = fieldOther
+}
+
+// tooLarge drops the data of the current event: it will be skipped.
+func (p *StreamParser) tooLarge() {
+	p.overflow = true
+	p.data = p.data[:0]
+}
+
+// endEvent ends the event at a blank line; i is the index in b just past
+// the blank line's line end.
+func (p *StreamParser) endEvent(b []byte, i int) {
+	p.firstLine = false
+	p.usageOnly = false
+	if p.hasData {
+		if p.overflow {
+			p.fail(ErrEventTooLarge)
+		} else {
+			p.dispatch(bytes.TrimSuffix(p.data, []byte{'\n'}))
+		}
+	}
+	if p.strip {
+		p.keep(b[p.seg:i])
+		p.seg = i
+		p.afterEvent = eventKept
+		if p.usageOnly && !p.blockPass {
+			p.hold = p.hold[:p.blockStart]
+			p.afterEvent = eventDropped
+		}
+		if !p.prevCR {
+			p.afterEvent = 0
+		}
+		p.blockStart, p.blockPass = len(p.hold), false
+	}
+	p.hasData, p.overflow = false, false
+	p.event = p.event[:0]
+	if cap(p.data) > keepData {
+		p.data = nil
+	} else {
+		p.data = p.data[:0]
+	}
+}
+
+func (p *StreamParser) fail(err error) {
+	if p.err == nil {
+		p.err = err
+	}
+}

@@ -1,0 +1,84 @@
+package proxy
+
+import (
+	"encoding/json"
+	"io"
+)
+
+// IsUsageOnlyChunk reports whether data, the data field of one OpenAI chat
+// stream event (the JSON after "data:"), is the usage-only chunk that
+// stream_options.include_usage adds: a usage object and no choices (the
+// "choices" field empty, null or absent). StripUsageChunks removes such
+// events from a stream.
+func IsUsageOnlyChunk(data []byte) bool {
+	if !hasUsageObject(data) {
+		return false
+	}
+	var b body
+	return json.Unmarshal(data, &b) == nil && b.Usage != nil && len(b.Choices) == 0
+}
+
+// keep appends raw stream bytes to the hold buffer (StripUsageChunks mode).
+// An event whose raw bytes outgrow the cap is let through as it comes: it
+// is too large to be a usage-only chunk the parser would decode.
+func (p *StreamParser) keep(b []byte) {
+	p.hold = append(p.hold, b...)
+	if p.blockPass || len(p.hold)-p.blockStart > p.maxEvent() {
+		p.blockPass, p.blockStart = true, len(p.hold)
+	}
+}
+
+// StripUsageChunks returns a reader of r's bytes that feeds all of them to
+// p and leaves out every event p finds to be an OpenAI chat usage-only chunk
+// (see IsUsageOnlyChunk): for a client that did not ask for
+// stream_options.include_usage when the proxy added it. Every other byte is
+// yielded unchanged; each event is yielded once its blank line has arrived
+// (an event larger than p's cap as it comes), and whatever is still held
+// when r ends (EOF or error) is yielded before r's error. Only OpenAIChat
+// streams have usage-only chunks: for other formats nothing is left out.
+//
+// p must be new (no Write yet) and from then on be fed only by the reader.
+// Without stripping, io.TeeReader(r, p) does the same job.
+func StripUsageChunks(r io.Reader, p *StreamParser) io.Reader {
+	p.strip = true
+	return &stripReader{r: r, p: p}
+}
+
+type stripReader struct {
+	r   io.Reader
+	p   *StreamParser
+	err error
+}
+
+func (s *stripReader) Read(out []byte) (int, error) {
+	if len(out) == 0 {
+		return 0, nil
+	}
+	p := s.p
+	for {
+		if p.off < p.blockStart {
+			n := copy(out, p.hold[p.off:p.blockStart])
+			p.off += n
+			if p.off == p.blockStart { // all read out: move the open event to the front
+				rest := copy(p.hold, p.hold[p.blockStart:])
+				p.hold = p.hold[:rest]
+				p.off, p.blockStart = 0, 0
+				if cap(p.hold) > keepData && rest <= keepData {
+					p.hold = append([]byte(nil), p.hold...)
+				}
+			}
+			return n, nil
+		}
+		if s.err != nil {
+			return 0, s.err
+		}
+		n, err := s.r.Read(out)
+		if n > 0 {
+			p.Write(out[:n])
+		}
+		if err != nil {
+			s.err = err
+			p.blockStart = len(p.hold) // let the unfinished event through
+		}
+	}
+}

@@ -1,0 +1,263 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+)
+
+// Format is the API family of a route: it decides where a response reports
+// its usage and how that usage maps to a budget.Usage.
+type Format int
+
+// The route families the proxy serves.
+const (
+	Unknown           Format = iota
+	OpenAIChat               // POST /v1/chat/completions
+	OpenAIResponses          // POST /v1/responses
+	OpenAIEmbeddings         // POST /v1/embeddings
+	AnthropicMessages        // POST /v1/messages
+)
+
+// FormatForPath returns the Format of a request path (URL.Path, without
+// query). Only the exact paths listed with the Format constants match; any
+// other path is Unknown and false.
+func FormatForPath(path string) (Format, bool) {
+	switch path {
+	case "/v1/chat/completions":
+		return OpenAIChat, true
+	case "/v1/responses":
+		return OpenAIResponses, true
+	case "/v1/embeddings":
+		return OpenAIEmbeddings, true
+	case "/v1/messages":
+		return AnthropicMessages, true
+	}
+	return Unknown, false
+}
+
+// String returns a short name for f, such as "openai-chat".
+func (f Format) String() string {
+	switch f {
+	case OpenAIChat:
+		return "openai-chat"
+	case OpenAIResponses:
+		return "openai-responses"
+	case OpenAIEmbeddings:
+		return "openai-embeddings"
+	case AnthropicMessages:
+		return "anthropic-messages"
+	}
+	return "unknown"
+}
+
+// Provider returns the default provider name of f's route family: "openai"
+// or "anthropic" ("" for Unknown).
+func (f Format) Provider() string {
+	switch f {
+	case OpenAIChat, OpenAIResponses, OpenAIEmbeddings:
+		return "openai"
+	case AnthropicMessages:
+		return "anthropic"
+	}
+	return ""
+}
+
+// Tokens is the usage a response reports, already mapped to the tracker's
+// counting rules (contract section 1): Input counts every prompt token,
+// cached or not, with CacheRead and CacheWrite a breakdown inside it; Output
+// counts generated tokens other than reasoning; Reasoning is separate.
+type Tokens struct {
+	// Model is the model name the response reports (often a dated name such
+	// as "gpt-4.1-2025-04-14"); informational only, limits match the
+	// request's model.
+	Model      string
+	Input      int64
+	Output     int64
+	Reasoning  int64
+	CacheRead  int64
+	CacheWrite int64
+}
+
+// Billable is Input + Output + Reasoning: every token once.
+func (t Tokens) Billable() int64 { return t.Input + t.Output + t.Reasoning }
+
+// Fill copies the five token counts into u; it leaves u's model and every
+// other field alone.
+func (t Tokens) Fill(u *budget.Usage) {
+	u.Input, u.Output, u.Reasoning = t.Input, t.Output, t.Reasoning
+	u.CacheRead, u.CacheWrite = t.CacheRead, t.CacheWrite
+}
+
+// errCount reports a token count that is not an integer from 0 to 2^53-1.
+var errCount = errors.New("token count is not an integer from 0 to 2^53-1")
+
+// count is one optional token count of a usage object. It decodes without
+// allocating and tells an absent or null count from 0.
+type count struct {
+	v  int64
+	ok bool
+}
+
+func (c *count) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*c = count{}
+		return nil
+	}
+	v, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil || v < 0 || v > budget.MaxTokens {
+		return errCount
+	}
+	*c = count{v, true}
+	return nil
+}
+
+type details struct {
+	Cached    count `json:"cached_tokens"`
+	Reasoning count `json:"reasoning_tokens"`
+}
+
+// usage holds the usage fields of every shape: OpenAI chat and embeddings
+// (prompt/completion), OpenAI Responses (input/output with details) and
+// Anthropic (input/output plus the cache counts beside them).
+type usage struct {
+	PromptTokens      count   `json:"prompt_tokens"`
+	CompletionTokens  count   `json:"completion_tokens"`
+	InputTokens       count   `json:"input_tokens"`
+	OutputTokens      count   `json:"output_tokens"`
+	TotalTokens       count   `json:"total_tokens"`
+	CacheRead         count   `json:"cache_read_input_tokens"`
+	CacheCreation     count   `json:"cache_creation_input_tokens"`
+	PromptDetails     details `json:"prompt_tokens_details"`
+	CompletionDetails details `json:"completion_tokens_details"`
+	InputDetails      details `json:"input_tokens_details"`
+	OutputDetails     details `json:"output_tokens_details"`
+}
+
+// tokens maps u, reported by a response of format f, to Tokens. found is
+// false when u carries neither an input nor an output count.
+func (u *usage) tokens(f Format) (t Tokens, found bool, err error) {
+	switch f {
+	case OpenAIChat:
+		t, found = openAITokens(u.PromptTokens, u.CompletionTokens, u.PromptDetails.Cached, u.CompletionDetails.Reasoning, u.TotalTokens)
+	case OpenAIResponses:
+		t, found = openAITokens(u.InputTokens, u.OutputTokens, u.InputDetails.Cached, u.OutputDetails.Reasoning, u.TotalTokens)
+	case OpenAIEmbeddings:
+		in := u.PromptTokens
+		if !in.ok {
+			in = u.TotalTokens
+		}
+		t, found = Tokens{Input: in.v}, in.ok
+	case AnthropicMessages:
+		t, found = anthropicTokens(u.InputTokens, u.CacheRead, u.CacheCreation, u.OutputTokens)
+	}
+	if found && t.Billable() > budget.MaxTokens {
+		return Tokens{}, false, errCount
+	}
+	return t, found, nil
+}
+
+// openAITokens maps an OpenAI usage: the prompt count includes the cached
+// tokens, the completion count includes the reasoning tokens. A breakdown
+// larger than its total is clamped to it, so billable stays prompt +
+// completion. One exception keeps compatible servers that report reasoning
+// beside the completion count from being undercounted: when total is given
+// and equals prompt + completion + reasoning with reasoning > 0, the
+// completion count is taken as excluding reasoning.
+func openAITokens(prompt, completion, cached, reasoning, total count) (Tokens, bool) {
+	if !prompt.ok && !completion.ok {
+		return Tokens{}, false
+	}
+	t := Tokens{Input: prompt.v, CacheRead: min(cached.v, prompt.v)}
+	r := reasoning.v
+	if r > 0 && total.ok && total.v == prompt.v+completion.v+r {
+		t.Output, t.Reasoning = completion.v, r
+	} else {
+		r = min(r, completion.v)
+		t.Output, t.Reasoning = completion.v-r, r
+	}
+	return t, true
+}
+
+// anthropicTokens maps an Anthropic usage: input_tokens excludes the cache
+// reads and writes, so Input is their sum; output_tokens includes thinking,
+// which Anthropic does not report apart, so it is all Output.
+func anthropicTokens(in, read, write, out count) (Tokens, bool) {
+	if !in.ok && !out.ok {
+		return Tokens{}, false
+	}
+	return Tokens{
+		Input:      in.v + read.v + write.v,
+		Output:     out.v,
+		CacheRead:  read.v,
+		CacheWrite: write.v,
+	}, true
+}
+
+// body is the top level of a non-streamed response of any format, and of
+// an OpenAI chat stream chunk.
+type body struct {
+	Model   string     `json:"model"`
+	Usage   *usage     `json:"usage"`
+	Choices []struct{} `json:"choices"` // elements are skipped, not decoded
+}
+
+// ParseJSON extracts the usage of a non-streamed response body of format f.
+//
+// found is false, with a nil error, when the body is JSON without usage (an
+// error body, a queued background response). err is non-nil when the body is
+// not a JSON object or a token count is not an integer from 0 to 2^53-1 (or
+// the billable sum exceeds it); found is then false. The body is only read.
+func ParseJSON(f Format, data []byte) (t Tokens, found bool, err error) {
+	var b body
+	if err := json.Unmarshal(data, &b); err != nil {
+		return Tokens{}, false, fmt.Errorf("proxy: %v response: %w", f, err)
+	}
+	if b.Usage == nil {
+		return Tokens{}, false, nil
+	}
+	t, found, err = b.Usage.tokens(f)
+	if err != nil {
+		return Tokens{}, false, fmt.Errorf("proxy: %v response: %w", f, err)
+	}
+	if found {
+		t.Model = b.Model
+	}
+	return t, found, nil
+}
+
+// hasUsageObject is a cheap pre-filter: it reports whether data contains the
+// key "usage" followed by an object, so events without usage (or with
+// "usage":null) are not decoded at all. A string value cannot hold the bytes
+// `"usage"` unescaped, so a match outside a key is at worst a false positive
+// that the decoder then rejects.
+func hasUsageObject(data []byte) bool {
+	for i := 0; i < len(data); {
+		j := bytes.Index(data[i:], usageKey)
+		if j < 0 {
+			return false
+		}
+		k := skipSpace(data, i+j+len(usageKey))
+		if k < len(data) && data[k] == ':' {
+			k = skipSpace(data, k+1)
+			if k < len(data) && data[k] == '{' {
+				return true
+			}
+		}
+		i += j + 1
+	}
+	return false
+}
+
+var usageKey = []byte(`"usage"`)
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}

@@ -1,0 +1,180 @@
+package proxy
+
+import (
+	"bytes"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+)
+
+// addSeeds adds every capture file (each with its own format) and the
+// synthetic stream cases to the seed corpus; add builds one entry.
+func addSeeds(f *testing.F, add func(data []byte, format Format)) {
+	files, err := filepath.Glob(filepath.Join(capturesDir, "*"))
+	if err != nil || len(files) == 0 {
+		f.Fatalf("no captures: %v", err)
+	}
+	formats := map[string]Format{}
+	for _, c := range captures {
+		formats[c.file] = c.format
+	}
+	for _, file := range files {
+		if filepath.Ext(file) == ".md" {
+			continue
+		}
+		data, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		add(data, formats[filepath.Base(file)])
+	}
+	for _, c := range streamCases {
+		add([]byte(c.data), c.f)
+	}
+}
+
+// checkInvariants holds found usage to contract section 1.
+func checkInvariants(t *testing.T, what string, tok Tokens, found bool) {
+	t.Helper()
+	if !found {
+		if tok != (Tokens{}) {
+			t.Errorf("%s: not found but tokens %+v", what, tok)
+		}
+		return
+	}
+	for _, v := range []int64{tok.Input, tok.Output, tok.Reasoning, tok.CacheRead, tok.CacheWrite} {
+		if v < 0 || v > budget.MaxTokens {
+			t.Errorf("%s: count out of range: %+v", what, tok)
+		}
+	}
+	if tok.CacheRead+tok.CacheWrite > tok.Input {
+		t.Errorf("%s: cache breakdown above input: %+v", what, tok)
+	}
+	if tok.Billable() > budget.MaxTokens {
+		t.Errorf("%s: billable %d above 2^53-1", what, tok.Billable())
+	}
+}
+
+func FuzzParseJSON(f *testing.F) {
+	addSeeds(f, func(data []byte, format Format) { f.Add(data, uint8(format)) })
+	f.Add([]byte(`{"usage":{"prompt_tokens":9007199254740991,"completion_tokens":0,"prompt_tokens_details":{"cached_tokens":9007199254740991}}}`), uint8(OpenAIChat))
+	f.Add([]byte(`{"usage":{"input_tokens":1,"cache_read_input_tokens":2,"cache_creation_input_tokens":3,"output_tokens":-4}}`), uint8(AnthropicMessages))
+	f.Fuzz(func(t *testing.T, data []byte, format uint8) {
+		orig := bytes.Clone(data)
+		for _, fm := range []Format{Format(format % 5), OpenAIChat, OpenAIResponses, OpenAIEmbeddings, AnthropicMessages} {
+			tok, found, err := ParseJSON(fm, data)
+			if err != nil && (found || tok != (Tokens{})) {
+				t.Errorf("%v: error %v with usage %+v found=%v", fm, err, tok, found)
+			}
+			checkInvariants(t, fm.String(), tok, found)
+		}
+		if IsUsageOnlyChunk(data) && !hasUsageObject(data) {
+			t.Error("usage-only chunk without a usage object")
+		}
+		if !bytes.Equal(data, orig) {
+			t.Error("input modified")
+		}
+	})
+}
+
+func FuzzStreamParser(f *testing.F) {
+	addSeeds(f, func(data []byte, format Format) {
+		f.Add(data, uint8(format), uint64(1), false)
+		f.Add(data, uint8(format), uint64(2), true)
+	})
+	f.Fuzz(func(t *testing.T, data []byte, format uint8, seed uint64, small bool) {
+		fm := Format(format % 5)
+		maxEvent := 0
+		if small {
+			maxEvent = 64
+		}
+		orig := bytes.Clone(data)
+		newParser := func() *StreamParser {
+			p := NewStreamParser(fm)
+			p.MaxEventSize = maxEvent
+			return p
+		}
+
+		// Whole, then in random pieces: the same result.
+		whole := newParser()
+		whole.Write(data)
+		tok, found := whole.Result()
+		checkInvariants(t, "whole", tok, found)
+
+		rnd := rand.New(rand.NewPCG(seed, 3))
+		split := newParser()
+		for rest := data; len(rest) > 0; {
+			n := min(len(rest), 1+rnd.IntN(1+rnd.IntN(64)))
+			if w, err := split.Write(rest[:n]); w != n || err != nil {
+				t.Fatalf("Write = %d, %v", w, err)
+			}
+			rest = rest[n:]
+		}
+		if tok2, found2 := split.Result(); tok2 != tok || found2 != found {
+			t.Fatalf("chunking changed the result: %+v %v vs %+v %v", tok2, found2, tok, found)
+		}
+		if whole.Final() != split.Final() || whole.Final() && !found {
+			t.Fatalf("Final() = %v (split %v) with found=%v", whole.Final(), split.Final(), found)
+		}
+		if (whole.Err() == nil) != (split.Err() == nil) {
+			t.Fatalf("chunking changed the error: %v vs %v", whole.Err(), split.Err())
+		}
+		limit := DefaultMaxEventSize
+		if maxEvent > 0 {
+			limit = maxEvent
+		}
+		if cap(whole.data) > 2*limit+8192 || cap(split.event) > 2*maxEventName {
+			t.Fatalf("buffers over the cap: %d %d", cap(whole.data), cap(split.event))
+		}
+
+		// Through StripUsageChunks, read whole and in random pieces: the
+		// same output, a subsequence of the input (whole only for formats
+		// other than chat), and the same usage.
+		stripWhole := newParser()
+		out, err := io.ReadAll(StripUsageChunks(bytes.NewReader(data), stripWhole))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stripSplit := newParser()
+		out2, err := readRandom(StripUsageChunks(&chunkReader{data: data, rnd: rnd, err: io.EOF}, stripSplit), rnd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(out, out2) {
+			t.Fatalf("strip output depends on chunking:\n%q\n%q", out, out2)
+		}
+		for _, p := range []*StreamParser{stripWhole, stripSplit} {
+			if tok2, found2 := p.Result(); tok2 != tok || found2 != found {
+				t.Fatalf("strip changed the result: %+v %v vs %+v %v", tok2, found2, tok, found)
+			}
+		}
+		if fm != OpenAIChat && !bytes.Equal(out, data) {
+			t.Fatalf("%v stream changed by strip", fm)
+		}
+		if !isSubsequence(out, data) {
+			t.Fatalf("strip output is not a subsequence of the input")
+		}
+		if len(out) < len(data) && !strings.Contains(string(data), `"usage"`) {
+			t.Fatalf("bytes removed from a stream without usage")
+		}
+		if !bytes.Equal(data, orig) {
+			t.Error("input modified")
+		}
+	})
+}
+
+func isSubsequence(sub, s []byte) bool {
+	for _, c := range sub {
+		i := bytes.IndexByte(s, c)
+		if i < 0 {
+			return false
+		}
+		s = s[i+1:]
+	}
+	return true
+}
