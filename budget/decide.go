@@ -159,3 +159,16 @@ func ceilSeconds(d time.Duration) int64 {
 	}
 	return int64((d + time.Second - 1) / time.Second)
 }
+
+// Err is nil for an allowed decision, else the typed refusal: *ParkedError
+// when the provider is parked (it wins: no budget helps), else
+// *ExceededError.
+func (d Decision) Err() error {
+	switch {
+	case d.Allowed:
+		return nil
+	case d.Parked != nil:
+		return &ParkedError{Provider: d.Parked.ProviderState, RetryAfter: time.Duration(d.Parked.RetryAfterSeconds) * time.Second}
+	}
+	return &ExceededError{Decision: d}
+}

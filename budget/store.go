@@ -156,8 +156,14 @@ type Tx interface {
 
 	Provider(ctx context.Context, name string) (ProviderState, error)
 	Providers(ctx context.Context) ([]ProviderState, error)
-	PutProvider(ctx context.Context, p ProviderState) error
+	// ParkProvider parks p, or refreshes the kind, times and labels of a
+	// parked one while keeping its probe-failure count.
+	ParkProvider(ctx context.Context, p ProviderState) error
+	// DeleteProvider unparks; it reports whether the provider was parked.
 	DeleteProvider(ctx context.Context, name string) (bool, error)
+	// ProbeFailed atomically adds one probe failure, sets resume-at to the
+	// value next computes from the new count, and drops any probe claim.
+	ProbeFailed(ctx context.Context, name string, next func(ProviderState) time.Time) (ProviderState, error)
 	// ClaimProbe takes the provider's probe claim until until, if no other
 	// live claim holds it; ok reports whether this caller got it.
 	ClaimProbe(ctx context.Context, name, owner string, now, until time.Time) (ok bool, err error)

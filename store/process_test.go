@@ -67,6 +67,20 @@ func child(role, path, arg string) error {
 		}
 		fmt.Println(admitted)
 		return nil
+	case "probefail":
+		for range n {
+			if _, err := db.ProbeFailed(ctx, "p"); err != nil {
+				return err
+			}
+		}
+		return nil
+	case "claim":
+		pr := &budget.Prober{Tracker: db.Tracker, ClaimTTL: time.Hour, Probe: func(context.Context, string) error {
+			fmt.Println("probing")
+			select {} // hold the claim until killed
+		}}
+		_, err := pr.RunOnce(ctx)
+		return err
 	case "hold":
 		for range n {
 			if _, err := db.Reserve(ctx, budget.Request{Key: "k", Estimate: budget.Estimate{Tokens: 10}}, time.Minute); err != nil {
@@ -293,5 +307,66 @@ func TestSchemaVersions(t *testing.T) {
 	_, err = store.Open(ctx, path, tokenbudget.SQLiteSchema, store.Options{})
 	if !errors.Is(err, budget.ErrSchemaTooNew) {
 		t.Fatalf("Open(newer schema) = %v; want ErrSchemaTooNew", err)
+	}
+}
+
+func TestTwoProcessesProbeFailed(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "budget.db")
+	db := openTracker(t, path, nil)
+	ctx := context.Background()
+	if _, err := db.Park(ctx, "p", budget.RateLimited, time.Second, nil); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 2 {
+		cmd := spawn(t, "probefail", path, 200)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := cmd.Run(); err != nil {
+				t.Errorf("child: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	p, err := db.ProviderState(ctx, "p")
+	if err != nil || p.ProbeFailures != 400 {
+		t.Fatalf("probe failures = %d, %v; want 400 from two processes", p.ProbeFailures, err)
+	}
+}
+
+func TestProbeClaimAcrossProcesses(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "budget.db")
+	clock := time.Now().Add(time.Hour) // past the park's resume-at
+	db := openTracker(t, path, func() time.Time { return clock })
+	ctx := context.Background()
+	if _, err := db.ParkAt(ctx, "p", budget.RateLimited, time.Second, nil, time.Now().Add(-time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	cmd := spawn(t, "claim", path, 0)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	if line, _ := bufio.NewReader(out).ReadString('\n'); strings.TrimSpace(line) != "probing" {
+		t.Fatalf("child said %q; want probing", line)
+	}
+	pr := &budget.Prober{Tracker: db.Tracker, Probe: func(context.Context, string) error {
+		t.Error("probed a provider another process holds the claim of")
+		return nil
+	}}
+	rep, err := pr.RunOnce(ctx)
+	if err != nil || rep.Probed != 0 {
+		t.Fatalf("RunOnce while another process probes = %+v, %v; want nothing probed", rep, err)
+	}
+	// Once the claim expires, this process may probe.
+	clock = clock.Add(2 * time.Hour)
+	pr.Probe = func(context.Context, string) error { return nil }
+	if rep, err := pr.RunOnce(ctx); err != nil || rep.Recovered != 1 {
+		t.Fatalf("RunOnce after the claim expired = %+v, %v; want recovered", rep, err)
 	}
 }

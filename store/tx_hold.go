@@ -206,16 +206,34 @@ func (t *tx) Providers(ctx context.Context) ([]budget.ProviderState, error) {
 	return out, nil
 }
 
-func (t *tx) PutProvider(ctx context.Context, p budget.ProviderState) error {
-	_, err := t.exec(ctx, `INSERT INTO providers (`+providerCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)
+func (t *tx) ParkProvider(ctx context.Context, p budget.ProviderState) error {
+	_, err := t.exec(ctx, `INSERT INTO providers (`+providerCols+`) VALUES (?, ?, ?, ?, ?, ?, 0)
 		ON CONFLICT (provider) DO UPDATE SET kind = excluded.kind, parked_at = excluded.parked_at,
-		retry_after = excluded.retry_after, resume_at = excluded.resume_at, affected = excluded.affected,
-		probe_failures = excluded.probe_failures`,
-		p.Provider, string(p.Kind), ns(p.ParkedAt), int64(p.RetryAfter), ns(p.ResumeAt), strings.Join(p.Affected, "\n"), p.ProbeFailures)
+		retry_after = excluded.retry_after, resume_at = excluded.resume_at, affected = excluded.affected`,
+		p.Provider, string(p.Kind), ns(p.ParkedAt), int64(p.RetryAfter), ns(p.ResumeAt), strings.Join(p.Affected, "\n"))
 	if err != nil {
-		return fmt.Errorf("save provider %s: %w", p.Provider, err)
+		return fmt.Errorf("park provider %s: %w", p.Provider, err)
 	}
 	return nil
+}
+
+func (t *tx) ProbeFailed(ctx context.Context, name string, next func(budget.ProviderState) time.Time) (budget.ProviderState, error) {
+	n, err := t.exec(ctx, `UPDATE providers SET probe_failures = probe_failures + 1, probe_owner = '', probe_until = 0 WHERE provider = ?`, name)
+	if err != nil {
+		return budget.ProviderState{}, fmt.Errorf("count probe failure of %s: %w", name, err)
+	}
+	if n == 0 {
+		return budget.ProviderState{}, fmt.Errorf("provider %q is not parked: %w", name, budget.ErrNotFound)
+	}
+	p, err := t.Provider(ctx, name)
+	if err != nil {
+		return p, err
+	}
+	p.ResumeAt = next(p)
+	if _, err := t.exec(ctx, `UPDATE providers SET resume_at = ? WHERE provider = ?`, ns(p.ResumeAt), name); err != nil {
+		return p, fmt.Errorf("back off provider %s: %w", name, err)
+	}
+	return p, nil
 }
 
 func (t *tx) DeleteProvider(ctx context.Context, name string) (bool, error) {

@@ -22,10 +22,7 @@ type NewDB func(t testing.TB) (open func() budget.Store)
 
 // Run runs the whole suite against the store newDB makes.
 func Run(t *testing.T, newDB NewDB) {
-	for _, tc := range []struct {
-		name string
-		fn   func(*testing.T, NewDB)
-	}{
+	for _, tc := range append([]suiteCase{
 		{"ScopeMatching", testScopeMatching},
 		{"SeedMidWindow", testSeedMidWindow},
 		{"FirstRequestCountedOnce", testFirstRequestOnce},
@@ -44,10 +41,18 @@ func Run(t *testing.T, newDB NewDB) {
 		{"ReservationAcrossBoundary", testReserveBoundary},
 		{"Leases", testLeases},
 		{"ReserveSeesUnflushedUsage", testReserveSeesPending},
-	} {
+	}, extra...) {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newDB) })
 	}
 }
+
+type suiteCase struct {
+	name string
+	fn   func(*testing.T, NewDB)
+}
+
+// extra holds the cases other files of the suite register.
+var extra []suiteCase
 
 // Clock is a settable clock for Config.Now.
 type Clock struct {

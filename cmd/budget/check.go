@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+)
+
+const checkHelp = `usage: budget check --key K [--provider P] [--model M] [--tokens N] [--at T] [--json]
+
+Asks whether a request may run at --at (default now) without consuming
+anything: every applicable enabled limit, the most restrictive breach and
+whether the provider is parked. --tokens is one unsplit estimate that counts
+fully against every token metric. Exit 3 when refused. With --json prints
+{"allowed", "breach", "parked", "limits"}.
+
+`
+
+func (m *Main) runCheck(ctx context.Context, args []string) (err error) {
+	fs := newFlagSet("check")
+	dsn := m.dbFlag(fs)
+	var req budget.Request
+	fs.StringVar(&req.Key, "key", "", "API key (required)")
+	fs.StringVar(&req.Provider, "provider", "", "provider of the request")
+	fs.StringVar(&req.Model, "model", "", "model of the request")
+	fs.Int64Var(&req.Estimate.Tokens, "tokens", 0, "estimated tokens of the request")
+	at := m.atFlag(fs)
+	asJSON := fs.Bool("json", false, `print {"allowed", "breach", "parked", "limits"}`)
+	pos, err := m.parseArgs(fs, checkHelp, args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs("check", pos); err != nil {
+		return err
+	}
+	now, err := at()
+	if err != nil {
+		return err
+	}
+	req.Key, req.Provider, req.Model = strings.TrimSpace(req.Key), strings.TrimSpace(req.Provider), strings.TrimSpace(req.Model)
+	if req.Key == "" {
+		return budget.Invalid("key", req.Key, "must not be empty")
+	}
+	if err := budget.CheckTokens("tokens", req.Estimate.Tokens); err != nil {
+		return err
+	}
+
+	db, err := m.openDB(ctx, *dsn, dbOptions{now: fixedClock(now)})
+	if err != nil {
+		return err
+	}
+	defer closeDB(ctx, db, &err)
+	d, err := db.CheckAt(ctx, req, now)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		err = writeJSON(m.Stdout, decisionObj(&d))
+	} else {
+		err = writeDecision(m.Stdout, &d, req.Estimate)
+	}
+	if err == nil && !d.Allowed {
+		err = errRefused
+	}
+	return err
+}
+
+// writeDecision prints a decision for humans: the verdict, why, and the
+// applicable limits.
+func writeDecision(w0 io.Writer, d *budget.Decision, est budget.Estimate) error {
+	w := tabwriter.NewWriter(w0, 0, 8, 2, ' ', 0)
+	switch {
+	case d.Allowed:
+		fmt.Fprintf(w, "allowed (%d applicable limits)\n", len(d.Limits))
+	default:
+		fmt.Fprintln(w, "refused")
+	}
+	if b := d.Breach; b != nil {
+		l := &b.Limit
+		retry := "retryable"
+		if !b.Retryable {
+			retry = "not retryable: the estimate alone exceeds the limit"
+		}
+		e, op := est.Amount(l.Metric), ">"
+		if e == 0 {
+			op = ">="
+		}
+		fmt.Fprintf(w, "  limit %s (%s %s %s %s): used %d + reserved %d + estimate %d %s limit %d; retry after %ds (%s)\n",
+			l.ID, l.Key, l.ScopeString(), l.Metric, windowText(l), b.Used, b.Reserved, e, op, l.Max,
+			b.RetryAfterSeconds, retry)
+	}
+	if p := d.Parked; p != nil {
+		fmt.Fprintf(w, "  provider %s is parked (%s) until %s; retry after %ds\n",
+			p.Provider, p.Kind, tsText(p.ResumeAt), p.RetryAfterSeconds)
+	}
+	if len(d.Limits) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, statusHeader)
+		for i := range d.Limits {
+			fmt.Fprintln(w, statusLine(&d.Limits[i]))
+		}
+	}
+	return w.Flush()
+}

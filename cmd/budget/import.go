@@ -1,0 +1,301 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+)
+
+const importHelp = `usage: budget import [--db PATH] [--json] FILE|-
+
+Imports usage events from JSON lines (- reads stdin), one event per line
+with the record fields: request_id, key, provider, model, input, output,
+reasoning, cache_read, cache_write, at (RFC3339, default now). key, provider
+and model are required; unknown fields are invalid; blank lines are skipped.
+
+Every line is validated before anything is written: a bad line exits 2
+naming its line number. Events are then written in batches of 1000, each one
+transaction, in file order, so an interrupted import leaves a clean prefix
+and running it again completes it: events already stored are duplicates. A
+line without request_id gets a deterministic one, "imp_" and a hash of its
+line number and content, so re-running the same file skips it too.
+
+Prints a summary, or {"imported", "duplicates"} with --json.
+
+`
+
+// importBatch is how many events one RecordSync call (one transaction) writes.
+const importBatch = 1000
+
+func (m *Main) runImport(ctx context.Context, args []string) (err error) {
+	fs := newFlagSet("import")
+	dsn := m.dbFlag(fs)
+	asJSON := fs.Bool("json", false, `print {"imported", "duplicates"}`)
+	pos, err := m.parseArgs(fs, importHelp, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("import", "want one FILE (or - for stdin), got %d arguments", len(pos))
+	}
+	src, name, cleanup, err := m.importSource(pos[0])
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	start, err := src.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", name, err)
+	}
+
+	// Pass 1: validate every line; nothing is opened or written yet.
+	now := m.Now()
+	total := 0
+	if err := scanEvents(ctx, src, now, func(int, budget.Usage) error { total++; return nil }); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if _, err := src.Seek(start, io.SeekStart); err != nil {
+		return fmt.Errorf("read %s: %w", name, err)
+	}
+
+	// Pass 2: write in batches.
+	db, err := m.openDB(ctx, *dsn, dbOptions{create: true, tune: func(c *budget.Config) {
+		c.BatchSize = importBatch // one RecordSync call is normally one transaction
+		c.BatchInterval = 50 * time.Millisecond
+	}})
+	if err != nil {
+		return err
+	}
+	defer closeDB(ctx, db, &err)
+	progress := isTerminal(m.Stderr)
+	var imported, dups int
+	batch := make([]budget.Usage, 0, importBatch)
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		d, err := db.RecordSync(ctx, batch...)
+		if err != nil {
+			return fmt.Errorf("import %s stopped with at least %d of %d events stored (run it again to complete it): %w",
+				name, imported+dups, total, err)
+		}
+		for _, dup := range d {
+			if dup {
+				dups++
+			} else {
+				imported++
+			}
+		}
+		batch = batch[:0]
+		if progress {
+			fmt.Fprintf(m.Stderr, "\rimporting %s: %d/%d events", name, imported+dups, total)
+		}
+		return nil
+	}
+	err = scanEvents(ctx, src, now, func(line int, u budget.Usage) error {
+		batch = append(batch, u)
+		if len(batch) == importBatch {
+			return flush()
+		}
+		return nil
+	})
+	if err == nil {
+		err = flush()
+	}
+	if progress && imported+dups > 0 {
+		fmt.Fprintln(m.Stderr)
+	}
+	if err != nil {
+		if errors.Is(err, budget.ErrInvalid) {
+			// Pass 1 accepted every line: the file changed under us.
+			return fmt.Errorf("%s changed during the import: %v", name, err)
+		}
+		return err
+	}
+	if *asJSON {
+		return writeJSON(m.Stdout, struct {
+			Imported   int `json:"imported"`
+			Duplicates int `json:"duplicates"`
+		}{imported, dups})
+	}
+	_, err = fmt.Fprintf(m.Stdout, "imported %d events, %d duplicates\n", imported, dups)
+	return err
+}
+
+// importSource opens the input: the file, or stdin. An input that cannot
+// seek (a pipe) is copied to a temporary file, so both passes read the
+// same bytes without holding every event in memory.
+func (m *Main) importSource(arg string) (src io.ReadSeeker, name string, cleanup func(), err error) {
+	cleanup = func() {}
+	var r io.Reader
+	if arg == "-" {
+		name, r = "stdin", m.Stdin
+	} else {
+		f, err := os.Open(arg)
+		if err != nil {
+			return nil, arg, cleanup, err
+		}
+		name, r, cleanup = arg, f, func() { f.Close() }
+	}
+	if rs, ok := r.(io.ReadSeeker); ok {
+		if _, err := rs.Seek(0, io.SeekCurrent); err == nil {
+			return rs, name, cleanup, nil
+		}
+	}
+	tmp, err := os.CreateTemp("", "budget-import-*.jsonl")
+	if err != nil {
+		return nil, name, cleanup, fmt.Errorf("spool %s: %w", name, err)
+	}
+	prev := cleanup
+	cleanup = func() { tmp.Close(); os.Remove(tmp.Name()); prev() }
+	if _, err := io.Copy(tmp, r); err != nil {
+		return nil, name, cleanup, fmt.Errorf("read %s: %w", name, err)
+	}
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		return nil, name, cleanup, fmt.Errorf("spool %s: %w", name, err)
+	}
+	return tmp, name, cleanup, nil
+}
+
+// scanEvents reads JSON lines from r and calls fn with each event,
+// validated, and its line number. An error names the line.
+func scanEvents(ctx context.Context, r io.Reader, now time.Time, fn func(line int, u budget.Usage) error) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	for n := 1; ; n++ {
+		b, rerr := br.ReadBytes('\n')
+		if rerr != nil && rerr != io.EOF {
+			return fmt.Errorf("read line %d: %w", n, rerr)
+		}
+		if n%10000 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if len(bytes.TrimSpace(b)) > 0 {
+			u, err := parseLine(b, n, now)
+			if err != nil {
+				return fmt.Errorf("line %d: %w", n, err)
+			}
+			if err := fn(n, u); err != nil {
+				return err
+			}
+		}
+		if rerr == io.EOF {
+			return nil
+		}
+	}
+}
+
+// importLine is one line as written. Token counts are json.Numbers so a
+// fraction or an out-of-range value is reported with the field's name.
+type importLine struct {
+	RequestID  string      `json:"request_id"`
+	Key        string      `json:"key"`
+	Provider   string      `json:"provider"`
+	Model      string      `json:"model"`
+	Input      json.Number `json:"input"`
+	Output     json.Number `json:"output"`
+	Reasoning  json.Number `json:"reasoning"`
+	CacheRead  json.Number `json:"cache_read"`
+	CacheWrite json.Number `json:"cache_write"`
+	At         *string     `json:"at"`
+}
+
+// parseLine decodes and validates line n. now is the instant of an event
+// without at.
+func parseLine(b []byte, n int, now time.Time) (budget.Usage, error) {
+	b = bytes.TrimSpace(b)
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	dec.UseNumber()
+	var in importLine
+	if err := dec.Decode(&in); err != nil {
+		return budget.Usage{}, decodeError(b, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return budget.Usage{}, budget.Invalid("json", clip(b), "want one JSON object per line")
+	}
+	u := budget.Usage{RequestID: in.RequestID, Key: in.Key, Provider: in.Provider, Model: in.Model, At: now}
+	for _, f := range []struct {
+		name string
+		num  json.Number
+		dst  *int64
+	}{{"input", in.Input, &u.Input}, {"output", in.Output, &u.Output}, {"reasoning", in.Reasoning, &u.Reasoning},
+		{"cache_read", in.CacheRead, &u.CacheRead}, {"cache_write", in.CacheWrite, &u.CacheWrite}} {
+		if f.num == "" {
+			continue
+		}
+		v, err := strconv.ParseInt(string(f.num), 10, 64)
+		if err != nil {
+			return u, budget.Invalid(f.name, f.num, "must be an integer between 0 and 2^53-1")
+		}
+		*f.dst = v
+	}
+	if in.At != nil && *in.At != "" {
+		at, err := parseAt(*in.At)
+		if err != nil {
+			return u, err
+		}
+		u.At = at
+	}
+	if strings.TrimSpace(u.RequestID) == "" {
+		u.RequestID = lineID(b, n)
+	}
+	return validUsage(u)
+}
+
+// decodeError names the field a decoding error is about when it can.
+func decodeError(b []byte, err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		want := "want a string"
+		if te.Type == reflect.TypeFor[json.Number]() {
+			want = "want an integer between 0 and 2^53-1"
+		}
+		return budget.Invalid(te.Field, te.Value, want)
+	}
+	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		name, _ := strconv.Unquote(f)
+		return budget.Invalid("field", name, "unknown; want request_id, key, provider, model, input, output, reasoning, cache_read, cache_write, at")
+	}
+	return budget.Invalid("json", clip(b), err.Error())
+}
+
+// lineID is the request id of a line without one: deterministic, so
+// importing the same file again finds it a duplicate.
+func lineID(b []byte, n int) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%d\n", n)
+	h.Write(b)
+	return "imp_" + hex.EncodeToString(h.Sum(nil)[:12])
+}
+
+// clip shortens a line for an error message.
+func clip(b []byte) string {
+	const max = 80
+	if len(b) > max {
+		return string(b[:max]) + "..."
+	}
+	return string(b)
+}
+
+// isTerminal reports whether w is a terminal (a progress line is shown only there).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func writeLines(t *testing.T, lines ...string) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "usage.jsonl")
+	if err := os.WriteFile(f, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// usedAt is the used value of limit id at the instant at.
+func usedAt(t *testing.T, db, id, at string) float64 {
+	t.Helper()
+	v := decode(t, mustRun(t, 0, "inspect", "--db", db, "--at", at, "--json").stdout)
+	for _, l := range v["limits"].([]any) {
+		if l := l.(map[string]any); l["id"] == id {
+			return l["used"].(float64)
+		}
+	}
+	t.Fatalf("inspect: no limit %s", id)
+	return 0
+}
+
+func TestImport(t *testing.T) {
+	t.Parallel()
+	db := tempDB(t)
+	mustRun(t, 0, "limit", "set", "--db", db, "--key", "demo", "--limit", "100000", "--window", "daily", "--id", "day")
+	f := writeLines(t,
+		`{"request_id":"i1","key":"demo","provider":"anthropic","model":"claude","input":10,"output":5,"at":"2026-03-02T11:00:00Z"}`,
+		``,
+		`{"request_id":"i2","key":"demo","provider":"anthropic","model":"claude","input":20,"output":5,"reasoning":1,"cache_read":4,"cache_write":6,"at":"2026-03-02T11:00:01Z"}`,
+		`  {"key":"demo","provider":"openai","model":"gpt","input":100}  `, // no id, no at: now
+		`{"key":"demo","provider":"openai","model":"gpt","input":100,"at":null}`,
+	)
+	v := decode(t, mustRun(t, 0, "import", "--db", db, "--json", f).stdout)
+	wantKeys(t, "import --json", v, "imported", "duplicates")
+	if v["imported"] != 4.0 || v["duplicates"] != 0.0 {
+		t.Errorf("import: got %v; want 4 imported", v)
+	}
+	if u := usedAt(t, db, "day", "2026-03-02T12:00:00Z"); u != 241 {
+		t.Errorf("used after import: got %v; want 241", u)
+	}
+	// Running it again changes nothing: every line is a duplicate, those
+	// without request_id too.
+	r := mustRun(t, 0, "import", "--db", db, f)
+	if r.stdout != "imported 0 events, 4 duplicates\n" {
+		t.Errorf("second import: got %q", r.stdout)
+	}
+	if u := usedAt(t, db, "day", "2026-03-02T12:00:00Z"); u != 241 {
+		t.Errorf("used after a second import: got %v; want 241", u)
+	}
+	mustRun(t, 0, "verify", "--db", db)
+}
+
+// TestImportBatches imports more than one batch, from stdin, and resumes a
+// partial import.
+func TestImportBatches(t *testing.T) {
+	t.Parallel()
+	db := tempDB(t)
+	mustRun(t, 0, "limit", "set", "--db", db, "--key", "k", "--limit", "100000000", "--window", "1h", "--id", "h")
+	var lines []string
+	want := 0
+	for i := range 2500 {
+		lines = append(lines, fmt.Sprintf(`{"key":"k","provider":"p","model":"m","input":%d,"at":"2026-03-02T11:%02d:00Z"}`, i, i%60))
+		want += i
+	}
+	// A killed import left the first 1000 lines: running the whole file completes it.
+	mustRun(t, 0, "import", "--db", db, writeLines(t, lines[:1000]...))
+	r := runStdin(t, strings.Join(lines, "\n")+"\n", "import", "--db", db, "--json", "-")
+	if r.code != 0 {
+		t.Fatalf("import -: %v", r)
+	}
+	var got struct{ Imported, Duplicates int }
+	json.Unmarshal([]byte(r.stdout), &got)
+	if got.Imported != 1500 || got.Duplicates != 1000 {
+		t.Errorf("resumed import: got %+v; want 1500 imported, 1000 duplicates", got)
+	}
+	if u := usedAt(t, db, "h", "2026-03-02T11:59:59Z"); u != float64(want) {
+		t.Errorf("used: got %v; want %d", u, want)
+	}
+	mustRun(t, 0, "verify", "--db", db)
+}
+
+// TestImportBadLine: a bad line 3 exits 2 naming line 3, and nothing is
+// imported, not even lines 1 and 2.
+func TestImportBadLine(t *testing.T) {
+	t.Parallel()
+	good := `{"request_id":"g%d","key":"demo","provider":"p","model":"m","input":10,"at":"2026-03-02T11:00:00Z"}`
+	for _, tc := range []struct {
+		line  string
+		field string // named on stderr
+	}{
+		{`{"key":"demo","provider":"p","model":"m","input":-1}`, `input "-1"`},
+		{`{"key":"demo","provider":"p","model":"m","input":9007199254740992}`, `input "9007199254740992"`},
+		{`{"key":"demo","provider":"p","model":"m","output":1.5}`, `output "1.5"`},
+		{`{"key":"demo","provider":"p","model":"m","input":1,"cache_read":2}`, `cache_read+cache_write "2"`},
+		{`{"key":"demo","provider":"p","input":1}`, `model ""`},
+		{`{"key":"demo","model":"m","input":1}`, `provider ""`},
+		{`{"key":"","provider":"p","model":"m"}`, `key ""`},
+		{`{"key":"demo","provider":"p","model":"m","tokens":5}`, `field "tokens"`},
+		{`{"key":"demo","provider":"p","model":"m","at":"2026-03-02 11:00"}`, `at "2026-03-02 11:00"`},
+		{`{"key":"demo","provider":"p","model":"m","input":"ten"}`, "input"},
+		{`{"key":7,"provider":"p","model":"m"}`, "key"},
+		{`{"key":"demo","provider":"p","model":"m"`, "json"},
+		{`{"key":"demo","provider":"p","model":"m"} {"key":"demo"}`, "json"},
+		{`not json`, "json"},
+	} {
+		db := tempDB(t)
+		f := writeLines(t, fmt.Sprintf(good, 1), fmt.Sprintf(good, 2), tc.line, fmt.Sprintf(good, 4))
+		r := run(t, "import", "--db", db, f)
+		if r.code != 2 || !strings.Contains(r.stderr, "line 3") || !strings.Contains(r.stderr, tc.field) {
+			t.Errorf("import with line 3 %s: got %v; want exit 2 naming line 3 and %s", tc.line, r, tc.field)
+		}
+		if exists(db) {
+			t.Errorf("import with a bad line 3 created the database")
+		}
+	}
+
+	// On an existing database: nothing imported.
+	db := tempDB(t)
+	mustRun(t, 0, "limit", "set", "--db", db, "--key", "demo", "--limit", "1000", "--window", "daily", "--id", "day")
+	f := writeLines(t, fmt.Sprintf(good, 1), fmt.Sprintf(good, 2), `{"key":"demo","provider":"p","model":"m","input":-1}`)
+	mustRun(t, 2, "import", "--db", db, f)
+	if u := usedAt(t, db, "day", "2026-03-02T12:00:00Z"); u != 0 {
+		t.Errorf("used after a failed import: got %v; want 0", u)
+	}
+	// The good lines are still importable: nothing half-written blocks them.
+	v := decode(t, mustRun(t, 0, "import", "--db", db, "--json", writeLines(t, fmt.Sprintf(good, 1), fmt.Sprintf(good, 2))).stdout)
+	if v["imported"] != 2.0 {
+		t.Errorf("import after a failed one: got %v; want 2 imported", v)
+	}
+}
+
+func TestImportMissingFile(t *testing.T) {
+	t.Parallel()
+	db := tempDB(t)
+	r := run(t, "import", "--db", db, filepath.Join(t.TempDir(), "nope.jsonl"))
+	if r.code != 1 || !strings.Contains(r.stderr, "nope.jsonl") || exists(db) {
+		t.Errorf("import of a missing file: got %v; want exit 1 naming it, no database", r)
+	}
+}

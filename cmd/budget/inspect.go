@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+)
+
+const inspectHelp = `usage: budget inspect [--key K] [--at T] [--rollovers N] [--json]
+
+Shows every limit (of one key with --key), disabled ones too, in the window
+holding --at (default now), then the newest rollovers (default 20) and the
+parked providers. Writes nothing. With --json prints
+{"at", "limits", "rollovers", "providers"}.
+
+`
+
+// defaultRollovers is how many rollovers inspect shows by default.
+const defaultRollovers = 20
+
+func (m *Main) runInspect(ctx context.Context, args []string) (err error) {
+	fs := newFlagSet("inspect")
+	dsn := m.dbFlag(fs)
+	key := fs.String("key", "", "show only this key's limits and rollovers")
+	at := m.atFlag(fs)
+	n := fs.Int("rollovers", defaultRollovers, "how many of the newest rollovers to show")
+	asJSON := fs.Bool("json", false, `print {"at", "limits", "rollovers", "providers"}`)
+	pos, err := m.parseArgs(fs, inspectHelp, args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs("inspect", pos); err != nil {
+		return err
+	}
+	now, err := at()
+	if err != nil {
+		return err
+	}
+	if *n < 0 {
+		return budget.Invalid("rollovers", *n, "must be 0 or more")
+	}
+
+	db, err := m.openDB(ctx, *dsn, dbOptions{now: fixedClock(now)})
+	if err != nil {
+		return err
+	}
+	defer closeDB(ctx, db, &err)
+	r, err := db.Inspect(ctx, strings.TrimSpace(*key), now, *n)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(m.Stdout, struct {
+			At        string         `json:"at"`
+			Limits    []statusJSON   `json:"limits"`
+			Rollovers []rolloverJSON `json:"rollovers"`
+			Providers []providerJSON `json:"providers"`
+		}{ts(r.At), statusObjs(r.Limits), rolloverObjs(r.Rollovers), providerObjs(r.Providers)})
+	}
+	return writeReport(m, &r)
+}
+
+// writeReport prints a report as tables: limits, rollovers, parked providers.
+func writeReport(m *Main, r *budget.Report) error {
+	w := tabwriter.NewWriter(m.Stdout, 0, 8, 2, ' ', 0)
+	fmt.Fprintf(w, "at %s\n\n", ts(r.At))
+	if len(r.Limits) == 0 {
+		fmt.Fprintln(w, "no limits")
+	} else {
+		fmt.Fprintln(w, statusHeader)
+		for i := range r.Limits {
+			fmt.Fprintln(w, statusLine(&r.Limits[i]))
+		}
+	}
+	fmt.Fprintln(w)
+	if len(r.Rollovers) == 0 {
+		fmt.Fprintln(w, "no rollovers")
+	} else {
+		fmt.Fprintln(w, "ROLLOVER OF\tPREV WINDOW START\tPREV USED\tWINDOW START\tLOGGED AT")
+		for _, ro := range r.Rollovers {
+			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", ro.LimitID, ts(ro.PrevWindowStart), ro.PrevUsed, ts(ro.WindowStart), ts(ro.LoggedAt))
+		}
+	}
+	if len(r.Providers) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "PROVIDER\tKIND\tPARKED AT\tRESUME AT\tPROBE FAILURES\tREFUSING")
+		for _, p := range r.Providers {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", p.Provider, p.Kind, tsText(p.ParkedAt), tsText(p.ResumeAt),
+				p.ProbeFailures, yesNo(p.Refusing(r.At)))
+		}
+	}
+	return w.Flush()
+}

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+)
+
+const limitHelp = `usage: budget limit <set|ls|rm> [flags]
+
+	limit set    create or update a limit (prints its id)
+	limit ls     list limits
+	limit rm ID  delete a limit with its counters (exit 4 when unknown)
+`
+
+func (m *Main) runLimit(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(m.Stderr, limitHelp)
+		return usagef("limit", "missing subcommand: set, ls or rm")
+	}
+	switch args[0] {
+	case "set":
+		return m.runLimitSet(ctx, args[1:])
+	case "ls", "list":
+		return m.runLimitLs(ctx, args[1:])
+	case "rm", "remove":
+		return m.runLimitRm(ctx, args[1:])
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(m.Stdout, limitHelp)
+		return nil
+	}
+	return usagef("limit", "unknown subcommand %q: want set, ls or rm", args[0])
+}
+
+const limitSetHelp = `usage: budget limit set --key K [--scope global|provider|model] [--value V] --limit N
+	[--metric tokens|input|output|requests|concurrent] --window W [--reset-time HH:MM]
+	[--tz ZONE] [--id ID] [--disabled | --enabled] [--json]
+
+Creates a limit, or updates the one with the same key, scope, value, metric
+and window (or the one --id names). An update changes only the attributes
+whose flags are given. --window is 1m, 1h, 1.5h (whole seconds) or daily,
+weekly, monthly; concurrent limits take none. Prints the limit's id, or the
+limit with --json.
+
+`
+
+func (m *Main) runLimitSet(ctx context.Context, args []string) (err error) {
+	fs := newFlagSet("limit set")
+	dsn := m.dbFlag(fs)
+	key := fs.String("key", "", "API key the limit belongs to (required)")
+	scope := fs.String("scope", "global", "global, provider or model")
+	value := fs.String("value", "", "the provider or model name of a provider or model limit")
+	max := fs.Int64("limit", 0, "the limit, > 0 (required to create)")
+	metric := fs.String("metric", "tokens", "tokens, input, output, requests or concurrent")
+	window := fs.String("window", "", "1m, 1h, 5h, ... or daily, weekly, monthly (required except for concurrent)")
+	resetTime := fs.String("reset-time", "", "HH:MM a calendar window starts at (default 00:00)")
+	tz := fs.String("tz", "", "IANA zone of a calendar window (default UTC)")
+	id := fs.String("id", "", "id of a new limit, or of the existing limit to update")
+	disabled := fs.Bool("disabled", false, "disable the limit: it keeps counting but is not enforced")
+	enabled := fs.Bool("enabled", false, "enable the limit")
+	asJSON := fs.Bool("json", false, "print the limit as JSON")
+	pos, err := m.parseArgs(fs, limitSetHelp, args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs("limit set", pos); err != nil {
+		return err
+	}
+	set := visited(fs)
+	spec := budget.LimitSpec{ID: *id, Key: *key, Scope: *scope, ScopeValue: *value, Metric: *metric, Window: *window}
+	if set["reset-time"] {
+		spec.ResetTime = resetTime
+	}
+	if set["tz"] {
+		spec.Timezone = tz
+	}
+	if set["limit"] {
+		spec.Max = max
+	}
+	switch {
+	case set["disabled"] && set["enabled"] && *disabled == *enabled:
+		return budget.Invalid("enabled", *enabled, "conflicts with --disabled")
+	case set["disabled"]:
+		spec.Enabled = ptr(!*disabled)
+	case set["enabled"]:
+		spec.Enabled = ptr(*enabled)
+	}
+	if err := checkSpec(spec); err != nil {
+		return err
+	}
+	if spec.Max == nil && sqliteMissing(*dsn) {
+		// Without --limit this can only update, and there is nothing to update.
+		return budget.Invalid("limit", "", "is required to create a limit")
+	}
+
+	db, err := m.openDB(ctx, *dsn, dbOptions{create: true})
+	if err != nil {
+		return err
+	}
+	defer closeDB(ctx, db, &err)
+	l, _, err := db.SetLimit(ctx, spec)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(m.Stdout, limitObj(&l))
+	}
+	_, err = fmt.Fprintln(m.Stdout, l.ID)
+	return err
+}
+
+// checkSpec validates a limit spec as SetLimit will, before the database
+// is opened, so bad input creates nothing.
+func checkSpec(s budget.LimitSpec) error {
+	metric, err := budget.ParseMetric(s.Metric)
+	if err != nil {
+		return err
+	}
+	var rt, tz string
+	if s.ResetTime != nil {
+		rt = *s.ResetTime
+	}
+	if s.Timezone != nil {
+		tz = *s.Timezone
+	}
+	l := budget.Limit{ID: s.ID, Key: s.Key, Scope: budget.Scope(s.Scope), ScopeValue: s.ScopeValue, Metric: metric, Max: 1}
+	if metric == budget.MetricConcurrent {
+		switch {
+		case strings.TrimSpace(s.Window) != "":
+			return budget.Invalid("window", s.Window, "concurrent limits take no window")
+		case rt != "":
+			return budget.Invalid("reset_time", rt, "concurrent limits have no window")
+		case tz != "":
+			return budget.Invalid("timezone", tz, "concurrent limits have no window")
+		}
+	} else if l.Window, err = budget.ParseWindow(s.Window, rt, tz); err != nil {
+		return err
+	}
+	if s.Max != nil {
+		l.Max = *s.Max
+	}
+	_, err = l.Validate()
+	return err
+}
+
+const limitLsHelp = `usage: budget limit ls [--key K] [--json]
+
+Lists the limits (of one key with --key) in listing order: key, scope,
+value, metric, window length, id.
+
+`
+
+func (m *Main) runLimitLs(ctx context.Context, args []string) (err error) {
+	fs := newFlagSet("limit ls")
+	dsn := m.dbFlag(fs)
+	key := fs.String("key", "", "list only this key's limits")
+	asJSON := fs.Bool("json", false, `print {"limits": [...]}`)
+	pos, err := m.parseArgs(fs, limitLsHelp, args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs("limit ls", pos); err != nil {
+		return err
+	}
+	db, err := m.openDB(ctx, *dsn, dbOptions{})
+	if err != nil {
+		return err
+	}
+	defer closeDB(ctx, db, &err)
+	ls, err := db.Limits(ctx, strings.TrimSpace(*key))
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(m.Stdout, struct {
+			Limits []limitJSON `json:"limits"`
+		}{limitObjs(ls)})
+	}
+	if len(ls) == 0 {
+		_, err = fmt.Fprintln(m.Stdout, "no limits")
+		return err
+	}
+	w := tabwriter.NewWriter(m.Stdout, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(w, "ID\tKEY\tSCOPE\tMETRIC\tWINDOW\tLIMIT\tENABLED")
+	for i := range ls {
+		l := &ls[i]
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", l.ID, l.Key, l.ScopeString(), l.Metric, windowText(l), l.Max, yesNo(l.Enabled))
+	}
+	return w.Flush()
+}
+
+const limitRmHelp = `usage: budget limit rm [--db PATH] ID
+
+Deletes a limit with its counters, rollovers and holds. The usage history
+stays. Exit 4 when no limit has that id.
+
+`
+
+func (m *Main) runLimitRm(ctx context.Context, args []string) (err error) {
+	fs := newFlagSet("limit rm")
+	dsn := m.dbFlag(fs)
+	pos, err := m.parseArgs(fs, limitRmHelp, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("limit rm", "want exactly one limit id, got %d arguments", len(pos))
+	}
+	id := strings.TrimSpace(pos[0])
+	if id == "" {
+		return budget.Invalid("id", pos[0], "must not be empty")
+	}
+	db, err := m.openDB(ctx, *dsn, dbOptions{})
+	if err != nil {
+		return err
+	}
+	defer closeDB(ctx, db, &err)
+	return db.DeleteLimit(ctx, id)
+}

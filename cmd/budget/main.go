@@ -1,0 +1,229 @@
+// Command budget manages a tokenbudget database: limits, usage, checks and
+// reports. Each subcommand lives in its own file with its own flag.FlagSet;
+// Run dispatches to them and main only maps Run's error to an exit code.
+//
+// Exit codes (contract section 7): 0 ok; 1 runtime error; 2 bad usage or
+// invalid input; 3 refused; 4 not found or already settled; 5 drift found.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+)
+
+func main() {
+	// The first interrupt cancels the command, which still writes what it
+	// has queued (an import keeps a clean prefix); a second one kills it.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() { <-ctx.Done(); stop() }()
+	err := Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(exitCode(err))
+}
+
+// Run runs the budget command line args (without the program name). It
+// reports an error on stderr and returns it; exitCode maps it to the
+// process's exit code.
+func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	m := &Main{Stdin: stdin, Stdout: stdout, Stderr: stderr}
+	return m.Run(ctx, args)
+}
+
+// Main is the program with its environment, so tests run it in process.
+type Main struct {
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	// Now is the wall clock: the default --at, the instant of a record
+	// without --at and the logged_at of the rollovers a write logs.
+	// (Optional; default time.Now; tests fix it.)
+	Now func() time.Time
+	// Getenv reads the environment ($BUDGET_DB). (Optional; default os.Getenv.)
+	Getenv func(string) string
+}
+
+const usage = `budget tracks token budgets for LLM gateways in an embedded database.
+
+Usage:
+
+	budget <command> [arguments]
+
+Commands:
+
+	limit set      create or update a limit
+	limit ls       list limits
+	limit rm       delete a limit
+	record         record one request's usage
+	import         import usage events from JSON lines
+	check          ask whether a request may run now (exit 3 when refused)
+	inspect        show every limit in its current window and the latest rollovers
+	verify         compare every counter with the usage history (exit 5 on drift)
+
+Every command takes --db PATH (default $BUDGET_DB, else ./budget.db).
+Run 'budget <command> -h' for a command's flags.
+`
+
+// Errors that carry an exit code of their own. Their output is already
+// written, so Run prints nothing more for them.
+var (
+	errRefused = errors.New("refused")     // exit 3
+	errDrift   = errors.New("drift found") // exit 5
+)
+
+// usageError is bad usage of the command line: exit 2.
+type usageError struct {
+	cmd string // "limit set"
+	err error
+}
+
+func (e *usageError) Error() string {
+	if e.cmd == "" {
+		return fmt.Sprintf("%v (see 'budget help')", e.err)
+	}
+	return fmt.Sprintf("%s: %v (see 'budget %s -h')", e.cmd, e.err, e.cmd)
+}
+
+func (e *usageError) Unwrap() error { return e.err }
+
+func usagef(cmd, format string, args ...any) error {
+	return &usageError{cmd: cmd, err: fmt.Errorf(format, args...)}
+}
+
+// exitCode maps an error of Run to the process's exit code.
+func exitCode(err error) int {
+	var ue *usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue), errors.Is(err, budget.ErrInvalid):
+		return 2
+	case errors.Is(err, errRefused):
+		return 3
+	case errors.Is(err, budget.ErrNotFound), errors.Is(err, budget.ErrSettled):
+		return 4
+	case errors.Is(err, errDrift):
+		return 5
+	}
+	return 1
+}
+
+// Run runs one command and reports its error on m.Stderr.
+func (m *Main) Run(ctx context.Context, args []string) (err error) {
+	if m.Now == nil {
+		m.Now = time.Now
+	}
+	if m.Getenv == nil {
+		m.Getenv = os.Getenv
+	}
+	if m.Stdin == nil {
+		m.Stdin = strings.NewReader("")
+	}
+	defer func() {
+		if err != nil && !errors.Is(err, flag.ErrHelp) && !errors.Is(err, errRefused) && !errors.Is(err, errDrift) {
+			fmt.Fprintf(m.Stderr, "budget: %v\n", err)
+		}
+	}()
+	if len(args) == 0 {
+		fmt.Fprint(m.Stderr, usage)
+		return &usageError{err: errors.New("missing command")}
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "limit":
+		return m.runLimit(ctx, rest)
+	case "record":
+		return m.runRecord(ctx, rest)
+	case "import":
+		return m.runImport(ctx, rest)
+	case "check":
+		return m.runCheck(ctx, rest)
+	case "inspect":
+		return m.runInspect(ctx, rest)
+	case "verify":
+		return m.runVerify(ctx, rest)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(m.Stdout, usage)
+		return nil
+	}
+	return &usageError{err: fmt.Errorf("unknown command %q", cmd)}
+}
+
+// newFlagSet returns a FlagSet for cmd that reports instead of printing.
+func newFlagSet(cmd string) *flag.FlagSet {
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return fs
+}
+
+// parseArgs parses args into fs, allowing flags after positional arguments
+// (`budget import events.jsonl --json`), and returns the positional ones.
+// -h prints the command's help on stdout and returns flag.ErrHelp.
+func (m *Main) parseArgs(fs *flag.FlagSet, help string, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fmt.Fprint(m.Stdout, help)
+				fs.SetOutput(m.Stdout)
+				fs.PrintDefaults()
+				return nil, flag.ErrHelp
+			}
+			return nil, &usageError{cmd: fs.Name(), err: err}
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// visited is the set of flags given on the command line.
+func visited(fs *flag.FlagSet) map[string]bool {
+	set := make(map[string]bool)
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
+}
+
+// noArgs refuses positional arguments on commands that take none.
+func noArgs(cmd string, pos []string) error {
+	if len(pos) > 0 {
+		return usagef(cmd, "unexpected argument %q", pos[0])
+	}
+	return nil
+}
+
+// atFlag registers --at and returns a function that resolves it: the
+// instant given (RFC3339), or now.
+func (m *Main) atFlag(fs *flag.FlagSet) func() (time.Time, error) {
+	s := fs.String("at", "", "the instant to use, RFC3339 (default now)")
+	return func() (time.Time, error) {
+		if *s == "" {
+			return m.Now(), nil
+		}
+		return parseAt(*s)
+	}
+}
+
+// parseAt parses an RFC3339 instant.
+func parseAt(s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339, strings.TrimSpace(s))
+	if err != nil {
+		return time.Time{}, budget.Invalid("at", s, "want an RFC3339 time such as 2026-03-02T09:00:00Z")
+	}
+	return t, nil
+}
