@@ -24,6 +24,14 @@ type LimitSpec struct {
 	Enabled    *bool
 }
 
+// Validate checks the spec as SetLimit will, without a store, so a tool can
+// refuse bad input before it opens a database. It does not know whether the
+// limit exists, so a missing Max is not an error here.
+func (s LimitSpec) Validate() error {
+	_, err := s.parse()
+	return err
+}
+
 // parse validates the spec's identity into a Limit without id or max.
 func (s LimitSpec) parse() (Limit, error) {
 	l := Limit{ID: strings.TrimSpace(s.ID), Key: s.Key, Scope: Scope(s.Scope), ScopeValue: s.ScopeValue, Metric: Metric(s.Metric), Max: 1, Enabled: true}

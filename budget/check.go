@@ -55,6 +55,13 @@ func (t *Tracker) CheckAt(ctx context.Context, req Request, now time.Time) (Deci
 	return d, nil
 }
 
+// Validate checks a request as Check and Reserve will: a key, and token
+// estimates from 0 to 2^53-1.
+func (req Request) Validate() error {
+	_, err := normalizeRequest(req)
+	return err
+}
+
 func normalizeRequest(req Request) (Request, error) {
 	req.Key = strings.TrimSpace(req.Key)
 	req.Provider = strings.TrimSpace(req.Provider)
