@@ -149,9 +149,13 @@ func (c *Counter) UpdateHolds(fn func([]Hold) []Hold) {
 func (c *Counter) busy() bool { return c.pending.Load() != 0 || c.inflight != 0 }
 
 // Counters is a bounded LRU of Counters that never loses a busy one.
+//
+// Every insertion into the LRU, and so every eviction callback, runs under
+// slow: a miss in Acquire therefore cannot slip between a busy counter's
+// eviction and its pinning and create a second counter for the same key.
 type Counters struct {
 	lru    *lru.Cache[Key, *Counter]
-	slow   sync.Mutex // serialises the miss path of Acquire
+	slow   sync.Mutex // serialises LRU insertions and the miss path of Acquire
 	pinned sync.Map   // Key -> *Counter evicted while busy
 }
 
@@ -216,7 +220,11 @@ func (cs *Counters) Unpin(k Key, c *Counter) {
 func (cs *Counters) Len() int { return cs.lru.Len() }
 
 // Purge drops every idle counter; busy ones stay pinned.
-func (cs *Counters) Purge() { cs.lru.Purge() }
+func (cs *Counters) Purge() {
+	cs.slow.Lock()
+	defer cs.slow.Unlock()
+	cs.lru.Purge()
+}
 
 // Invalidate forgets the committed total, so the next check re-reads it,
 // and rejects any refresh read that started before.
