@@ -62,6 +62,23 @@ func BenchmarkCheckWarm(b *testing.B) {
 	}
 }
 
+// BenchmarkCheckInto is the allocation-free form: statuses go into a
+// buffer the caller reuses.
+func BenchmarkCheckInto(b *testing.B) {
+	db := openBench(b, 1, nil)
+	ctx := context.Background()
+	buf := make([]budget.Status, 0, 8)
+	db.Check(ctx, benchReq)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		d, _ := db.CheckInto(ctx, benchReq, db.Now(), buf)
+		if !d.Allowed {
+			b.Fatal("refused")
+		}
+	}
+}
+
 func BenchmarkCheckWarmParallel(b *testing.B) {
 	db := openBench(b, 1, nil)
 	ctx := context.Background()
@@ -69,8 +86,9 @@ func BenchmarkCheckWarmParallel(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
+		buf := make([]budget.Status, 0, 8)
 		for pb.Next() {
-			if d, _ := db.Check(ctx, benchReq); !d.Allowed {
+			if d, _ := db.CheckInto(ctx, benchReq, db.Now(), buf); !d.Allowed {
 				b.Error("refused")
 				return
 			}

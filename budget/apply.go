@@ -110,24 +110,36 @@ func (t *Tracker) applyUsage(ctx context.Context, tx Tx, events []Usage, now tim
 			deltas[n].delta += e.Amount(l.Metric)
 		}
 	}
+	if len(deltas) == 0 {
+		return inserted, nil, nil
+	}
+	adds := make([]CounterDelta, len(deltas))
+	for i, d := range deltas {
+		adds[i] = CounterDelta{LimitID: d.limit.ID, WindowStart: d.start, Delta: d.delta}
+	}
+	found, err := tx.AddCounters(ctx, adds)
+	if err != nil {
+		return nil, nil, err
+	}
 	for i := range deltas {
+		if found[i] {
+			continue
+		}
 		d := &deltas[i]
-		if err := bumpCounter(ctx, tx, d.limit, d.start, d.end, d.delta, now); err != nil {
+		if err := createCounter(ctx, tx, d.limit, d.start, d.end, d.delta, now); err != nil {
 			return nil, nil, err
 		}
 	}
 	return inserted, deltas, nil
 }
 
-// bumpCounter adds delta to a limit window's counter. A missing row is
-// created from the history (which already holds this transaction's events,
-// so the delta is inside the seed); creating the row of a window later than
-// every row the limit has logs a rollover when the window before it had
-// usage (contract section 8).
-func bumpCounter(ctx context.Context, tx Tx, l *Limit, start, end time.Time, delta int64, now time.Time) error {
-	if ok, err := tx.AddCounter(ctx, l.ID, start, delta); ok || err != nil {
-		return err
-	}
+// createCounter creates a limit window's missing counter row from the
+// history (which already holds this transaction's events, so delta is
+// inside the seed; it is added only if a concurrent transaction created the
+// row first). Creating the row of a window later than every row the limit
+// has logs a rollover when the window before it had usage (contract
+// section 8).
+func createCounter(ctx context.Context, tx Tx, l *Limit, start, end time.Time, delta int64, now time.Time) error {
 	latest, has, err := tx.LatestCounterStart(ctx, l.ID)
 	if err != nil {
 		return err

@@ -11,22 +11,34 @@ import (
 
 // Check answers whether req may run now, without consuming anything.
 func (t *Tracker) Check(ctx context.Context, req Request) (Decision, error) {
-	return t.CheckAt(ctx, req, t.now())
+	now := t.now()
+	return t.check(ctx, req, now, now.UnixNano(), nil)
 }
 
 // CheckAt is Check at the instant now: the windows are those holding now.
 // It never writes: a window with no counter row yet is seeded from the
 // history in memory only.
 func (t *Tracker) CheckAt(ctx context.Context, req Request, now time.Time) (Decision, error) {
+	return t.check(ctx, req, now, t.now().UnixNano(), nil)
+}
+
+// CheckInto is CheckAt appending the statuses to buf[:0], so a caller that
+// reuses buf between calls checks without allocating.
+func (t *Tracker) CheckInto(ctx context.Context, req Request, now time.Time, buf []Status) (Decision, error) {
+	return t.check(ctx, req, now, t.now().UnixNano(), buf[:0])
+}
+
+// check decides req at now; clock is the tracker's clock, which ages the
+// cache (now may be any instant a caller asks about).
+func (t *Tracker) check(ctx context.Context, req Request, now time.Time, clock int64, statuses []Status) (Decision, error) {
 	req, err := normalizeRequest(req)
 	if err != nil {
 		return Decision{}, err
 	}
-	kl, err := t.keyLimitsFor(ctx, req.Key)
+	kl, err := t.keyLimitsFor(ctx, req.Key, clock)
 	if err != nil {
 		return Decision{}, err
 	}
-	var statuses []Status
 	for i := range kl.limits {
 		l := &kl.limits[i]
 		if !l.Enabled || !l.Applies(req.Key, req.Provider, req.Model) {
@@ -35,7 +47,7 @@ func (t *Tracker) CheckAt(ctx context.Context, req Request, now time.Time) (Deci
 		if statuses == nil {
 			statuses = make([]Status, 0, len(kl.limits)-i)
 		}
-		st, err := t.status(ctx, kl, i, now)
+		st, err := t.status(ctx, kl, i, now, clock)
 		if err != nil {
 			return Decision{}, err
 		}
@@ -43,7 +55,7 @@ func (t *Tracker) CheckAt(ctx context.Context, req Request, now time.Time) (Deci
 	}
 	d := Decide(statuses, req.Estimate, now)
 	if req.Provider != "" {
-		p, err := t.parkedAt(ctx, req.Provider, now)
+		p, err := t.parkedAt(ctx, req.Provider, now, clock)
 		if err != nil {
 			return Decision{}, err
 		}
@@ -73,7 +85,7 @@ func normalizeRequest(req Request) (Request, error) {
 }
 
 // status is limit i of kl as it stands at now, from the cache when warm.
-func (t *Tracker) status(ctx context.Context, kl *keyLimits, i int, now time.Time) (Status, error) {
+func (t *Tracker) status(ctx context.Context, kl *keyLimits, i int, now time.Time, clock int64) (Status, error) {
 	l := &kl.limits[i]
 	st := Status{Limit: *l}
 	k := cache.Key{LimitID: l.ID}
@@ -81,12 +93,20 @@ func (t *Tracker) status(ctx context.Context, kl *keyLimits, i int, now time.Tim
 		st.WindowStart, st.ResetAt = kl.bounds(i, now)
 		k.Start = st.WindowStart.UnixNano()
 	}
-	c := t.counters.Peek(k)
-	if c == nil || !t.fresh(c.LoadedAt()) {
+	// The limit remembers its current window's counter, so a warm check
+	// skips the LRU (and its lock) until the window moves or it is evicted.
+	var c *cache.Counter
+	if ref := kl.cur[i].Load(); ref != nil && ref.start == k.Start && !ref.c.Dead() {
+		c = ref.c
+	} else if c = t.counters.Peek(k); c != nil {
+		kl.cur[i].Store(&curCounter{start: k.Start, c: c})
+	}
+	if c == nil || !t.fresh(c.LoadedAt(), clock) {
 		var err error
 		if c, err = t.loadCounter(ctx, l, k, st.WindowStart, st.ResetAt); err != nil {
 			return st, err
 		}
+		kl.cur[i].Store(&curCounter{start: k.Start, c: c})
 	}
 	held, n, next := c.Reserved(now.UnixNano())
 	if l.Metric == MetricConcurrent {

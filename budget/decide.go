@@ -29,12 +29,9 @@ func (e Estimate) Amount(m Metric) int64 {
 }
 
 func (e Estimate) validate() error {
-	for _, f := range []struct {
-		n string
-		v int64
-	}{{"tokens", e.Tokens}, {"input", e.Input}, {"output", e.Output}} {
-		if err := CheckTokens("estimate."+f.n, f.v); err != nil {
-			return err
+	for i, v := range [3]int64{e.Tokens, e.Input, e.Output} {
+		if v < 0 || v > MaxTokens {
+			return invalid("estimate."+[3]string{"tokens", "input", "output"}[i], v, "must be between 0 and 2^53-1")
 		}
 	}
 	if e.Tokens+e.Input+e.Output > MaxTokens {

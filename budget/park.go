@@ -140,8 +140,8 @@ func (t *Tracker) ProbeSucceeded(ctx context.Context, provider string) error {
 
 // parkedAt is the provider's refusal at now, or nil while it takes work.
 // The state is cached like limits and re-read after the refresh interval.
-func (t *Tracker) parkedAt(ctx context.Context, provider string, now time.Time) (*Parked, error) {
-	if e, ok := t.parked.Peek(provider); ok && t.fresh(e.LoadedAt) {
+func (t *Tracker) parkedAt(ctx context.Context, provider string, now time.Time, clock int64) (*Parked, error) {
+	if e, ok := t.parked.Peek(provider); ok && t.fresh(e.LoadedAt, clock) {
 		return parkedOf(e.Value, now), nil
 	}
 	loadedAt := t.now().UnixNano()

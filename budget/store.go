@@ -40,6 +40,13 @@ type CounterRow struct {
 	Used        int64
 }
 
+// CounterDelta is an amount to add to one limit window's counter.
+type CounterDelta struct {
+	LimitID     string
+	WindowStart time.Time
+	Delta       int64
+}
+
 // Rollover records that a limit entered a new window while the one before had
 // usage (contract section 8).
 type Rollover struct {
@@ -121,8 +128,9 @@ type Tx interface {
 
 	// Counter reads one counter row; ok is false when there is none.
 	Counter(ctx context.Context, limitID string, start time.Time) (used int64, ok bool, err error)
-	// AddCounter adds delta to an existing row; ok is false when there is none.
-	AddCounter(ctx context.Context, limitID string, start time.Time, delta int64) (ok bool, err error)
+	// AddCounters adds each delta to its existing row; found[i] is false
+	// when deltas[i] has no row (nothing was added for it).
+	AddCounters(ctx context.Context, deltas []CounterDelta) (found []bool, err error)
 	// CreateCounter creates the row seeded from the history of [start, end)
 	// as this transaction sees it. If a concurrent transaction created it
 	// first, delta is added to that row instead and created is false.

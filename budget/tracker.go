@@ -196,9 +196,15 @@ func (t *Tracker) Now() time.Time { return t.now() }
 type keyLimits struct {
 	limits []Limit
 	spans  []atomic.Pointer[span]
+	cur    []atomic.Pointer[curCounter] // the counter of the last window checked
 }
 
 type span struct{ start, end time.Time }
+
+type curCounter struct {
+	start int64
+	c     *cache.Counter
+}
 
 func newKeyLimits(ls []Limit) *keyLimits {
 	slices.SortFunc(ls, func(a, b Limit) int {
@@ -210,7 +216,7 @@ func newKeyLimits(ls []Limit) *keyLimits {
 		}
 		return 0
 	})
-	return &keyLimits{limits: ls, spans: make([]atomic.Pointer[span], len(ls))}
+	return &keyLimits{limits: ls, spans: make([]atomic.Pointer[span], len(ls)), cur: make([]atomic.Pointer[curCounter], len(ls))}
 }
 
 // bounds is limits[i].Window.Bounds(at), remembered while at stays in it.
@@ -223,15 +229,16 @@ func (k *keyLimits) bounds(i int, at time.Time) (time.Time, time.Time) {
 	return start, end
 }
 
-// fresh reports whether something loaded at loadedAt may still be trusted.
-func (t *Tracker) fresh(loadedAt int64) bool {
-	return loadedAt != 0 && t.cfg.RefreshInterval > 0 && t.now().UnixNano()-loadedAt < int64(t.cfg.RefreshInterval)
+// fresh reports whether something loaded at loadedAt may still be trusted
+// at clock (both Unix nanos of the tracker's clock).
+func (t *Tracker) fresh(loadedAt, clock int64) bool {
+	return loadedAt != 0 && t.cfg.RefreshInterval > 0 && clock-loadedAt < int64(t.cfg.RefreshInterval)
 }
 
 // keyLimitsFor returns key's limits from the cache, re-reading them once
 // they are older than the refresh interval.
-func (t *Tracker) keyLimitsFor(ctx context.Context, key string) (*keyLimits, error) {
-	if e, ok := t.limits.Peek(key); ok && t.fresh(e.LoadedAt) {
+func (t *Tracker) keyLimitsFor(ctx context.Context, key string, clock int64) (*keyLimits, error) {
+	if e, ok := t.limits.Peek(key); ok && t.fresh(e.LoadedAt, clock) {
 		return e.Value, nil
 	}
 	loadedAt := t.now().UnixNano()

@@ -40,7 +40,8 @@ type Counter struct {
 	loadedAt  atomic.Int64 // Unix nanos of the last store read; 0 = never read
 	seq       atomic.Uint64
 	holds     atomic.Pointer[[]Hold]
-	evicted   bool // dropped from the cache and not pinned: no longer the live object
+	evicted   bool        // dropped from the cache and not pinned: no longer the live object
+	dead      atomic.Bool // evicted, readable without the lock
 	inflight  int  // commits in progress that touch this counter
 }
 
@@ -177,7 +178,12 @@ func (cs *Counters) evict(k Key, c *Counter) {
 		return
 	}
 	c.evicted = true
+	c.dead.Store(true)
 }
+
+// Dead reports whether the counter was evicted: a holder of the pointer
+// must look the key up again.
+func (c *Counter) Dead() bool { return c.dead.Load() }
 
 // Peek returns the cached counter for k without touching recency, or nil.
 func (cs *Counters) Peek(k Key) *Counter {
@@ -213,6 +219,7 @@ func (cs *Counters) Unpin(k Key, c *Counter) {
 	defer c.mu.Unlock()
 	if !c.busy() && cs.pinned.CompareAndDelete(k, c) {
 		c.evicted = true
+		c.dead.Store(true)
 	}
 }
 

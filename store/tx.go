@@ -280,12 +280,19 @@ func (t *tx) Counter(ctx context.Context, limitID string, start time.Time) (int6
 	return v, true, nil
 }
 
-func (t *tx) AddCounter(ctx context.Context, limitID string, start time.Time, delta int64) (bool, error) {
-	n, err := t.exec(ctx, qAddCounter, delta, limitID, start.UnixNano())
-	if err != nil {
-		return false, fmt.Errorf("add to counter %s: %w", limitID, err)
+func (t *tx) AddCounters(ctx context.Context, deltas []budget.CounterDelta) ([]bool, error) {
+	if err := t.write(); err != nil {
+		return nil, err
 	}
-	return n == 1, nil
+	found := make([]bool, len(deltas))
+	for i, d := range deltas {
+		n, err := t.db.exec(ctx, t.tx, qAddCounter, d.Delta, d.LimitID, d.WindowStart.UnixNano())
+		if err != nil {
+			return nil, fmt.Errorf("add to counter %s: %w", d.LimitID, err)
+		}
+		found[i] = n == 1
+	}
+	return found, nil
 }
 
 func (t *tx) CreateCounter(ctx context.Context, l *budget.Limit, start, end time.Time, delta int64) (bool, error) {
