@@ -42,7 +42,7 @@ type Counter struct {
 	holds     atomic.Pointer[[]Hold]
 	evicted   bool        // dropped from the cache and not pinned: no longer the live object
 	dead      atomic.Bool // evicted, readable without the lock
-	inflight  int  // commits in progress that touch this counter
+	inflight  int         // commits in progress that touch this counter
 }
 
 // Committed is the last total known to be in the store.

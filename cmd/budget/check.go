@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/tokenbudget/tokenbudget/budget"
@@ -41,11 +40,7 @@ func (m *Main) runCheck(ctx context.Context, args []string) (err error) {
 	if err != nil {
 		return err
 	}
-	req.Key, req.Provider, req.Model = strings.TrimSpace(req.Key), strings.TrimSpace(req.Provider), strings.TrimSpace(req.Model)
-	if req.Key == "" {
-		return budget.Invalid("key", req.Key, "must not be empty")
-	}
-	if err := budget.CheckTokens("tokens", req.Estimate.Tokens); err != nil {
+	if err := req.Validate(); err != nil {
 		return err
 	}
 

@@ -1,29 +1,10 @@
 package main
 
 import (
-	"context"
 	"slices"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/tokenbudget/tokenbudget"
-	"github.com/tokenbudget/tokenbudget/budget"
 )
-
-// park stores a parked provider directly: the CLI has no park command yet.
-func park(t *testing.T, db string, p budget.ProviderState) {
-	t.Helper()
-	ctx := context.Background()
-	s, err := tokenbudget.OpenStore(ctx, db, tokenbudget.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Update(ctx, func(tx budget.Tx) error { return tx.ParkProvider(ctx, p) }); err != nil {
-		t.Fatal(err)
-	}
-}
 
 func checkDB(t *testing.T) string {
 	t.Helper()
@@ -103,9 +84,7 @@ func TestCheckRefused(t *testing.T) {
 func TestCheckParked(t *testing.T) {
 	t.Parallel()
 	db := checkDB(t)
-	parkedAt := time.Date(2026, 3, 2, 9, 30, 0, 0, time.UTC)
-	park(t, db, budget.ProviderState{Provider: "anthropic", Kind: budget.RateLimited, ParkedAt: parkedAt,
-		RetryAfter: 30 * time.Minute, ResumeAt: parkedAt.Add(30 * time.Minute)})
+	mustRun(t, 0, "provider", "park", "anthropic", "--db", db, "--kind", "rate_limited", "--retry-after", "30m", "--at", "2026-03-02T09:30:00Z")
 	r := mustRun(t, 3, "check", "--db", db, "--key", "demo", "--provider", "anthropic", "--model", "claude", "--at", "2026-03-02T09:40:00Z", "--json")
 	v := decode(t, r.stdout)
 	p, _ := v["parked"].(map[string]any)

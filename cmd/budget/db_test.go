@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -15,6 +16,19 @@ var readOnly = [][]string{
 	{"check", "--key", "k"},
 	{"inspect"},
 	{"verify"},
+	{"commit", "rsv_x"},
+	{"release", "rsv_x"},
+	{"recover"},
+	{"provider", "unpark", "p"},
+	{"provider", "ls"},
+}
+
+// creating are commands that add state: they create a missing database.
+var creating = [][]string{
+	{"limit", "set", "--key", "k", "--limit", "5", "--window", "1h"},
+	{"record", "--key", "k", "--provider", "p", "--model", "m", "--input", "1"},
+	{"reserve", "--key", "k", "--tokens", "1"},
+	{"provider", "park", "p", "--kind", "overloaded"},
 }
 
 func TestReadOnlyCommandsOnMissingDB(t *testing.T) {
@@ -42,11 +56,7 @@ func TestNotSQLite(t *testing.T) {
 	}
 	events := filepath.Join(t.TempDir(), "u.jsonl")
 	os.WriteFile(events, []byte(`{"key":"k","provider":"p","model":"m","input":1}`+"\n"), 0o644)
-	all := append([][]string{
-		{"limit", "set", "--key", "k", "--limit", "5", "--window", "1h"},
-		{"record", "--key", "k", "--provider", "p", "--model", "m", "--input", "1"},
-		{"import", events},
-	}, readOnly...)
+	all := slices.Concat(creating, [][]string{{"import", events}}, readOnly)
 	for _, args := range all {
 		r := run(t, append(args, "--db", db)...)
 		if r.code != 1 || !strings.Contains(r.stderr, "not a SQLite database") || !strings.Contains(r.stderr, db) {
@@ -73,14 +83,16 @@ func TestDirectoryAsDB(t *testing.T) {
 
 func TestNewDBIsPrivate(t *testing.T) {
 	t.Parallel()
-	db := tempDB(t)
-	mustRun(t, 0, "record", "--db", db, "--key", "k", "--provider", "p", "--model", "m", "--input", "1")
-	st, err := os.Stat(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Mode().Perm() != 0o600 {
-		t.Errorf("mode of a new database: got %v; want 0600", st.Mode().Perm())
+	for _, args := range creating {
+		db := tempDB(t)
+		mustRun(t, 0, append(args, "--db", db)...)
+		st, err := os.Stat(db)
+		if err != nil {
+			t.Fatalf("budget %s did not create the database: %v", strings.Join(args, " "), err)
+		}
+		if st.Mode().Perm() != 0o600 {
+			t.Errorf("budget %s: mode of the new database: got %v; want 0600", strings.Join(args, " "), st.Mode().Perm())
+		}
 	}
 }
 

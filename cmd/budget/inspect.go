@@ -86,11 +86,7 @@ func writeReport(m *Main, r *budget.Report) error {
 	}
 	if len(r.Providers) > 0 {
 		fmt.Fprintln(w)
-		fmt.Fprintln(w, "PROVIDER\tKIND\tPARKED AT\tRESUME AT\tPROBE FAILURES\tREFUSING")
-		for _, p := range r.Providers {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", p.Provider, p.Kind, tsText(p.ParkedAt), tsText(p.ResumeAt),
-				p.ProbeFailures, yesNo(p.Refusing(r.At)))
-		}
+		writeProviders(w, r.Providers, r.At)
 	}
 	return w.Flush()
 }

@@ -56,6 +56,19 @@ type parkedJSON struct {
 	RetryAfterSeconds int64 `json:"retry_after_seconds"`
 }
 
+// reservationJSON is what reserve --json prints: the reservation and what
+// it holds on each applicable limit (1 on concurrent limits: its lease).
+type reservationJSON struct {
+	ID        string     `json:"id"`
+	ExpiresAt string     `json:"expires_at"`
+	Limits    []holdJSON `json:"limits"`
+}
+
+type holdJSON struct {
+	LimitID string `json:"limit_id"`
+	Amount  int64  `json:"amount"`
+}
+
 type rolloverJSON struct {
 	LimitID         string `json:"limit_id"`
 	PrevWindowStart string `json:"prev_window_start"`
@@ -116,6 +129,14 @@ func providerObjs(ps []budget.ProviderState) []providerJSON {
 		out[i] = providerObj(&ps[i])
 	}
 	return out
+}
+
+func reservationObj(r *budget.Reservation) reservationJSON {
+	o := reservationJSON{ID: r.ID, ExpiresAt: ts(r.ExpiresAt), Limits: make([]holdJSON, len(r.Holds))}
+	for i, h := range r.Holds {
+		o.Limits[i] = holdJSON{LimitID: h.LimitID, Amount: h.Amount}
+	}
+	return o
 }
 
 func rolloverObjs(rs []budget.Rollover) []rolloverJSON {

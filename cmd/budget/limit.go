@@ -88,11 +88,13 @@ func (m *Main) runLimitSet(ctx context.Context, args []string) (err error) {
 	case set["enabled"]:
 		spec.Enabled = ptr(*enabled)
 	}
-	if err := checkSpec(spec); err != nil {
+	// Validate before opening, so bad input creates nothing.
+	if err := spec.Validate(); err != nil {
 		return err
 	}
 	if spec.Max == nil && sqliteMissing(*dsn) {
-		// Without --limit this can only update, and there is nothing to update.
+		// Without --limit this can only update, and there is nothing to
+		// update; Validate cannot know that, as it does not see the store.
 		return budget.Invalid("limit", "", "is required to create a limit")
 	}
 
@@ -109,40 +111,6 @@ func (m *Main) runLimitSet(ctx context.Context, args []string) (err error) {
 		return writeJSON(m.Stdout, limitObj(&l))
 	}
 	_, err = fmt.Fprintln(m.Stdout, l.ID)
-	return err
-}
-
-// checkSpec validates a limit spec as SetLimit will, before the database
-// is opened, so bad input creates nothing.
-func checkSpec(s budget.LimitSpec) error {
-	metric, err := budget.ParseMetric(s.Metric)
-	if err != nil {
-		return err
-	}
-	var rt, tz string
-	if s.ResetTime != nil {
-		rt = *s.ResetTime
-	}
-	if s.Timezone != nil {
-		tz = *s.Timezone
-	}
-	l := budget.Limit{ID: s.ID, Key: s.Key, Scope: budget.Scope(s.Scope), ScopeValue: s.ScopeValue, Metric: metric, Max: 1}
-	if metric == budget.MetricConcurrent {
-		switch {
-		case strings.TrimSpace(s.Window) != "":
-			return budget.Invalid("window", s.Window, "concurrent limits take no window")
-		case rt != "":
-			return budget.Invalid("reset_time", rt, "concurrent limits have no window")
-		case tz != "":
-			return budget.Invalid("timezone", tz, "concurrent limits have no window")
-		}
-	} else if l.Window, err = budget.ParseWindow(s.Window, rt, tz); err != nil {
-		return err
-	}
-	if s.Max != nil {
-		l.Max = *s.Max
-	}
-	_, err = l.Validate()
 	return err
 }
 

@@ -1,6 +1,7 @@
-// Command budget manages a tokenbudget database: limits, usage, checks and
-// reports. Each subcommand lives in its own file with its own flag.FlagSet;
-// Run dispatches to them and main only maps Run's error to an exit code.
+// Command budget manages a tokenbudget database: limits, usage, checks,
+// reservations, parked providers and reports. Each subcommand lives in its
+// own file with its own flag.FlagSet; Run dispatches to them and main only
+// maps Run's error to an exit code.
 //
 // Exit codes (contract section 7): 0 ok; 1 runtime error; 2 bad usage or
 // invalid input; 3 refused; 4 not found or already settled; 5 drift found.
@@ -45,8 +46,10 @@ type Main struct {
 	Stdout io.Writer
 	Stderr io.Writer
 	// Now is the wall clock: the default --at, the instant of a record
-	// without --at and the logged_at of the rollovers a write logs.
-	// (Optional; default time.Now; tests fix it.)
+	// without --at, the logged_at of the rollovers a write logs, and the
+	// real clock of the reservation commands (reserve, commit, release,
+	// recover), which take no --at. (Optional; default time.Now; tests fix
+	// it.)
 	Now func() time.Time
 	// Getenv reads the environment ($BUDGET_DB). (Optional; default os.Getenv.)
 	Getenv func(string) string
@@ -60,16 +63,25 @@ Usage:
 
 Commands:
 
-	limit set      create or update a limit
-	limit ls       list limits
-	limit rm       delete a limit
-	record         record one request's usage
-	import         import usage events from JSON lines
-	check          ask whether a request may run now (exit 3 when refused)
-	inspect        show every limit in its current window and the latest rollovers
-	verify         compare every counter with the usage history (exit 5 on drift)
+	limit set        create or update a limit
+	limit ls         list limits
+	limit rm         delete a limit
+	record           record one request's usage
+	import           import usage events from JSON lines
+	check            ask whether a request may run now (exit 3 when refused)
+	inspect          show every limit in its current window and the latest rollovers
+	verify           compare every counter with the usage history (exit 5 on drift)
+	reserve          hold an estimate against every applicable limit (exit 3 when refused)
+	commit           settle a reservation with the actual usage
+	release          free a reservation without recording usage
+	recover          free the holds and leases of expired reservations
+	provider park    park a provider: refuse its requests until resume-at
+	provider unpark  let a parked provider take work again
+	provider ls      list parked providers
 
 Every command takes --db PATH (default $BUDGET_DB, else ./budget.db).
+Exit codes: 0 ok, 1 runtime error, 2 bad usage or input, 3 refused,
+4 not found or already settled, 5 drift found.
 Run 'budget <command> -h' for a command's flags.
 `
 
@@ -151,6 +163,16 @@ func (m *Main) Run(ctx context.Context, args []string) (err error) {
 		return m.runInspect(ctx, rest)
 	case "verify":
 		return m.runVerify(ctx, rest)
+	case "reserve":
+		return m.runReserve(ctx, rest)
+	case "commit":
+		return m.runCommit(ctx, rest)
+	case "release":
+		return m.runRelease(ctx, rest)
+	case "recover":
+		return m.runRecover(ctx, rest)
+	case "provider":
+		return m.runProvider(ctx, rest)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(m.Stdout, usage)
 		return nil

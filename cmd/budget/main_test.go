@@ -40,10 +40,22 @@ func run(t testing.TB, args ...string) result {
 // runStdin is run with stdin.
 func runStdin(t testing.TB, stdin string, args ...string) result {
 	t.Helper()
+	return runWith(t, testNow, stdin, args...)
+}
+
+// runAt is run with the wall clock reading now instead of testNow: the
+// reservation commands, which take no --at, see time pass.
+func runAt(t testing.TB, now time.Time, args ...string) result {
+	t.Helper()
+	return runWith(t, now, "", args...)
+}
+
+func runWith(t testing.TB, now time.Time, stdin string, args ...string) result {
+	t.Helper()
 	var out, errb bytes.Buffer
 	m := &Main{
 		Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb,
-		Now:    func() time.Time { return testNow },
+		Now:    func() time.Time { return now },
 		Getenv: func(string) string { return "" },
 	}
 	err := m.Run(context.Background(), args)
@@ -53,9 +65,15 @@ func runStdin(t testing.TB, stdin string, args ...string) result {
 // mustRun runs args and fails unless the exit code is want.
 func mustRun(t testing.TB, want int, args ...string) result {
 	t.Helper()
-	r := run(t, args...)
+	return mustRunAt(t, testNow, want, args...)
+}
+
+// mustRunAt is mustRun with the wall clock reading now.
+func mustRunAt(t testing.TB, now time.Time, want int, args ...string) result {
+	t.Helper()
+	r := runAt(t, now, args...)
 	if r.code != want {
-		t.Fatalf("budget %s: got %v; want exit %d", strings.Join(args, " "), r, want)
+		t.Fatalf("budget %s (clock %s): got %v; want exit %d", strings.Join(args, " "), now.Format(time.RFC3339), r, want)
 	}
 	return r
 }
@@ -118,6 +136,8 @@ func TestUsage(t *testing.T) {
 	}{
 		{nil, 2, "", "Commands:"},
 		{[]string{"help"}, 0, "Commands:", ""},
+		{[]string{"help"}, 0, "provider park", ""},
+		{[]string{"help"}, 0, "recover", ""},
 		{[]string{"-h"}, 0, "Commands:", ""},
 		{[]string{"frobnicate"}, 2, "", `unknown command "frobnicate"`},
 		{[]string{"limit"}, 2, "", "missing subcommand"},
@@ -135,6 +155,22 @@ func TestUsage(t *testing.T) {
 		{[]string{"inspect", "extra"}, 2, "", `unexpected argument "extra"`},
 		{[]string{"import"}, 2, "", "want one FILE"},
 		{[]string{"limit", "rm"}, 2, "", "want exactly one limit id"},
+		{[]string{"reserve", "-h"}, 0, "usage: budget reserve", ""},
+		{[]string{"commit", "-h"}, 0, "-cache-write", ""},
+		{[]string{"release", "-h"}, 0, "usage: budget release", ""},
+		{[]string{"recover", "-h"}, 0, "usage: budget recover", ""},
+		{[]string{"provider"}, 2, "", "missing subcommand"},
+		{[]string{"provider", "-h"}, 0, "provider unpark P", ""},
+		{[]string{"provider", "zap"}, 2, "", `unknown subcommand "zap"`},
+		{[]string{"provider", "park", "-h"}, 0, "-retry-after", ""},
+		{[]string{"provider", "unpark", "-h"}, 0, "usage: budget provider unpark", ""},
+		{[]string{"provider", "ls", "-h"}, 0, "usage: budget provider ls", ""},
+		{[]string{"commit"}, 2, "", "want exactly one reservation id"},
+		{[]string{"release", "a", "b"}, 2, "", "want exactly one reservation id"},
+		{[]string{"provider", "park"}, 2, "", "want exactly one provider"},
+		{[]string{"provider", "unpark"}, 2, "", "want exactly one provider"},
+		{[]string{"recover", "extra"}, 2, "", `unexpected argument "extra"`},
+		{[]string{"provider", "ls", "extra"}, 2, "", `unexpected argument "extra"`},
 	} {
 		r := run(t, tc.args...)
 		if r.code != tc.code || !strings.Contains(r.stdout, tc.stdout) || !strings.Contains(r.stderr, tc.stderr) {
