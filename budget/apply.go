@@ -1,7 +1,10 @@
 package budget
 
 import (
+	"cmp"
 	"context"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -113,6 +116,14 @@ func (t *Tracker) applyUsage(ctx context.Context, tx Tx, events []Usage, now tim
 	if len(deltas) == 0 {
 		return inserted, nil, nil
 	}
+	// A fixed order of row updates keeps concurrent writers on a
+	// row-locking store (PostgreSQL) from deadlocking each other.
+	slices.SortFunc(deltas, func(a, b windowDelta) int {
+		if c := strings.Compare(a.key.LimitID, b.key.LimitID); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.key.Start, b.key.Start)
+	})
 	adds := make([]CounterDelta, len(deltas))
 	for i, d := range deltas {
 		adds[i] = CounterDelta{LimitID: d.limit.ID, WindowStart: d.start, Delta: d.delta}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden")
@@ -73,19 +74,23 @@ func TestInspectGolden(t *testing.T) {
 }
 
 // TestInspectGoldenReserved: reserved amounts and live leases per limit.
-// The reservations are made at testNow with random ids, which inspect does
-// not show; the one with a 30s TTL has expired by the inspected instant and
-// counts no more, though nothing recovered it.
+// The reservations have random ids, which inspect does not show. The one
+// with a 30s TTL has expired by the third reserve and the inspected
+// instant: it counts no more (its lease is free), though nothing recovered
+// it.
 func TestInspectGoldenReserved(t *testing.T) {
 	t.Parallel()
 	db := goldenDB(t)
-	for _, a := range [][]string{
-		{"--key", "demo", "--provider", "openai", "--model", "gpt-4o", "--tokens", "50"},
-		{"--key", "demo", "--provider", "openai", "--model", "gpt-4o-mini", "--tokens", "25", "--ttl", "5m"},
-		{"--key", "demo", "--model", "gpt-4o", "--tokens", "7", "--ttl", "30s"},
-		{"--key", "team", "--provider", "openai", "--model", "gpt-4o", "--tokens", "15"},
+	for _, r := range []struct {
+		after time.Duration // on the clock, after testNow
+		args  []string
+	}{
+		{0, []string{"--key", "demo", "--model", "gpt-4o", "--tokens", "7", "--ttl", "30s"}},
+		{0, []string{"--key", "demo", "--provider", "openai", "--model", "gpt-4o", "--tokens", "50"}},
+		{45 * time.Second, []string{"--key", "demo", "--provider", "openai", "--model", "gpt-4o-mini", "--tokens", "25", "--ttl", "5m"}},
+		{0, []string{"--key", "team", "--provider", "openai", "--model", "gpt-4o", "--tokens", "15"}},
 	} {
-		mustRun(t, 0, append([]string{"reserve", "--db", db}, a...)...)
+		mustRunAt(t, testNow.Add(r.after), 0, append([]string{"reserve", "--db", db}, r.args...)...)
 	}
 	at := "2026-03-02T12:01:00Z"
 	golden(t, "inspect-reserved.txt", mustRun(t, 0, "inspect", "--db", db, "--at", at).stdout)
