@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -106,7 +107,7 @@ func BenchmarkRecordEnqueue(b *testing.B) {
 	var i int64
 	for b.Loop() {
 		i++
-		u.RequestID = "r" + fmt.Sprint(i)
+		u.RequestID = "r" + strconv.FormatInt(i, 10)
 		if err := db.Record(ctx, u); err != nil {
 			b.Fatal(err)
 		}

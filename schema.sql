@@ -32,7 +32,7 @@ CREATE TABLE IF NOT EXISTS usage (
     cache_write INTEGER NOT NULL DEFAULT 0,
     at          INTEGER NOT NULL,
     PRIMARY KEY (key, request_id)
-);
+) WITHOUT ROWID;
 -- Covering index: seeding a cold window reads only this index, never the table.
 CREATE INDEX IF NOT EXISTS usage_window ON usage (key, at, provider, model, input, output, reasoning);
 

@@ -285,6 +285,14 @@ func (db *DB) prepare(ctx context.Context) error {
 	return nil
 }
 
+// query runs a read in t, through its prepared statement when it has one.
+func (db *DB) query(ctx context.Context, t *sqlx.Tx, query string, args ...any) (*sqlx.Rows, error) {
+	if st, ok := db.stmts.Load(query); ok {
+		return t.StmtxContext(ctx, st.(*sqlx.Stmt)).QueryxContext(ctx, args...)
+	}
+	return t.QueryxContext(ctx, query, args...)
+}
+
 // exec runs query in t, through its prepared statement when it has one.
 func (db *DB) exec(ctx context.Context, t *sqlx.Tx, query string, args ...any) (int64, error) {
 	var res interface{ RowsAffected() (int64, error) }

@@ -26,16 +26,45 @@ var _ budget.Tx = (*tx)(nil)
 var errReadOnly = errors.New("store: write inside a read-only transaction")
 
 const (
-	qInsertUsage = `INSERT INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`
-	qAddCounter = `UPDATE counters SET used = used + ? WHERE limit_id = ? AND window_start = ?`
-	qCounter    = `SELECT used FROM counters WHERE limit_id = ? AND window_start = ?`
-	qHolds      = `SELECT reservation_id, amount, expires_at FROM holds WHERE limit_id = ? AND window_start = ? AND expires_at > ?`
+	// Multi-row statements: %s stands for the VALUES rows.
+	qInsertUsageN = `INSERT INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at)
+		VALUES %s ON CONFLICT DO NOTHING`
+	qStoredUsageN     = `SELECT key, request_id FROM usage WHERE (key, request_id) IN (VALUES %s)`
+	qMissingCountersN = `WITH v(lid, ws, d) AS (VALUES %s)
+		SELECT lid, ws FROM v WHERE NOT EXISTS (SELECT 1 FROM counters c WHERE c.limit_id = v.lid AND c.window_start = v.ws)`
+	qAddCountersN = `WITH v(lid, ws, d) AS (VALUES %s)
+		UPDATE counters SET used = used + v.d FROM v WHERE counters.limit_id = v.lid AND counters.window_start = v.ws`
+	qCounter = `SELECT used FROM counters WHERE limit_id = ? AND window_start = ?`
+	qHolds   = `SELECT reservation_id, amount, expires_at FROM holds WHERE limit_id = ? AND window_start = ? AND expires_at > ?`
 
 	qLimitsVersion = `SELECT value FROM meta WHERE name = 'limits_version'`
 )
 
-var hotStatements = []string{qInsertUsage, qAddCounter, qCounter, qHolds, qLimitsVersion}
+// chunk is the rows per multi-row statement; full chunks run prepared.
+const chunk = 64
+
+var hotStatements = []string{qCounter, qHolds, qLimitsVersion,
+	multiRow(qInsertUsageN, 10, chunk), multiRow(qStoredUsageN, 2, chunk),
+	multiRow(qMissingCountersN, 3, chunk), multiRow(qAddCountersN, 3, chunk)}
+
+var multiRows sync.Map // multiRowKey -> string
+
+type multiRowKey struct {
+	q          string
+	cols, rows int
+}
+
+// multiRow expands q's %s into rows VALUES tuples of cols placeholders.
+func multiRow(q string, cols, rows int) string {
+	k := multiRowKey{q, cols, rows}
+	if s, ok := multiRows.Load(k); ok {
+		return s.(string)
+	}
+	tuple := "(" + strings.Repeat("?, ", cols-1) + "?)"
+	s := fmt.Sprintf(q, strings.Repeat(tuple+", ", rows-1)+tuple)
+	multiRows.Store(k, s)
+	return s
+}
 
 func ns(t time.Time) int64 {
 	if t.IsZero() {
@@ -209,16 +238,60 @@ func (t *tx) InsertUsage(ctx context.Context, events []budget.Usage) ([]bool, er
 		return nil, err
 	}
 	inserted := make([]bool, len(events))
-	for i := range events {
-		e := &events[i]
-		n, err := t.db.exec(ctx, t.tx, qInsertUsage, e.Key, e.RequestID, e.Provider, e.Model,
-			e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, ns(e.At))
+	type id struct{ key, req string }
+	first := make(map[id]bool, len(events))
+	for lo := 0; lo < len(events); lo += chunk {
+		part := events[lo:min(lo+chunk, len(events))]
+		// The write lock is held, so what the probe does not find is new.
+		stored, err := t.storedUsage(ctx, part)
 		if err != nil {
-			return nil, fmt.Errorf("insert usage %s/%s: %w", e.Key, e.RequestID, err)
+			return nil, err
 		}
-		inserted[i] = n == 1
+		args := make([]any, 0, len(part)*10)
+		for i := range part {
+			e := &part[i]
+			k := id{e.Key, e.RequestID}
+			if stored[k.key+"\x00"+k.req] || first[k] {
+				continue
+			}
+			first[k] = true
+			inserted[lo+i] = true
+			args = append(args, e.Key, e.RequestID, e.Provider, e.Model, e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, ns(e.At))
+		}
+		if len(args) == 0 {
+			continue
+		}
+		if _, err := t.db.exec(ctx, t.tx, multiRow(qInsertUsageN, 10, len(args)/10), args...); err != nil {
+			return nil, fmt.Errorf("insert usage: %w", err)
+		}
 	}
 	return inserted, nil
+}
+
+// storedUsage returns which of the events' (key, request_id) are stored,
+// as key + NUL + request_id. It usually finds none, so it reads no rows.
+func (t *tx) storedUsage(ctx context.Context, part []budget.Usage) (map[string]bool, error) {
+	args := make([]any, 0, 2*len(part))
+	for i := range part {
+		args = append(args, part[i].Key, part[i].RequestID)
+	}
+	rows, err := t.db.query(ctx, t.tx, multiRow(qStoredUsageN, 2, len(part)), args...)
+	if err != nil {
+		return nil, fmt.Errorf("probe usage duplicates: %w", err)
+	}
+	defer rows.Close()
+	var out map[string]bool
+	for rows.Next() {
+		var k, r string
+		if err := rows.Scan(&k, &r); err != nil {
+			return nil, err
+		}
+		if out == nil {
+			out = make(map[string]bool)
+		}
+		out[k+"\x00"+r] = true
+	}
+	return out, rows.Err()
 }
 
 var sumExpr = map[budget.Metric]string{
@@ -285,12 +358,42 @@ func (t *tx) AddCounters(ctx context.Context, deltas []budget.CounterDelta) ([]b
 		return nil, err
 	}
 	found := make([]bool, len(deltas))
-	for i, d := range deltas {
-		n, err := t.db.exec(ctx, t.tx, qAddCounter, d.Delta, d.LimitID, d.WindowStart.UnixNano())
-		if err != nil {
-			return nil, fmt.Errorf("add to counter %s: %w", d.LimitID, err)
+	for lo := 0; lo < len(deltas); lo += chunk {
+		part := deltas[lo:min(lo+chunk, len(deltas))]
+		args := make([]any, 0, 3*len(part))
+		for _, d := range part {
+			args = append(args, d.LimitID, d.WindowStart.UnixNano(), d.Delta)
 		}
-		found[i] = n == 1
+		// Probe for the rows that are missing (usually none), then add to
+		// every row that exists in one statement.
+		rows, err := t.db.query(ctx, t.tx, multiRow(qMissingCountersN, 3, len(part)), args...)
+		if err != nil {
+			return nil, fmt.Errorf("probe counters: %w", err)
+		}
+		missing := map[budget.CounterDelta]bool{}
+		for rows.Next() {
+			var d budget.CounterDelta
+			var ws int64
+			if err := rows.Scan(&d.LimitID, &ws); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			d.WindowStart = time.Unix(0, ws).UTC()
+			missing[d] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		for i, d := range part {
+			found[lo+i] = !missing[budget.CounterDelta{LimitID: d.LimitID, WindowStart: time.Unix(0, d.WindowStart.UnixNano()).UTC()}]
+		}
+		if len(missing) == len(part) {
+			continue
+		}
+		if _, err := t.db.exec(ctx, t.tx, multiRow(qAddCountersN, 3, len(part)), args...); err != nil {
+			return nil, fmt.Errorf("add to counters: %w", err)
+		}
 	}
 	return found, nil
 }

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+)
+
+const reserveHelp = `usage: budget reserve --key K [--provider P] [--model M] --tokens N [--ttl D] [--json]
+
+Holds an estimate of N tokens against every applicable enabled limit, all or
+nothing, and takes a lease on each concurrent limit, until the reservation is
+committed ('budget commit ID'), released ('budget release ID') or expires
+(--ttl, default 2m). Uses the real clock. Prints the reservation id, or
+{"id", "expires_at", "limits": [{"limit_id", "amount"}]} with --json.
+Exit 3 when refused, holding nothing; with --json it prints the same object
+as 'budget check --json'.
+
+`
+
+func (m *Main) runReserve(ctx context.Context, args []string) (err error) {
+	fs := newFlagSet("reserve")
+	dsn := m.dbFlag(fs)
+	var req budget.Request
+	fs.StringVar(&req.Key, "key", "", "API key (required)")
+	fs.StringVar(&req.Provider, "provider", "", "provider of the request")
+	fs.StringVar(&req.Model, "model", "", "model of the request")
+	fs.Int64Var(&req.Estimate.Tokens, "tokens", 0, "estimated tokens of the request, > 0 (required)")
+	ttl := fs.Duration("ttl", budget.DefaultReservationTTL, "how long the reservation holds unless settled, > 0")
+	asJSON := fs.Bool("json", false, `print {"id", "expires_at", "limits"}`)
+	pos, err := m.parseArgs(fs, reserveHelp, args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs("reserve", pos); err != nil {
+		return err
+	}
+	if req.Estimate.Tokens <= 0 {
+		return budget.Invalid("tokens", req.Estimate.Tokens, "must be greater than 0")
+	}
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	if *ttl <= 0 {
+		return budget.Invalid("ttl", *ttl, "must be greater than 0")
+	}
+
+	db, err := m.openDB(ctx, *dsn, dbOptions{create: true})
+	if err != nil {
+		return err
+	}
+	defer closeDB(ctx, db, &err)
+	r, err := db.Reserve(ctx, req, *ttl)
+	if err != nil {
+		d, ok, derr := m.refusal(ctx, db.Tracker, req, err)
+		if !ok {
+			return derr
+		}
+		if *asJSON {
+			err = writeJSON(m.Stdout, decisionObj(&d))
+		} else {
+			err = writeDecision(m.Stdout, &d, req.Estimate)
+		}
+		if err == nil {
+			err = errRefused
+		}
+		return err
+	}
+	if *asJSON {
+		return writeJSON(m.Stdout, reservationObj(r))
+	}
+	_, err = fmt.Fprintln(m.Stdout, r.ID)
+	return err
+}
+
+// refusal turns Reserve's refusal into the decision check would print: an
+// exceeded limit carries its decision; a parked provider's refusal carries
+// no limits, so they are read (without writing) as check reads them. ok is
+// false when err is not a refusal (or reading failed): derr is the error.
+func (m *Main) refusal(ctx context.Context, t *budget.Tracker, req budget.Request, err error) (d budget.Decision, ok bool, derr error) {
+	var ee *budget.ExceededError
+	if errors.As(err, &ee) {
+		return ee.Decision, true, nil
+	}
+	var pe *budget.ParkedError
+	if !errors.As(err, &pe) {
+		return d, false, err
+	}
+	now := m.Now()
+	if d, derr = t.CheckAt(ctx, req, now); derr != nil {
+		return d, false, errors.Join(err, derr)
+	}
+	d.Allowed = false
+	d.Parked = &budget.Parked{ProviderState: pe.Provider, RetryAfterSeconds: ceilSeconds(pe.RetryAfter)}
+	return d, true, nil
+}
+
+// ceilSeconds rounds a wait up to whole seconds.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
