@@ -141,6 +141,9 @@ func BenchmarkRecordSustained(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
+	if st := db.Stats(); st.Batches > 0 {
+		b.ReportMetric(float64(st.Written)/float64(st.Batches), "events/batch")
+	}
 }
 
 func benchReserveCommit(b *testing.B, par int) {

@@ -16,7 +16,7 @@ import (
 const (
 	DefaultRefreshInterval  = time.Second
 	DefaultQueueSize        = 65536
-	DefaultBatchSize        = 1024
+	DefaultBatchSize        = 4096
 	DefaultBatchInterval    = 2 * time.Millisecond
 	DefaultCounterCacheSize = 200_000
 	DefaultLimitCacheSize   = 100_000

@@ -29,7 +29,6 @@ const (
 	// Multi-row statements: %s stands for the VALUES rows.
 	qInsertUsageN = `INSERT INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at)
 		VALUES %s ON CONFLICT DO NOTHING`
-	qStoredUsageN     = `SELECT key, request_id FROM usage WHERE (key, request_id) IN (VALUES %s)`
 	qMissingCountersN = `WITH v(lid, ws, d) AS (VALUES %s)
 		SELECT lid, ws FROM v WHERE NOT EXISTS (SELECT 1 FROM counters c WHERE c.limit_id = v.lid AND c.window_start = v.ws)`
 	qAddCountersN = `WITH v(lid, ws, d) AS (VALUES %s)
@@ -44,7 +43,7 @@ const (
 const chunk = 64
 
 var hotStatements = []string{qCounter, qHolds, qLimitsVersion,
-	multiRow(qInsertUsageN, 10, chunk), multiRow(qStoredUsageN, 2, chunk),
+	multiRow(qInsertUsageN, 10, chunk), multiRow(qInsertUsageN, 10, 1),
 	multiRow(qMissingCountersN, 3, chunk), multiRow(qAddCountersN, 3, chunk)}
 
 var multiRows sync.Map // multiRowKey -> string
@@ -238,60 +237,43 @@ func (t *tx) InsertUsage(ctx context.Context, events []budget.Usage) ([]bool, er
 		return nil, err
 	}
 	inserted := make([]bool, len(events))
-	type id struct{ key, req string }
-	first := make(map[id]bool, len(events))
 	for lo := 0; lo < len(events); lo += chunk {
 		part := events[lo:min(lo+chunk, len(events))]
-		// The write lock is held, so what the probe does not find is new.
-		stored, err := t.storedUsage(ctx, part)
-		if err != nil {
-			return nil, err
-		}
 		args := make([]any, 0, len(part)*10)
 		for i := range part {
 			e := &part[i]
-			k := id{e.Key, e.RequestID}
-			if stored[k.key+"\x00"+k.req] || first[k] {
-				continue
-			}
-			first[k] = true
-			inserted[lo+i] = true
 			args = append(args, e.Key, e.RequestID, e.Provider, e.Model, e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, ns(e.At))
 		}
-		if len(args) == 0 {
-			continue
+		// Duplicates are rare: insert the chunk in one statement and, only
+		// if some row was skipped, redo it row by row to learn which.
+		if _, err := t.tx.ExecContext(ctx, "SAVEPOINT usage_chunk"); err != nil {
+			return nil, fmt.Errorf("insert usage: %w", err)
 		}
-		if _, err := t.db.exec(ctx, t.tx, multiRow(qInsertUsageN, 10, len(args)/10), args...); err != nil {
+		n, err := t.db.exec(ctx, t.tx, multiRow(qInsertUsageN, 10, len(part)), args...)
+		if err != nil {
+			return nil, fmt.Errorf("insert usage: %w", err)
+		}
+		if n == int64(len(part)) {
+			for i := range part {
+				inserted[lo+i] = true
+			}
+		} else {
+			if _, err := t.tx.ExecContext(ctx, "ROLLBACK TO usage_chunk"); err != nil {
+				return nil, fmt.Errorf("insert usage: %w", err)
+			}
+			for i := range part {
+				n, err := t.db.exec(ctx, t.tx, multiRow(qInsertUsageN, 10, 1), args[10*i:10*i+10]...)
+				if err != nil {
+					return nil, fmt.Errorf("insert usage %s/%s: %w", part[i].Key, part[i].RequestID, err)
+				}
+				inserted[lo+i] = n == 1
+			}
+		}
+		if _, err := t.tx.ExecContext(ctx, "RELEASE usage_chunk"); err != nil {
 			return nil, fmt.Errorf("insert usage: %w", err)
 		}
 	}
 	return inserted, nil
-}
-
-// storedUsage returns which of the events' (key, request_id) are stored,
-// as key + NUL + request_id. It usually finds none, so it reads no rows.
-func (t *tx) storedUsage(ctx context.Context, part []budget.Usage) (map[string]bool, error) {
-	args := make([]any, 0, 2*len(part))
-	for i := range part {
-		args = append(args, part[i].Key, part[i].RequestID)
-	}
-	rows, err := t.db.query(ctx, t.tx, multiRow(qStoredUsageN, 2, len(part)), args...)
-	if err != nil {
-		return nil, fmt.Errorf("probe usage duplicates: %w", err)
-	}
-	defer rows.Close()
-	var out map[string]bool
-	for rows.Next() {
-		var k, r string
-		if err := rows.Scan(&k, &r); err != nil {
-			return nil, err
-		}
-		if out == nil {
-			out = make(map[string]bool)
-		}
-		out[k+"\x00"+r] = true
-	}
-	return out, rows.Err()
 }
 
 var sumExpr = map[budget.Metric]string{
