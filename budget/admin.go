@@ -227,23 +227,26 @@ func storedStatus(ctx context.Context, tx Tx, l *Limit, at time.Time) (Status, e
 	st := Status{Limit: *l}
 	if l.Metric != MetricConcurrent {
 		st.WindowStart, st.ResetAt = l.Window.Bounds(at)
+		v, ok, err := tx.Counter(ctx, l.ID, st.WindowStart)
+		if err != nil {
+			return st, err
+		}
+		if !ok {
+			if v, err = tx.SumUsage(ctx, l, st.WindowStart, st.ResetAt); err != nil {
+				return st, err
+			}
+		}
+		st.Used = v
 	}
-	used, holds, err := readCounter(ctx, tx, l, st.WindowStart, st.ResetAt, at)
+	sum, n, next, err := tx.HoldsSummary(ctx, l.ID, st.WindowStart, at)
 	if err != nil {
 		return st, err
 	}
-	var sum, n int64
-	for _, h := range holds {
-		sum += h.Amount
-		n++
-		if e := time.Unix(0, h.ExpiresAt).UTC(); st.NextExpiry.IsZero() || e.Before(st.NextExpiry) {
-			st.NextExpiry = e
-		}
-	}
+	st.NextExpiry = next
 	if l.Metric == MetricConcurrent {
 		st.Used = n
 	} else {
-		st.Used, st.Reserved = used, sum
+		st.Reserved = sum
 	}
 	return st, nil
 }

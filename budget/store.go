@@ -148,6 +148,9 @@ type Tx interface {
 	// Holds lists the holds on a limit's window (zero start for leases)
 	// expiring after now.
 	Holds(ctx context.Context, limitID string, start, now time.Time) ([]Hold, error)
+	// HoldsSummary is Holds aggregated: the amount held, the number of
+	// holds, and the earliest expiry (zero when none).
+	HoldsSummary(ctx context.Context, limitID string, start, now time.Time) (sum, count int64, next time.Time, err error)
 	InsertReservation(ctx context.Context, r ReservationRow, holds []Hold) error
 	Reservation(ctx context.Context, id string) (ReservationRow, error)
 	// ReservationHolds lists the holds of reservation id.

@@ -52,7 +52,8 @@ type DB struct {
 	w    *sqlx.DB // one connection, BEGIN IMMEDIATE
 	r    *sqlx.DB // query-only pool, deferred BEGIN
 
-	stmts sync.Map // query string -> *sqlx.Stmt on w
+	stmts   sync.Map // query string -> *sqlx.Stmt on w
+	pending sync.Map // query string -> struct{}: to prepare before the next write
 
 	retries  atomic.Int64
 	failures atomic.Int64
@@ -216,6 +217,11 @@ func (db *DB) View(ctx context.Context, fn func(budget.Tx) error) error {
 
 func (db *DB) run(ctx context.Context, pool *sqlx.DB, ro bool, fn func(budget.Tx) error) error {
 	backoff := time.Millisecond
+	if !ro {
+		if err := db.preparePending(ctx); err != nil {
+			return err
+		}
+	}
 	for {
 		err := db.once(ctx, pool, ro, fn)
 		if err == nil {
@@ -280,19 +286,47 @@ func isBusy(err error) bool {
 // so the writer skips SQLite's parse and plan on every call.
 func (db *DB) prepare(ctx context.Context) error {
 	for _, q := range hotStatements {
-		st, err := db.w.PreparexContext(ctx, q)
-		if err != nil {
-			return fmt.Errorf("prepare %q: %w", q, err)
+		db.pending.Store(q, struct{}{})
+	}
+	return db.preparePending(ctx)
+}
+
+// preparePending prepares, on the writer connection, the statements write
+// transactions have run unprepared so far. It runs between transactions:
+// inside one, the single writer connection is taken.
+func (db *DB) preparePending(ctx context.Context) error {
+	var err error
+	db.pending.Range(func(k, _ any) bool {
+		q := k.(string)
+		db.pending.Delete(q)
+		if _, ok := db.stmts.Load(q); ok {
+			return true
+		}
+		st, perr := db.w.PreparexContext(ctx, q)
+		if perr != nil {
+			err = fmt.Errorf("prepare %q: %w", q, perr)
+			return false
 		}
 		db.stmts.Store(q, st)
+		return true
+	})
+	return err
+}
+
+// stmt is the prepared form of query for a write transaction, or nil (and
+// query is queued to be prepared before the next one).
+func (db *DB) stmt(ctx context.Context, t *sqlx.Tx, query string) *sqlx.Stmt {
+	if st, ok := db.stmts.Load(query); ok {
+		return t.StmtxContext(ctx, st.(*sqlx.Stmt))
 	}
+	db.pending.Store(query, struct{}{})
 	return nil
 }
 
 // query runs a read in t, through its prepared statement when it has one.
 func (db *DB) query(ctx context.Context, t *sqlx.Tx, query string, args ...any) (*sqlx.Rows, error) {
-	if st, ok := db.stmts.Load(query); ok {
-		return t.StmtxContext(ctx, st.(*sqlx.Stmt)).QueryxContext(ctx, args...)
+	if st := db.stmt(ctx, t, query); st != nil {
+		return st.QueryxContext(ctx, args...)
 	}
 	return t.QueryxContext(ctx, query, args...)
 }
@@ -301,8 +335,8 @@ func (db *DB) query(ctx context.Context, t *sqlx.Tx, query string, args ...any) 
 func (db *DB) exec(ctx context.Context, t *sqlx.Tx, query string, args ...any) (int64, error) {
 	var res interface{ RowsAffected() (int64, error) }
 	var err error
-	if st, ok := db.stmts.Load(query); ok {
-		res, err = t.StmtxContext(ctx, st.(*sqlx.Stmt)).ExecContext(ctx, args...)
+	if st := db.stmt(ctx, t, query); st != nil {
+		res, err = st.ExecContext(ctx, args...)
 	} else {
 		res, err = t.ExecContext(ctx, query, args...)
 	}

@@ -36,13 +36,15 @@ const (
 	qCounter = `SELECT used FROM counters WHERE limit_id = ? AND window_start = ?`
 	qHolds   = `SELECT reservation_id, amount, expires_at FROM holds WHERE limit_id = ? AND window_start = ? AND expires_at > ?`
 
+	qHoldsSummary = `SELECT COALESCE(SUM(amount), 0) AS s, COUNT(*) AS n, COALESCE(MIN(expires_at), 0) AS f
+		FROM holds WHERE limit_id = ? AND window_start = ? AND expires_at > ?`
 	qLimitsVersion = `SELECT value FROM meta WHERE name = 'limits_version'`
 )
 
 // chunk is the rows per multi-row statement; full chunks run prepared.
 const chunk = 64
 
-var hotStatements = []string{qCounter, qHolds, qLimitsVersion,
+var hotStatements = []string{qCounter, qHolds, qHoldsSummary, qLimitsVersion,
 	multiRow(qInsertUsageN, 10, chunk), multiRow(qInsertUsageN, 10, 1),
 	multiRow(qMissingCountersN, 3, chunk), multiRow(qAddCountersN, 3, chunk)}
 
@@ -91,6 +93,33 @@ func (t *tx) exec(ctx context.Context, q string, args ...any) (int64, error) {
 		return 0, err
 	}
 	return t.db.exec(ctx, t.tx, q, args...)
+}
+
+// get, sel and query read through the writer's prepared statements in a
+// write transaction; the read pool's connections have none.
+func (t *tx) get(ctx context.Context, dest any, q string, args ...any) error {
+	if !t.ro {
+		if st := t.db.stmt(ctx, t.tx, q); st != nil {
+			return st.GetContext(ctx, dest, args...)
+		}
+	}
+	return t.tx.GetContext(ctx, dest, q, args...)
+}
+
+func (t *tx) sel(ctx context.Context, dest any, q string, args ...any) error {
+	if !t.ro {
+		if st := t.db.stmt(ctx, t.tx, q); st != nil {
+			return st.SelectContext(ctx, dest, args...)
+		}
+	}
+	return t.tx.SelectContext(ctx, dest, q, args...)
+}
+
+func (t *tx) query(ctx context.Context, q string, args ...any) (*sqlx.Rows, error) {
+	if !t.ro {
+		return t.db.query(ctx, t.tx, q, args...)
+	}
+	return t.tx.QueryxContext(ctx, q, args...)
 }
 
 // ---- limits
@@ -148,13 +177,7 @@ func limitArgs(l budget.Limit) []any {
 
 func (t *tx) LimitsVersion(ctx context.Context) (int64, error) {
 	var v int64
-	var err error
-	if st, ok := t.db.stmts.Load(qLimitsVersion); ok && !t.ro {
-		err = t.tx.StmtxContext(ctx, st.(*sqlx.Stmt)).GetContext(ctx, &v)
-	} else {
-		err = t.tx.GetContext(ctx, &v, qLimitsVersion)
-	}
-	if err != nil {
+	if err := t.get(ctx, &v, qLimitsVersion); err != nil {
 		return 0, fmt.Errorf("read limits version: %w", err)
 	}
 	return v, nil
@@ -164,9 +187,9 @@ func (t *tx) Limits(ctx context.Context, key string) ([]budget.Limit, error) {
 	var rows []limitRow
 	var err error
 	if key == "" {
-		err = t.tx.SelectContext(ctx, &rows, `SELECT `+limitCols+` FROM limits`)
+		err = t.sel(ctx, &rows, `SELECT `+limitCols+` FROM limits`)
 	} else {
-		err = t.tx.SelectContext(ctx, &rows, `SELECT `+limitCols+` FROM limits WHERE key = ?`, key)
+		err = t.sel(ctx, &rows, `SELECT `+limitCols+` FROM limits WHERE key = ?`, key)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read limits: %w", err)
@@ -184,7 +207,7 @@ func (t *tx) Limits(ctx context.Context, key string) ([]budget.Limit, error) {
 
 func (t *tx) Limit(ctx context.Context, id string) (budget.Limit, error) {
 	var r limitRow
-	err := t.tx.GetContext(ctx, &r, `SELECT `+limitCols+` FROM limits WHERE id = ?`, id)
+	err := t.get(ctx, &r, `SELECT `+limitCols+` FROM limits WHERE id = ?`, id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return budget.Limit{}, fmt.Errorf("limit %q: %w", id, budget.ErrNotFound)
 	}
@@ -312,7 +335,7 @@ func (t *tx) SumUsage(ctx context.Context, l *budget.Limit, start, end time.Time
 		return 0, err
 	}
 	var v int64
-	if err := t.tx.GetContext(ctx, &v, q, sumArgs(l, start, end)...); err != nil {
+	if err := t.get(ctx, &v, q, sumArgs(l, start, end)...); err != nil {
 		return 0, fmt.Errorf("sum usage of limit %s: %w", l.ID, err)
 	}
 	return v, nil
@@ -320,12 +343,7 @@ func (t *tx) SumUsage(ctx context.Context, l *budget.Limit, start, end time.Time
 
 func (t *tx) Counter(ctx context.Context, limitID string, start time.Time) (int64, bool, error) {
 	var v int64
-	var err error
-	if st, ok := t.db.stmts.Load(qCounter); ok && !t.ro {
-		err = t.tx.StmtxContext(ctx, st.(*sqlx.Stmt)).GetContext(ctx, &v, limitID, start.UnixNano())
-	} else {
-		err = t.tx.GetContext(ctx, &v, qCounter, limitID, start.UnixNano())
-	}
+	err := t.get(ctx, &v, qCounter, limitID, start.UnixNano())
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, false, nil
 	}
@@ -401,7 +419,7 @@ func (t *tx) CreateCounter(ctx context.Context, l *budget.Limit, start, end time
 
 func (t *tx) LatestCounterStart(ctx context.Context, limitID string) (time.Time, bool, error) {
 	var v sql.NullInt64
-	if err := t.tx.GetContext(ctx, &v, `SELECT MAX(window_start) FROM counters WHERE limit_id = ?`, limitID); err != nil {
+	if err := t.get(ctx, &v, `SELECT MAX(window_start) FROM counters WHERE limit_id = ?`, limitID); err != nil {
 		return time.Time{}, false, fmt.Errorf("latest counter of %s: %w", limitID, err)
 	}
 	if !v.Valid {
@@ -417,7 +435,7 @@ func (t *tx) CounterRows(ctx context.Context) ([]budget.CounterRow, error) {
 		End     int64  `db:"window_end"`
 		Used    int64  `db:"used"`
 	}
-	if err := t.tx.SelectContext(ctx, &rows, `SELECT limit_id, window_start, window_end, used FROM counters ORDER BY limit_id, window_start`); err != nil {
+	if err := t.sel(ctx, &rows, `SELECT limit_id, window_start, window_end, used FROM counters ORDER BY limit_id, window_start`); err != nil {
 		return nil, fmt.Errorf("read counters: %w", err)
 	}
 	out := make([]budget.CounterRow, len(rows))
@@ -452,7 +470,7 @@ func (t *tx) Rollovers(ctx context.Context, key string, n int) ([]budget.Rollove
 	}
 	q += ` ORDER BY r.logged_at DESC, r.window_start DESC, r.limit_id LIMIT ?`
 	args = append(args, n)
-	if err := t.tx.SelectContext(ctx, &rows, q, args...); err != nil {
+	if err := t.sel(ctx, &rows, q, args...); err != nil {
 		return nil, fmt.Errorf("read rollovers: %w", err)
 	}
 	out := make([]budget.Rollover, len(rows))

@@ -8,21 +8,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jmoiron/sqlx"
-
 	"github.com/tokenbudget/tokenbudget/budget"
 )
 
 // ---- reservations and holds
 
 func (t *tx) Holds(ctx context.Context, limitID string, start, now time.Time) ([]budget.Hold, error) {
-	var rows *sqlx.Rows
-	var err error
-	if st, ok := t.db.stmts.Load(qHolds); ok && !t.ro {
-		rows, err = t.tx.StmtxContext(ctx, st.(*sqlx.Stmt)).QueryxContext(ctx, limitID, ns(start), now.UnixNano())
-	} else {
-		rows, err = t.tx.QueryxContext(ctx, qHolds, limitID, ns(start), now.UnixNano())
-	}
+	rows, err := t.query(ctx, qHolds, limitID, ns(start), now.UnixNano())
 	if err != nil {
 		return nil, fmt.Errorf("read holds of %s: %w", limitID, err)
 	}
@@ -37,6 +29,18 @@ func (t *tx) Holds(ctx context.Context, limitID string, start, now time.Time) ([
 		out = append(out, budget.Hold{ReservationID: id, LimitID: limitID, WindowStart: start, Amount: amount, ExpiresAt: fromNs(exp)})
 	}
 	return out, rows.Err()
+}
+
+func (t *tx) HoldsSummary(ctx context.Context, limitID string, start, now time.Time) (int64, int64, time.Time, error) {
+	var r struct {
+		Sum   int64 `db:"s"`
+		N     int64 `db:"n"`
+		First int64 `db:"f"`
+	}
+	if err := t.get(ctx, &r, qHoldsSummary, limitID, ns(start), now.UnixNano()); err != nil {
+		return 0, 0, time.Time{}, fmt.Errorf("sum holds of %s: %w", limitID, err)
+	}
+	return r.Sum, r.N, fromNs(r.First), nil
 }
 
 func (t *tx) InsertReservation(ctx context.Context, r budget.ReservationRow, holds []budget.Hold) error {
@@ -79,7 +83,7 @@ func (r *reservationRow) row() budget.ReservationRow {
 
 func (t *tx) Reservation(ctx context.Context, id string) (budget.ReservationRow, error) {
 	var r reservationRow
-	err := t.tx.GetContext(ctx, &r, `SELECT `+reservationCols+` FROM reservations WHERE id = ?`, id)
+	err := t.get(ctx, &r, `SELECT `+reservationCols+` FROM reservations WHERE id = ?`, id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return budget.ReservationRow{}, fmt.Errorf("reservation %q: %w", id, budget.ErrNotFound)
 	}
@@ -114,7 +118,7 @@ func (t *tx) ReservationHolds(ctx context.Context, id string) ([]budget.Hold, er
 		Amount  int64  `db:"amount"`
 		Expires int64  `db:"expires_at"`
 	}
-	if err := t.tx.SelectContext(ctx, &rows, `SELECT limit_id, window_start, amount, expires_at FROM holds WHERE reservation_id = ? ORDER BY limit_id`, id); err != nil {
+	if err := t.sel(ctx, &rows, `SELECT limit_id, window_start, amount, expires_at FROM holds WHERE reservation_id = ? ORDER BY limit_id`, id); err != nil {
 		return nil, fmt.Errorf("read holds of %s: %w", id, err)
 	}
 	holds := make([]budget.Hold, len(rows))
@@ -140,7 +144,7 @@ func (t *tx) RenewReservation(ctx context.Context, id string, expiresAt time.Tim
 
 func (t *tx) ExpiredReservations(ctx context.Context, now time.Time, max int) ([]budget.ReservationRow, error) {
 	var rows []reservationRow
-	if err := t.tx.SelectContext(ctx, &rows, `SELECT `+reservationCols+` FROM reservations
+	if err := t.sel(ctx, &rows, `SELECT `+reservationCols+` FROM reservations
 		WHERE state = 'live' AND expires_at <= ? ORDER BY expires_at, id LIMIT ?`, now.UnixNano(), max); err != nil {
 		return nil, fmt.Errorf("read expired reservations: %w", err)
 	}
@@ -184,7 +188,7 @@ func (r *providerRow) state() budget.ProviderState {
 
 func (t *tx) Provider(ctx context.Context, name string) (budget.ProviderState, error) {
 	var r providerRow
-	err := t.tx.GetContext(ctx, &r, `SELECT `+providerCols+` FROM providers WHERE provider = ?`, name)
+	err := t.get(ctx, &r, `SELECT `+providerCols+` FROM providers WHERE provider = ?`, name)
 	if errors.Is(err, sql.ErrNoRows) {
 		return budget.ProviderState{}, fmt.Errorf("provider %q: %w", name, budget.ErrNotFound)
 	}
@@ -196,7 +200,7 @@ func (t *tx) Provider(ctx context.Context, name string) (budget.ProviderState, e
 
 func (t *tx) Providers(ctx context.Context) ([]budget.ProviderState, error) {
 	var rows []providerRow
-	if err := t.tx.SelectContext(ctx, &rows, `SELECT `+providerCols+` FROM providers ORDER BY provider`); err != nil {
+	if err := t.sel(ctx, &rows, `SELECT `+providerCols+` FROM providers ORDER BY provider`); err != nil {
 		return nil, fmt.Errorf("read providers: %w", err)
 	}
 	out := make([]budget.ProviderState, len(rows))
@@ -281,7 +285,7 @@ func (r keyRow) key() budget.GatewayKey {
 
 func (t *tx) KeyByHash(ctx context.Context, hash string) (budget.GatewayKey, error) {
 	var r keyRow
-	err := t.tx.GetContext(ctx, &r, `SELECT name, hash, created_at, revoked_at FROM gateway_keys WHERE hash = ?`, hash)
+	err := t.get(ctx, &r, `SELECT name, hash, created_at, revoked_at FROM gateway_keys WHERE hash = ?`, hash)
 	if errors.Is(err, sql.ErrNoRows) {
 		return budget.GatewayKey{}, fmt.Errorf("gateway key: %w", budget.ErrNotFound)
 	}
@@ -293,7 +297,7 @@ func (t *tx) KeyByHash(ctx context.Context, hash string) (budget.GatewayKey, err
 
 func (t *tx) Keys(ctx context.Context) ([]budget.GatewayKey, error) {
 	var rows []keyRow
-	if err := t.tx.SelectContext(ctx, &rows, `SELECT name, hash, created_at, revoked_at FROM gateway_keys ORDER BY name`); err != nil {
+	if err := t.sel(ctx, &rows, `SELECT name, hash, created_at, revoked_at FROM gateway_keys ORDER BY name`); err != nil {
 		return nil, fmt.Errorf("read gateway keys: %w", err)
 	}
 	out := make([]budget.GatewayKey, len(rows))
@@ -310,7 +314,7 @@ func (t *tx) RevokeKey(ctx context.Context, name string, at time.Time) error {
 	}
 	if n == 0 {
 		var exists int
-		if err := t.tx.GetContext(ctx, &exists, `SELECT COUNT(*) FROM gateway_keys WHERE name = ?`, name); err != nil {
+		if err := t.get(ctx, &exists, `SELECT COUNT(*) FROM gateway_keys WHERE name = ?`, name); err != nil {
 			return fmt.Errorf("revoke key %s: %w", name, err)
 		}
 		if exists == 0 {
