@@ -8,12 +8,12 @@ import (
 	"context"
 	_ "embed"
 	"errors"
-	"fmt"
 	"net/url"
 	"strings"
 
 	"github.com/tokenbudget/tokenbudget/budget"
 	"github.com/tokenbudget/tokenbudget/store"
+	"github.com/tokenbudget/tokenbudget/store/postgres"
 )
 
 // SQLiteSchema is the current SQLite schema, applied by store.Open.
@@ -44,10 +44,14 @@ func (db *DB) Close(ctx context.Context) error {
 	return errors.Join(db.Tracker.Close(ctx), db.store.Close())
 }
 
-// OpenStore opens the store a DSN names: a SQLite file path (the default).
+// OpenStore opens the store a DSN names: a SQLite file path (the default),
+// or a PostgreSQL database for a postgres:// or postgresql:// URL. Create
+// and Durable apply to SQLite only: a PostgreSQL database must exist (its
+// tables are created on first open) and commits as its server is configured
+// to (durable by default).
 func OpenStore(ctx context.Context, dsn string, opts Options) (budget.Store, error) {
 	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		return nil, fmt.Errorf("open %s: the PostgreSQL backend is not built yet", RedactDSN(dsn))
+		return postgres.Open(ctx, dsn, postgres.Options{})
 	}
 	return store.Open(ctx, dsn, SQLiteSchema, store.Options{Create: opts.Create, Durable: opts.Durable})
 }

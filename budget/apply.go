@@ -38,12 +38,14 @@ func (w *writerState) lastErr() error {
 	return w.err
 }
 
-const maxWriterKeys = 100_000
+const maxWriterKeys = 10_000
 
 // limitsFor resolves key's limits inside tx: from memory when the limits
-// version read in this transaction matches, else from the store. A limit
-// another process created is therefore never skipped.
-func (w *writerState) limitsFor(ctx context.Context, tx Tx, key string) ([]Limit, error) {
+// version read in this transaction matches the one they were read at, else
+// from the store. A limit another process created is therefore never
+// skipped. It runs on the writer goroutine only.
+func (t *Tracker) limitsFor(ctx context.Context, tx Tx, key string) ([]Limit, error) {
+	w := &t.w
 	if !w.checked {
 		v, err := tx.LimitsVersion(ctx)
 		if err != nil {
@@ -54,6 +56,10 @@ func (w *writerState) limitsFor(ctx context.Context, tx Tx, key string) ([]Limit
 			w.version = v
 		}
 		w.checked = true
+	}
+	// The checks' cache is usually warm and current: share it.
+	if e, ok := t.limits.Peek(key); ok && e.Value.version == w.version {
+		return e.Value.limits, nil
 	}
 	if ls, ok := w.byKey[key]; ok {
 		return ls, nil
@@ -93,7 +99,7 @@ func (t *Tracker) applyUsage(ctx context.Context, tx Tx, events []Usage, now tim
 			continue
 		}
 		e := &events[i]
-		ls, err := t.w.limitsFor(ctx, tx, e.Key)
+		ls, err := t.limitsFor(ctx, tx, e.Key)
 		if err != nil {
 			return nil, nil, err
 		}

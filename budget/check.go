@@ -89,24 +89,27 @@ func (t *Tracker) status(ctx context.Context, kl *keyLimits, i int, now time.Tim
 	l := &kl.limits[i]
 	st := Status{Limit: *l}
 	k := cache.Key{LimitID: l.ID}
+	var w *curWindow
 	if l.Metric != MetricConcurrent {
-		st.WindowStart, st.ResetAt = kl.bounds(i, now)
-		k.Start = st.WindowStart.UnixNano()
+		w = kl.window(i, now)
+		st.WindowStart, st.ResetAt = w.start, w.end
+		k.Start = w.start.UnixNano()
+	} else if w = kl.cur[i].Load(); w == nil {
+		w = &curWindow{}
+		kl.cur[i].Store(w)
 	}
-	// The limit remembers its current window's counter, so a warm check
-	// skips the LRU (and its lock) until the window moves or it is evicted.
-	var c *cache.Counter
-	if ref := kl.cur[i].Load(); ref != nil && ref.start == k.Start && !ref.c.Dead() {
-		c = ref.c
-	} else if c = t.counters.Peek(k); c != nil {
-		kl.cur[i].Store(&curCounter{start: k.Start, c: c})
+	c := w.c
+	if c == nil || c.Dead() {
+		if c = t.counters.Peek(k); c != nil {
+			kl.cur[i].Store(&curWindow{start: w.start, end: w.end, c: c})
+		}
 	}
 	if c == nil || !t.fresh(c.LoadedAt(), clock) {
 		var err error
 		if c, err = t.loadCounter(ctx, l, k, st.WindowStart, st.ResetAt); err != nil {
 			return st, err
 		}
-		kl.cur[i].Store(&curCounter{start: k.Start, c: c})
+		kl.cur[i].Store(&curWindow{start: w.start, end: w.end, c: c})
 	}
 	held, n, next := c.Reserved(now.UnixNano())
 	if l.Metric == MetricConcurrent {

@@ -191,12 +191,15 @@ func (t *Tracker) addPending(o *op) {
 		if l.Metric == MetricConcurrent || !l.Applies(o.ev.Key, o.ev.Provider, o.ev.Model) {
 			continue
 		}
-		start, _ := kl.bounds(i, o.ev.At)
-		k := cache.Key{LimitID: l.ID, Start: start.UnixNano()}
+		w := kl.window(i, o.ev.At)
+		k := cache.Key{LimitID: l.ID, Start: w.start.UnixNano()}
 		d := o.ev.Amount(l.Metric)
-		c := t.counters.Acquire(k)
-		for !c.AddPending(d) {
+		c := w.c
+		if c == nil || !c.AddPending(d) {
 			c = t.counters.Acquire(k)
+			for !c.AddPending(d) {
+				c = t.counters.Acquire(k)
+			}
 		}
 		o.contribs = append(o.contribs, contrib{key: k, c: c, delta: d})
 	}

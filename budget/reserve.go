@@ -94,7 +94,7 @@ func (t *Tracker) reserveTx(ctx context.Context, tx Tx, req Request, at time.Tim
 			return nil, &ParkedError{Provider: p, RetryAfter: p.ResumeAt.Sub(at)}, nil
 		}
 	}
-	ls, err := t.w.limitsFor(ctx, tx, req.Key)
+	ls, err := t.limitsFor(ctx, tx, req.Key)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -194,19 +194,18 @@ func (t *Tracker) Now() time.Time { return t.now() }
 // with the last window each limit was seen in (so a warm check skips the
 // calendar arithmetic).
 type keyLimits struct {
-	limits []Limit
-	spans  []atomic.Pointer[span]
-	cur    []atomic.Pointer[curCounter] // the counter of the last window checked
+	version int64 // the store's limits version they were read at
+	limits  []Limit
+	cur     []atomic.Pointer[curWindow] // the last window each limit was seen in
 }
 
-type span struct{ start, end time.Time }
-
-type curCounter struct {
-	start int64
-	c     *cache.Counter
+// curWindow is a limit's last window and, once looked up, its counter.
+type curWindow struct {
+	start, end time.Time
+	c          *cache.Counter
 }
 
-func newKeyLimits(ls []Limit) *keyLimits {
+func newKeyLimits(ls []Limit, version int64) *keyLimits {
 	slices.SortFunc(ls, func(a, b Limit) int {
 		if a.Less(&b) {
 			return -1
@@ -216,17 +215,20 @@ func newKeyLimits(ls []Limit) *keyLimits {
 		}
 		return 0
 	})
-	return &keyLimits{limits: ls, spans: make([]atomic.Pointer[span], len(ls)), cur: make([]atomic.Pointer[curCounter], len(ls))}
+	return &keyLimits{version: version, limits: ls, cur: make([]atomic.Pointer[curWindow], len(ls))}
 }
 
-// bounds is limits[i].Window.Bounds(at), remembered while at stays in it.
-func (k *keyLimits) bounds(i int, at time.Time) (time.Time, time.Time) {
-	if s := k.spans[i].Load(); s != nil && !at.Before(s.start) && at.Before(s.end) {
-		return s.start, s.end
+// window is limits[i]'s window holding at, with its counter when known:
+// remembered while at stays in it, so a warm check skips the calendar
+// arithmetic and the counter LRU.
+func (k *keyLimits) window(i int, at time.Time) *curWindow {
+	if w := k.cur[i].Load(); w != nil && !at.Before(w.start) && at.Before(w.end) {
+		return w
 	}
 	start, end := k.limits[i].Window.Bounds(at)
-	k.spans[i].Store(&span{start, end})
-	return start, end
+	w := &curWindow{start: start, end: end}
+	k.cur[i].Store(w)
+	return w
 }
 
 // fresh reports whether something loaded at loadedAt may still be trusted
@@ -243,15 +245,19 @@ func (t *Tracker) keyLimitsFor(ctx context.Context, key string, clock int64) (*k
 	}
 	loadedAt := t.now().UnixNano()
 	var ls []Limit
+	var version int64
 	err := t.store.View(ctx, func(tx Tx) error {
 		var err error
+		if version, err = tx.LimitsVersion(ctx); err != nil {
+			return err
+		}
 		ls, err = tx.Limits(ctx, key)
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("load limits of %q: %w", key, err)
 	}
-	kl := newKeyLimits(ls)
+	kl := newKeyLimits(ls, version)
 	t.limits.Put(key, kl, loadedAt)
 	return kl, nil
 }

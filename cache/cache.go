@@ -92,7 +92,11 @@ func (c *Counter) Refresh(seq uint64, committed int64, holds []Hold, loadedAt in
 		return false
 	}
 	c.committed.Store(committed)
-	c.holds.Store(&holds)
+	if len(holds) == 0 {
+		c.holds.Store(nil)
+	} else {
+		c.holds.Store(&holds)
+	}
 	c.loadedAt.Store(loadedAt)
 	return true
 }

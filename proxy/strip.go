@@ -56,17 +56,9 @@ func (s *stripReader) Read(out []byte) (int, error) {
 	}
 	p := s.p
 	for {
-		if p.off < p.blockStart {
-			n := copy(out, p.hold[p.off:p.blockStart])
-			p.off += n
-			if p.off == p.blockStart { // all read out: move the open event to the front
-				rest := copy(p.hold, p.hold[p.blockStart:])
-				p.hold = p.hold[:rest]
-				p.off, p.blockStart = 0, 0
-				if cap(p.hold) > keepData && rest <= keepData {
-					p.hold = append([]byte(nil), p.hold...)
-				}
-			}
+		if r := p.releasable(); len(r) > 0 {
+			n := copy(out, r)
+			p.released(n)
 			return n, nil
 		}
 		if s.err != nil {
@@ -78,7 +70,66 @@ func (s *stripReader) Read(out []byte) (int, error) {
 		}
 		if err != nil {
 			s.err = err
-			p.blockStart = len(p.hold) // let the unfinished event through
+			p.endHold()
 		}
 	}
+}
+
+// releasable returns the held bytes (strip mode) that may be let out now:
+// whole events that are not usage-only chunks, and the raw bytes of events
+// too large to be one.
+func (p *StreamParser) releasable() []byte { return p.hold[p.off:p.blockStart] }
+
+// released marks the first n bytes of releasable as let out.
+func (p *StreamParser) released(n int) {
+	p.off += n
+	if p.off == p.blockStart { // all read out: move the open event to the front
+		rest := copy(p.hold, p.hold[p.blockStart:])
+		p.hold = p.hold[:rest]
+		p.off, p.blockStart = 0, 0
+		if cap(p.hold) > keepData && rest <= keepData {
+			p.hold = append([]byte(nil), p.hold...)
+		}
+	}
+}
+
+// endHold lets the unfinished event through: the stream has ended.
+func (p *StreamParser) endHold() { p.blockStart = len(p.hold) }
+
+// stripWriter is StripUsageChunks on the writing side: it feeds p and
+// writes every byte but usage-only chunks to w as soon as each event is
+// complete. close writes what is still held (an unfinished event).
+type stripWriter struct {
+	w io.Writer
+	p *StreamParser
+}
+
+func newStripWriter(w io.Writer, p *StreamParser) *stripWriter {
+	p.strip = true
+	return &stripWriter{w: w, p: p}
+}
+
+// Write consumes all of b; it fails only when w does.
+func (s *stripWriter) Write(b []byte) (int, error) {
+	s.p.Write(b)
+	if err := s.drain(); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
+func (s *stripWriter) drain() error {
+	for r := s.p.releasable(); len(r) > 0; r = s.p.releasable() {
+		n, err := s.w.Write(r)
+		s.p.released(n)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *stripWriter) close() error {
+	s.p.endHold()
+	return s.drain()
 }

@@ -148,6 +148,19 @@ func FuzzStreamParser(f *testing.F) {
 		if !bytes.Equal(out, out2) {
 			t.Fatalf("strip output depends on chunking:\n%q\n%q", out, out2)
 		}
+		// The writing side (the middleware's) gives the same output.
+		var wout bytes.Buffer
+		sw := newStripWriter(&wout, newParser())
+		for rest := data; len(rest) > 0; {
+			n := min(len(rest), 1+rnd.IntN(1+rnd.IntN(64)))
+			if w, err := sw.Write(rest[:n]); w != n || err != nil {
+				t.Fatalf("stripWriter.Write = %d, %v", w, err)
+			}
+			rest = rest[n:]
+		}
+		if err := sw.close(); err != nil || !bytes.Equal(wout.Bytes(), out) {
+			t.Fatalf("stripWriter output differs from StripUsageChunks (%v):\n%q\n%q", err, wout.Bytes(), out)
+		}
 		for _, p := range []*StreamParser{stripWhole, stripSplit} {
 			if tok2, found2 := p.Result(); tok2 != tok || found2 != found {
 				t.Fatalf("strip changed the result: %+v %v vs %+v %v", tok2, found2, tok, found)

@@ -86,12 +86,11 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()))
 	q.Add("_pragma", "foreign_keys(1)")
 	q.Add("_pragma", "synchronous("+sync+")")
-	q.Add("_pragma", "mmap_size(268435456)")
 	base := "file:" + (&url.URL{Path: path}).EscapedPath()
 	// The writer touches index pages all over the file (one per key), so it
 	// gets a large page cache, and checkpoints less often than every 1,000
 	// WAL pages (each checkpoint is an fsync pair).
-	wq := url.Values{"_pragma": append([]string{"journal_mode(WAL)", "cache_size(-65536)", "wal_autocheckpoint(8192)", "temp_store(MEMORY)"}, q["_pragma"]...), "_txlock": {"immediate"}}
+	wq := url.Values{"_pragma": append([]string{"journal_mode(WAL)", "cache_size(-32768)", "wal_autocheckpoint(8192)", "temp_store(MEMORY)"}, q["_pragma"]...), "_txlock": {"immediate"}}
 	w, err := sqlx.Open("sqlite", base+"?mode=rw&"+wq.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)

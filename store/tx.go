@@ -142,9 +142,22 @@ const limitCols = `id, key, scope, scope_value, metric, max, window, window_seco
 
 var zones sync.Map // name -> *time.Location
 
+// names interns the few strings every limit row repeats (scopes, metrics,
+// provider and model names), so a cache of many limits holds one copy of
+// each.
+var names sync.Map
+
+func intern(s string) string {
+	if v, ok := names.Load(s); ok {
+		return v.(string)
+	}
+	v, _ := names.LoadOrStore(s, s)
+	return v.(string)
+}
+
 func (r *limitRow) limit() (budget.Limit, error) {
-	l := budget.Limit{ID: r.ID, Key: r.Key, Scope: budget.Scope(r.Scope), ScopeValue: r.ScopeValue,
-		Metric: budget.Metric(r.Metric), Max: r.Max, Enabled: r.Enabled}
+	l := budget.Limit{ID: r.ID, Key: r.Key, Scope: budget.Scope(intern(r.Scope)), ScopeValue: intern(r.ScopeValue),
+		Metric: budget.Metric(intern(r.Metric)), Max: r.Max, Enabled: r.Enabled}
 	switch r.Window {
 	case "":
 	case "daily", "weekly", "monthly":
@@ -196,6 +209,9 @@ func (t *tx) Limits(ctx context.Context, key string) ([]budget.Limit, error) {
 	}
 	out := make([]budget.Limit, 0, len(rows))
 	for i := range rows {
+		if i > 0 && rows[i].Key == rows[i-1].Key {
+			rows[i].Key = rows[i-1].Key // one copy of the key for all its limits
+		}
 		l, err := rows[i].limit()
 		if err != nil {
 			return nil, err

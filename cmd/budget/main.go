@@ -78,6 +78,12 @@ Commands:
 	provider park    park a provider: refuse its requests until resume-at
 	provider unpark  let a parked provider take work again
 	provider ls      list parked providers
+	key add          create a gateway key for the proxy (its secret is shown once)
+	key ls           list gateway keys
+	key revoke       revoke a gateway key
+	proxy            serve the OpenAI/Anthropic API under the budgets (reverse proxy)
+	mock-upstream    serve a mock LLM provider, to try the proxy without an account
+	demo             run the proxy and a mock provider on a fresh database, offline
 
 Every command takes --db PATH (default $BUDGET_DB, else ./budget.db).
 Exit codes: 0 ok, 1 runtime error, 2 bad usage or input, 3 refused,
@@ -173,6 +179,14 @@ func (m *Main) Run(ctx context.Context, args []string) (err error) {
 		return m.runRecover(ctx, rest)
 	case "provider":
 		return m.runProvider(ctx, rest)
+	case "key":
+		return m.runKey(ctx, rest)
+	case "proxy":
+		return m.runProxy(ctx, rest)
+	case "mock-upstream":
+		return m.runMockUpstream(ctx, rest)
+	case "demo":
+		return m.runDemo(ctx, rest)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(m.Stdout, usage)
 		return nil

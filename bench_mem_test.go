@@ -1,0 +1,166 @@
+package tokenbudget_test
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	tokenbudget "github.com/tokenbudget/tokenbudget"
+	"github.com/tokenbudget/tokenbudget/budget"
+)
+
+// The test binary doubles as the memory benchmark's subprocess, so its RSS
+// is the tracker's alone.
+func TestMain(m *testing.M) {
+	if path := os.Getenv("TB_MEM_CHILD"); path != "" {
+		keys, _ := strconv.Atoi(os.Getenv("TB_MEM_KEYS"))
+		if err := memChild(path, keys); err != nil {
+			fmt.Fprintln(os.Stderr, "mem child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// memChild checks each of keys keys (3 limits each) in two windows and
+// records once per key, then prints live heap bytes per key after the first
+// pass, bytes per cached counter (the second pass adds counters only: the
+// definitions are cached already) and the peak RSS.
+func memChild(path string, keys int) error {
+	ctx := context.Background()
+	cfg := budget.DefaultConfig()
+	cfg.SweepInterval = -1
+	cfg.RefreshInterval = time.Hour
+	cfg.CounterCacheSize = 8 * keys
+	cfg.LimitCacheSize = 2 * keys
+	db, err := tokenbudget.Open(ctx, path, tokenbudget.Options{Config: &cfg})
+	if err != nil {
+		return err
+	}
+	defer db.Close(ctx)
+	at := time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)
+	heap := func() uint64 {
+		var m runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	pass := func(at time.Time) error {
+		for k := range keys {
+			d, err := db.CheckAt(ctx, budget.Request{Key: "key-" + strconv.Itoa(k), Provider: "openai", Model: "gpt-4o"}, at)
+			if err != nil || len(d.Limits) != 3 {
+				return fmt.Errorf("check %d: %v (%d limits)", k, err, len(d.Limits))
+			}
+		}
+		return nil
+	}
+	h0 := heap()
+	if err := pass(at); err != nil {
+		return err
+	}
+	h1 := heap()
+	if err := pass(at.Add(24 * time.Hour)); err != nil {
+		return err
+	}
+	h2 := heap()
+	for k := range keys {
+		u := budget.Usage{Key: "key-" + strconv.Itoa(k), Provider: "openai", Model: "gpt-4o", Input: 10, Output: 5, At: at}
+		if err := db.Record(ctx, u); err != nil {
+			return err
+		}
+	}
+	if _, err := db.Flush(ctx); err != nil {
+		return err
+	}
+	if hp := os.Getenv("TB_MEM_HEAPPROFILE"); hp != "" {
+		runtime.GC()
+		f, _ := os.Create(hp)
+		pprof.WriteHeapProfile(f)
+		f.Close()
+	}
+	fmt.Printf("bytes/key %.0f\nbytes/counter %.0f\npeak_rss_MiB %d\n",
+		float64(h1-h0)/float64(keys), float64(h2-h1)/float64(3*keys), peakRSS()>>10)
+	return nil
+}
+
+func rssNow() int64 { return procStatus("VmRSS:") }
+
+func peakRSS() int64 { return procStatus("VmHWM:") }
+
+func procStatus(field string) int64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), field); ok {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return n
+		}
+	}
+	return -1
+}
+
+// BenchmarkMemory100kKeys runs memChild in a subprocess over 100,000 keys
+// with 3 limits each (global, provider, model), so the RSS is the tracker's.
+func BenchmarkMemory100kKeys(b *testing.B) {
+	const keys = 100_000
+	path := filepath.Join(b.TempDir(), "mem.db")
+	ctx := context.Background()
+	db, err := tokenbudget.Open(ctx, path, tokenbudget.Options{Create: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	db.Close(ctx)
+	raw, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i, l := range []struct{ scope, value, window string }{{"global", "", "daily"}, {"provider", "openai", "1h"}, {"model", "gpt-4o", "1m"}} {
+		_, err := raw.Exec(fmt.Sprintf(`WITH RECURSIVE c(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM c WHERE x < %d)
+			INSERT INTO limits (id, key, scope, scope_value, metric, max, window, window_seconds, reset_time, timezone, enabled, created_at, updated_at)
+			SELECT 'lim-%d-' || x, 'key-' || x, '%s', '%s', 'tokens', %d, '%s', %d, 0, '%s', 1, 0, 0 FROM c`,
+			keys-1, i, l.scope, l.value, int64(1)<<50, l.window, map[string]int{"daily": 0, "1h": 3600, "1m": 60}[l.window],
+			map[string]string{"daily": "UTC"}[l.window]))
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	raw.Close()
+	// "default" runs with Go's default GC settings; "memlimit" sets
+	// GOMEMLIMIT, the knob that bounds a gateway's RSS at some GC cost.
+	for _, run := range []struct{ name, env string }{{"default", ""}, {"memlimit", "GOMEMLIMIT=160MiB"}} {
+		b.Run(run.name, func(b *testing.B) {
+			for b.Loop() {
+				cmd := exec.Command(os.Args[0], "-test.run=^$")
+				cmd.Env = append(os.Environ(), "TB_MEM_CHILD="+path, "TB_MEM_KEYS="+strconv.Itoa(keys))
+				if run.env != "" {
+					cmd.Env = append(cmd.Env, run.env)
+				}
+				cmd.Stderr = os.Stderr
+				out, err := cmd.Output()
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+					name, v, _ := strings.Cut(line, " ")
+					f, _ := strconv.ParseFloat(v, 64)
+					b.ReportMetric(f, name)
+				}
+			}
+		})
+	}
+}

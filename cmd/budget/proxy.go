@@ -1,0 +1,287 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tokenbudget/tokenbudget"
+	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/proxy"
+)
+
+const proxyHelp = `usage: budget proxy (--upstream URL | --mock-upstream) [--listen ADDR] [--provider NAME]
+	[--upstream-key-env VAR] [--mode reserve|check] [--max-body N] [--default-max-output N]
+	[--image-tokens N]
+
+Serves POST /v1/chat/completions, /v1/responses, /v1/embeddings and
+/v1/messages (other paths: 404) on --listen (default 127.0.0.1:8080),
+forwarding them to --upstream with the upstream credential, under the
+token budgets of the database. Clients authenticate with a gateway key
+('budget key add NAME') as "Authorization: Bearer KEY" or "x-api-key: KEY";
+limits apply to the key's name, the provider (openai for the OpenAI routes,
+anthropic for /v1/messages, or --provider) and the request's model.
+
+The upstream credential is read from $OPENAI_API_KEY (OpenAI routes, sent as
+Authorization: Bearer) and $ANTHROPIC_API_KEY (/v1/messages, sent as
+x-api-key), or from --upstream-key-env VAR for every route.
+--mock-upstream answers with the built-in mock provider instead (no account).
+
+Also serves GET /healthz and GET /metrics (Prometheus). SIGINT or SIGTERM
+stops accepting requests, waits for those in flight (up to 30s), writes
+the queued usage and exits 0.
+
+`
+
+// Defaults of budget proxy and budget mock-upstream.
+const (
+	defaultProxyListen = "127.0.0.1:8080"
+	defaultMockListen  = "127.0.0.1:8081"
+	drainTimeout       = 30 * time.Second
+)
+
+// proxyOptions configure a proxy started by startProxy.
+type proxyOptions struct {
+	dsn         string
+	listen      string
+	upstream    string // "" with mock
+	mock        bool
+	provider    string
+	keyEnv      string
+	mode        proxy.Mode
+	maxBody     int64
+	maxOutput   int64
+	imageTokens int64
+	log         *slog.Logger
+}
+
+func (m *Main) runProxy(ctx context.Context, args []string) (err error) {
+	fs := newFlagSet("proxy")
+	var o proxyOptions
+	dsn := m.dbFlag(fs)
+	fs.StringVar(&o.listen, "listen", defaultProxyListen, "address to serve on")
+	fs.StringVar(&o.upstream, "upstream", "", "the provider's base `URL`, such as https://api.openai.com")
+	fs.BoolVar(&o.mock, "mock-upstream", false, "answer with the built-in mock provider instead of --upstream")
+	fs.StringVar(&o.provider, "provider", "", "provider `name` for every route (default openai, anthropic per route)")
+	fs.StringVar(&o.keyEnv, "upstream-key-env", "", "environment `variable` holding the upstream credential for every route")
+	mode := fs.String("mode", string(proxy.ModeReserve), "reserve (exact under concurrency) or check (faster, may overshoot)")
+	fs.Int64Var(&o.maxBody, "max-body", proxy.DefaultMaxBody, "largest request body in bytes; larger ones get 413")
+	fs.Int64Var(&o.maxOutput, "default-max-output", proxy.DefaultMaxOutput, "output estimate of a request without max tokens")
+	fs.Int64Var(&o.imageTokens, "image-tokens", proxy.DefaultImageTokens, "estimate of one image or file part")
+	pos, err := m.parseArgs(fs, proxyHelp, args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs("proxy", pos); err != nil {
+		return err
+	}
+	o.dsn = *dsn
+	if o.mode, err = proxy.ParseMode(*mode); err != nil {
+		return err
+	}
+	if err := o.validate(); err != nil {
+		return err
+	}
+	o.log = slog.New(slog.NewTextHandler(m.Stderr, nil))
+
+	p, err := m.startProxy(ctx, o)
+	if err != nil {
+		return err
+	}
+	up := p.upstream
+	if o.mock {
+		up += " (built-in mock)"
+	}
+	fmt.Fprintf(m.Stdout, "budget proxy listening on %s, upstream %s, mode %s\n", p.url, up, o.mode)
+	select {
+	case <-ctx.Done():
+	case err = <-p.served:
+	}
+	fmt.Fprintln(m.Stderr, "budget proxy: draining in-flight requests")
+	return errors.Join(err, p.stop(ctx))
+}
+
+func (o *proxyOptions) validate() error {
+	switch {
+	case o.mock && o.upstream != "":
+		return usagef("proxy", "--upstream and --mock-upstream exclude each other")
+	case !o.mock && o.upstream == "":
+		return usagef("proxy", "--upstream URL or --mock-upstream is required")
+	}
+	if o.upstream != "" {
+		u, err := url.Parse(o.upstream)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return budget.Invalid("upstream", o.upstream, "want an http or https URL such as https://api.openai.com")
+		}
+	}
+	if strings.TrimSpace(o.listen) == "" {
+		return budget.Invalid("listen", o.listen, "want an address such as 127.0.0.1:8080")
+	}
+	if o.maxBody <= 0 {
+		return budget.Invalid("max-body", o.maxBody, "must be greater than 0")
+	}
+	if o.maxOutput <= 0 || o.maxOutput > budget.MaxTokens {
+		return budget.Invalid("default-max-output", o.maxOutput, "must be between 1 and 2^53-1")
+	}
+	if o.imageTokens < 0 || o.imageTokens > budget.MaxTokens {
+		return budget.Invalid("image-tokens", o.imageTokens, "must be between 0 and 2^53-1")
+	}
+	if strings.ContainsAny(o.keyEnv, "= \t") {
+		return budget.Invalid("upstream-key-env", o.keyEnv, "want an environment variable name")
+	}
+	return nil
+}
+
+// runningProxy is a proxy serving on a listener, with its database and,
+// with --mock-upstream, the mock's server.
+type runningProxy struct {
+	url      string
+	upstream string
+	tracker  *budget.Tracker
+	store    budget.Store
+	srv      *http.Server
+	mock     *http.Server
+	served   chan error // Serve's error, if it stops by itself
+	inflight sync.WaitGroup
+}
+
+// startProxy opens the database (creating it), starts the mock upstream if
+// asked, and serves the proxy on o.listen.
+func (m *Main) startProxy(ctx context.Context, o proxyOptions) (_ *runningProxy, err error) {
+	if strings.TrimSpace(o.dsn) == "" {
+		return nil, budget.Invalid("db", o.dsn, "a database path is required")
+	}
+	p := &runningProxy{served: make(chan error, 2)}
+	defer func() {
+		if err != nil {
+			p.stop(ctx)
+		}
+	}()
+	reg := prometheus.NewRegistry()
+	metrics := proxy.NewMetrics(reg)
+	s, err := tokenbudget.OpenStore(ctx, o.dsn, tokenbudget.Options{Create: true})
+	if err != nil {
+		if isPostgres(o.dsn) {
+			return nil, &redacted{msg: strings.ReplaceAll(err.Error(), o.dsn, tokenbudget.RedactDSN(o.dsn)), err: err}
+		}
+		return nil, err
+	}
+	p.store = s
+	cfg := budget.DefaultConfig()
+	cfg.Now = m.Now
+	cfg.OnError = func(err error) { o.log.Error("budget: write failed; retrying", "err", err) }
+	if p.tracker, err = budget.New(ctx, metrics.InstrumentStore(s), cfg); err != nil {
+		return nil, err
+	}
+	metrics.SetTracker(p.tracker)
+
+	p.upstream = o.upstream
+	if o.mock {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("mock upstream: %w", err)
+		}
+		p.mock = &http.Server{Handler: &proxy.MockUpstream{}, ReadHeaderTimeout: 10 * time.Second}
+		go p.mock.Serve(ln)
+		p.upstream = "http://" + ln.Addr().String()
+	}
+	u, err := url.Parse(p.upstream)
+	if err != nil {
+		return nil, budget.Invalid("upstream", p.upstream, err.Error())
+	}
+	uc := proxy.UpstreamConfig{URL: u, Logger: o.log,
+		OpenAIKey: m.Getenv("OPENAI_API_KEY"), AnthropicKey: m.Getenv("ANTHROPIC_API_KEY")}
+	if o.keyEnv != "" {
+		uc.OpenAIKey = m.Getenv(o.keyEnv)
+		uc.AnthropicKey = uc.OpenAIKey
+	}
+	if !o.mock && uc.OpenAIKey == "" && uc.AnthropicKey == "" {
+		o.log.Warn("no upstream credential in the environment: requests go upstream without one",
+			"variables", credentialVars(o.keyEnv))
+	}
+	up, err := proxy.NewUpstream(uc)
+	if err != nil {
+		return nil, err
+	}
+	mw, err := proxy.New(p.tracker, proxy.Config{Mode: o.mode, Routes: proxy.DefaultRoutes(strings.TrimSpace(o.provider)),
+		DefaultMaxOutput: o.maxOutput, ImageTokens: o.imageTokens, MaxBody: o.maxBody, Metrics: metrics, Logger: o.log})
+	if err != nil {
+		return nil, err
+	}
+	h, err := proxy.NewHandler(proxy.HandlerConfig{Middleware: mw, Upstream: up, Registry: reg, Health: proxy.StoreHealth(s)})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", o.listen, err)
+	}
+	p.url = "http://" + ln.Addr().String()
+	p.srv = &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			p.inflight.Add(1)
+			defer p.inflight.Done()
+			h.ServeHTTP(w, r)
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(o.log.Handler(), slog.LevelWarn),
+	}
+	go func() {
+		if err := p.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			p.served <- fmt.Errorf("serve: %w", err)
+		}
+	}()
+	return p, nil
+}
+
+func credentialVars(keyEnv string) string {
+	if keyEnv != "" {
+		return keyEnv
+	}
+	return "OPENAI_API_KEY, ANTHROPIC_API_KEY"
+}
+
+// stop drains in-flight requests (at most drainTimeout, then closes the
+// connections), stops the mock, and flushes and closes the database.
+func (p *runningProxy) stop(ctx context.Context) error {
+	var errs []error
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drainTimeout)
+	defer cancel()
+	if p.srv != nil {
+		if err := p.srv.Shutdown(dctx); err != nil {
+			p.srv.Close()
+			errs = append(errs, fmt.Errorf("drain: %w", err))
+		}
+		p.inflight.Wait() // handlers settle their usage before returning
+	}
+	if p.mock != nil {
+		p.mock.Close()
+	}
+	if p.tracker != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+		defer cancel()
+		if err := p.tracker.Close(cctx); err != nil {
+			errs = append(errs, fmt.Errorf("close database: %w", err))
+		}
+	}
+	if p.store != nil {
+		if err := p.store.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close database: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// discardLogger logs nothing.
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

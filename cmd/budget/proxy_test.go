@@ -1,0 +1,177 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestProxyFlags: bad flags exit 2 before any database is created.
+func TestProxyFlags(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{},
+		{"--upstream", "http://x", "--mock-upstream"},
+		{"--upstream", "ftp://x"},
+		{"--upstream", "not a url"},
+		{"--mock-upstream", "--mode", "sometimes"},
+		{"--mock-upstream", "--max-body", "0"},
+		{"--mock-upstream", "--default-max-output", "-1"},
+		{"--mock-upstream", "stray"},
+	} {
+		db := tempDB(t)
+		mustRun(t, 2, append([]string{"proxy", "--db", db}, args...)...)
+		if exists(db) {
+			t.Errorf("proxy %v created the database", args)
+		}
+	}
+	mustRun(t, 2, "mock-upstream", "--chunk-delay", "-1s")
+	if r := mustRun(t, 0, "proxy", "-h"); !strings.Contains(r.stdout, "--upstream-key-env") {
+		t.Errorf("proxy -h: %s", r.stdout)
+	}
+}
+
+// startCLI runs the budget command line args until ctx ends and returns
+// the first line it prints and a channel with Run's error.
+func startCLI(t *testing.T, ctx context.Context, env map[string]string, args ...string) (string, <-chan error) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	m := &Main{Stdout: pw, Stderr: io.Discard, Getenv: func(k string) string { return env[k] },
+		Now: func() time.Time { return testNow }}
+	done := make(chan error, 1)
+	go func() {
+		err := m.Run(ctx, args)
+		pw.Close()
+		done <- err
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		t.Fatalf("budget %v printed nothing: %v", args, err)
+	}
+	go io.Copy(io.Discard, pr)
+	return line, done
+}
+
+// listenURL is the URL in a "... listening on URL, ..." line.
+func listenURL(t *testing.T, line string) string {
+	t.Helper()
+	i := strings.Index(line, "http://")
+	if i < 0 {
+		t.Fatalf("no URL in %q", line)
+	}
+	return strings.TrimRight(strings.Fields(line[i:])[0], ",")
+}
+
+func post(t *testing.T, url, secret, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+secret)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestProxyCommand: budget proxy --mock-upstream serves the API under the
+// budget, /healthz and /metrics, and on cancel (SIGINT) drains the request
+// in flight, writes the usage and exits 0.
+func TestProxyCommand(t *testing.T) {
+	t.Parallel()
+	db := tempDB(t)
+	secret := strings.TrimSpace(mustRun(t, 0, "key", "add", "app", "--db", db).stdout)
+	mustRun(t, 0, "limit", "set", "--db", db, "--key", "app", "--limit", "1000000", "--window", "daily")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	line, done := startCLI(t, ctx, nil, "proxy", "--db", db, "--mock-upstream", "--listen", "127.0.0.1:0", "--mode", "check")
+	base := listenURL(t, line)
+	if code, body := post(t, base+"/v1/messages", secret, `{"model":"claude","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`); code != 200 ||
+		!strings.Contains(body, `"usage"`) {
+		t.Fatalf("POST /v1/messages: %d %s", code, body)
+	}
+	if code, _ := post(t, base+"/v1/chat/completions", "tbk_wrong", `{}`); code != 401 {
+		t.Errorf("wrong key: %d", code)
+	}
+	for path, want := range map[string]string{"/healthz": `"ok"`, "/metrics": `tokenbudget_proxy_requests_total{outcome="ok"} 1`} {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(b), want) {
+			t.Errorf("%s lacks %q:\n%s", path, want, b)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("proxy exited with %v", err)
+	}
+	// mock: input ceil((4+2)/4)+3 = 5, output 10 (cut at max_tokens)
+	v := decode(t, mustRun(t, 0, "inspect", "--db", db, "--json").stdout)
+	if l := v["limits"].([]any)[0].(map[string]any); l["used"] != 15.0 {
+		t.Errorf("usage after shutdown: used %v; want 15", l["used"])
+	}
+}
+
+// TestProxyDrain: a request in flight when the proxy is told to stop is
+// answered in full and charged before it exits; the upstream credential
+// comes from --upstream-key-env.
+func TestProxyDrain(t *testing.T) {
+	t.Parallel()
+	db := tempDB(t)
+	secret := strings.TrimSpace(mustRun(t, 0, "key", "add", "app", "--db", db).stdout)
+	mustRun(t, 0, "limit", "set", "--db", db, "--key", "app", "--limit", "1000000", "--window", "daily")
+	arrived, release := make(chan struct{}), make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer from-env" || strings.Contains(r.Header.Get("Authorization"), secret) {
+			t.Errorf("upstream got Authorization %q", r.Header.Get("Authorization"))
+		}
+		close(arrived)
+		<-release
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"model":"m","choices":[],"usage":{"prompt_tokens":40,"completion_tokens":2}}`)
+	}))
+	defer up.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	line, done := startCLI(t, ctx, map[string]string{"MY_KEY": "from-env", "OPENAI_API_KEY": "not-this"},
+		"proxy", "--db", db, "--upstream", up.URL+"/v1", "--listen", "127.0.0.1:0", "--upstream-key-env", "MY_KEY")
+	base := listenURL(t, line)
+	type result struct {
+		code int
+		body string
+	}
+	got := make(chan result, 1)
+	go func() {
+		code, body := post(t, base+"/v1/chat/completions", secret, `{"model":"m","max_tokens":5,"messages":[]}`)
+		got <- result{code, body}
+	}()
+	<-arrived
+	cancel() // SIGINT: stop accepting, drain
+	select {
+	case err := <-done:
+		t.Fatalf("proxy exited with a request in flight: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	if r := <-got; r.code != 200 || !strings.Contains(r.body, `"prompt_tokens":40`) {
+		t.Errorf("in-flight request: %d %s", r.code, r.body)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("proxy exited with %v", err)
+	}
+	v := decode(t, mustRun(t, 0, "inspect", "--db", db, "--json").stdout)
+	if l := v["limits"].([]any)[0].(map[string]any); l["used"] != 42.0 {
+		t.Errorf("usage after drain: used %v; want 42", l["used"])
+	}
+}

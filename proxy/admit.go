@@ -1,0 +1,156 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+)
+
+// admit reserves (or checks) req. It fills info.RequestID and the success
+// headers into extra, or answers the refusal and returns false.
+func (m *Middleware) admit(w http.ResponseWriter, r *http.Request, f Format, req budget.Request, info *Info, extra http.Header) (*budget.Reservation, bool) {
+	ctx := r.Context()
+	bp := m.statusBuf()
+	defer m.bufs.Put(bp)
+	if m.cfg.Mode == ModeCheck {
+		now := m.t.Now()
+		d, err := m.t.CheckInto(ctx, req, now, *bp)
+		*bp = d.Limits[:0]
+		if err != nil {
+			m.admitError(w, r, f, err)
+			return nil, false
+		}
+		if !d.Allowed {
+			m.refuse(w, f, &d, req.Estimate, now)
+			return nil, false
+		}
+		info.RequestID, info.At = budget.NewID("req_"), now
+		setRateLimitHeaders(extra, d.Limits, req.Estimate, now, true)
+		return nil, true
+	}
+	// Not cancelled with the request: a reservation made for a client that
+	// left meanwhile must be known, to be released, not left to expire.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	res, err := m.t.Reserve(rctx, req, m.cfg.ReservationTTL)
+	if err == nil && ctx.Err() != nil {
+		m.cfg.Metrics.outcome(OutcomeClientClosed)
+		if err := m.t.Release(rctx, res.ID); err != nil {
+			m.cfg.Metrics.settleError()
+			m.log.Error("proxy: releasing the reservation of a client that left failed", "request_id", res.ID, "err", err)
+		}
+		return nil, false
+	}
+	if err != nil {
+		var ee *budget.ExceededError
+		var pe *budget.ParkedError
+		switch {
+		case errors.As(err, &ee):
+			m.refuse(w, f, &ee.Decision, req.Estimate, m.t.Now())
+		case errors.As(err, &pe):
+			m.cfg.Metrics.outcome(OutcomeParked)
+			writeError(w, f, parkedError(w.Header(), f, pe.Provider, ceilSeconds(pe.RetryAfter)))
+		default:
+			m.admitError(w, r, f, err)
+		}
+		return nil, false
+	}
+	info.RequestID, info.At = res.ID, res.At
+	// The statuses for the headers: the cache holds the reservation now.
+	now := m.t.Now()
+	if d, err := m.t.CheckInto(ctx, req, now, *bp); err == nil {
+		setRateLimitHeaders(extra, d.Limits, budget.Estimate{}, now, true)
+		*bp = d.Limits[:0]
+	}
+	return res, true
+}
+
+func (m *Middleware) statusBuf() *[]budget.Status {
+	if p, ok := m.bufs.Get().(*[]budget.Status); ok {
+		return p
+	}
+	s := make([]budget.Status, 0, 8)
+	return &s
+}
+
+// refuse answers a refused decision: the parked provider wins (no budget
+// helps), else the breach.
+func (m *Middleware) refuse(w http.ResponseWriter, f Format, d *budget.Decision, est budget.Estimate, now time.Time) {
+	if d.Parked != nil {
+		m.cfg.Metrics.outcome(OutcomeParked)
+		writeError(w, f, parkedError(w.Header(), f, d.Parked.ProviderState, d.Parked.RetryAfterSeconds))
+		return
+	}
+	m.cfg.Metrics.outcome(OutcomeRefused)
+	if d.Breach != nil {
+		m.cfg.Metrics.refused(d.Breach.Limit.Scope)
+	}
+	writeError(w, f, exceededError(w.Header(), f, d, est, now))
+}
+
+// admitError answers a failed check or reservation: 400 for input the
+// tracker rejects, else 503.
+func (m *Middleware) admitError(w http.ResponseWriter, r *http.Request, f Format, err error) {
+	if errors.Is(err, budget.ErrInvalid) {
+		m.cfg.Metrics.outcome(OutcomeBadRequest)
+		writeError(w, f, simpleError(f, http.StatusBadRequest, CodeBadRequest, err.Error()))
+		return
+	}
+	m.unavailable(w, r, f, "check the budget", err)
+}
+
+// unavailable answers 503 when the budget store fails (nothing when the
+// client has left: that is why the call failed).
+func (m *Middleware) unavailable(w http.ResponseWriter, r *http.Request, f Format, what string, err error) {
+	if r.Context().Err() != nil {
+		m.cfg.Metrics.outcome(OutcomeClientClosed)
+		return
+	}
+	m.cfg.Metrics.outcome(OutcomeError)
+	m.log.Error("proxy: cannot "+what+"; refusing the request", "err", err)
+	w.Header().Set("Retry-After", "1")
+	writeError(w, f, simpleError(f, http.StatusServiceUnavailable, CodeUnavailable, "the gateway cannot "+what+" now; retry shortly"))
+}
+
+// renewer extends a reservation at half its TTL while the response lasts.
+type renewer struct {
+	mu      sync.Mutex
+	stopped bool
+	timer   *time.Timer
+}
+
+func (m *Middleware) startRenew(res *budget.Reservation) *renewer {
+	ttl := res.ExpiresAt.Sub(res.At)
+	if ttl <= 0 {
+		return nil
+	}
+	rn := &renewer{}
+	var tick func()
+	tick = func() {
+		rn.mu.Lock()
+		defer rn.mu.Unlock()
+		if rn.stopped {
+			return
+		}
+		if _, err := m.t.Renew(context.Background(), res.ID, ttl); err != nil {
+			m.log.Warn("proxy: renewing a reservation failed; it may lapse before the response ends", "request_id", res.ID, "err", err)
+			return
+		}
+		rn.timer.Reset(ttl / 2)
+	}
+	rn.mu.Lock()
+	rn.timer = time.AfterFunc(ttl/2, tick)
+	rn.mu.Unlock()
+	return rn
+}
+
+func (rn *renewer) stop() {
+	rn.mu.Lock()
+	rn.stopped = true
+	rn.timer.Stop()
+	rn.mu.Unlock()
+}

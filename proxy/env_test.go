@@ -1,0 +1,253 @@
+package proxy_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tokenbudget/tokenbudget"
+	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/proxy"
+)
+
+// testNow is the fixed clock of tests that read retry-after or reset times:
+// 09:00:00 UTC, so a 1h window resets in exactly 3600 s.
+var testNow = time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
+
+const (
+	upstreamOpenAIKey    = "sk-upstream-openai-credential"
+	upstreamAnthropicKey = "sk-ant-upstream-credential"
+)
+
+// env is a proxy in front of an httptest upstream, on a fresh database.
+type env struct {
+	t        testing.TB
+	db       *tokenbudget.DB
+	mw       *proxy.Middleware
+	proxy    *httptest.Server
+	upstream *httptest.Server
+	secret   string // the gateway key "team"'s secret
+	hits     atomic.Int64
+	served   chan struct{} // one per request the proxy finished
+	logs     *syncBuffer
+	reg      *prometheus.Registry
+	now      atomic.Int64 // the tracker's clock with envOptions.clock, Unix ns
+}
+
+// advance moves the tracker's clock (envOptions.clock) by d.
+func (e *env) advance(d time.Duration) { e.now.Add(int64(d)) }
+
+type envOptions struct {
+	mode  proxy.Mode
+	clock bool // the tracker's clock starts at testNow and moves by advance
+	cfg   func(*proxy.Config)
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes (the log).
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// newEnv starts a proxy whose upstream is upstream (counted in e.hits).
+func newEnv(t testing.TB, o envOptions, upstream http.HandlerFunc) *env {
+	t.Helper()
+	ctx := context.Background()
+	cfg := budget.DefaultConfig()
+	e := &env{t: t, served: make(chan struct{}, 1024), logs: &syncBuffer{}, reg: prometheus.NewRegistry()}
+	if o.clock {
+		e.now.Store(testNow.UnixNano())
+		cfg.Now = func() time.Time { return time.Unix(0, e.now.Load()).UTC() }
+	}
+	db, err := tokenbudget.Open(ctx, filepath.Join(t.TempDir(), "budget.db"), tokenbudget.Options{Create: true, Config: &cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.db = db
+	t.Cleanup(func() {
+		if err := db.Close(context.Background()); err != nil {
+			t.Errorf("close database: %v", err)
+		}
+	})
+	e.upstream = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e.hits.Add(1)
+		upstream(w, r)
+	}))
+	t.Cleanup(e.upstream.Close)
+	if e.secret, err = proxy.AddKey(ctx, db.Store(), "team", testNow); err != nil {
+		t.Fatal(err)
+	}
+	metrics := proxy.NewMetrics(e.reg)
+	metrics.SetTracker(db.Tracker)
+	pc := proxy.Config{Mode: o.mode, Metrics: metrics, Logger: slog.New(slog.NewTextHandler(e.logs, nil))}
+	if o.cfg != nil {
+		o.cfg(&pc)
+	}
+	if e.mw, err = proxy.New(db.Tracker, pc); err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(e.upstream.URL)
+	up, err := proxy.NewUpstream(proxy.UpstreamConfig{URL: u, OpenAIKey: upstreamOpenAIKey, AnthropicKey: upstreamAnthropicKey, Logger: pc.Logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := proxy.NewHandler(proxy.HandlerConfig{Middleware: e.mw, Upstream: up, Registry: e.reg, Health: proxy.StoreHealth(db.Store())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.proxy = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() { e.served <- struct{}{} }()
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(e.proxy.Close)
+	return e
+}
+
+// limit sets a limit on key "team" and returns its id.
+func (e *env) limit(scope, value, metric, window string, max int64) string {
+	e.t.Helper()
+	l, _, err := e.db.SetLimit(context.Background(), budget.LimitSpec{Key: "team", Scope: scope, ScopeValue: value,
+		Metric: metric, Window: window, Max: &max})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return l.ID
+}
+
+// used is a limit's used and reserved amounts as stored, after a flush.
+func (e *env) used(id string) (used, reserved int64) {
+	e.t.Helper()
+	ctx := context.Background()
+	if _, err := e.db.Flush(ctx); err != nil {
+		e.t.Fatal(err)
+	}
+	r, err := e.db.Inspect(ctx, "team", e.db.Now(), 0)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, s := range r.Limits {
+		if s.Limit.ID == id {
+			return s.Used, s.Reserved
+		}
+	}
+	e.t.Fatalf("no limit %s", id)
+	return 0, 0
+}
+
+// response is what a client got.
+type response struct {
+	status int
+	header http.Header
+	body   string
+}
+
+// do sends body to path with the gateway secret as a bearer token, waits
+// for the proxy to finish the request, and returns the answer.
+func (e *env) do(path, body string, header ...string) response {
+	e.t.Helper()
+	r := e.send(path, body, append([]string{"Authorization", "Bearer " + e.secret}, header...)...)
+	e.wait(1)
+	return r
+}
+
+// send is do without the default credential and without waiting.
+func (e *env) send(path, body string, header ...string) response {
+	e.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, e.proxy.URL+path, strings.NewReader(body))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return response{resp.StatusCode, resp.Header, string(b)}
+}
+
+// wait waits until the proxy has finished n more requests.
+func (e *env) wait(n int) {
+	e.t.Helper()
+	for range n {
+		select {
+		case <-e.served:
+		case <-time.After(20 * time.Second):
+			e.t.Fatal("the proxy did not finish a request in 20s")
+		}
+	}
+}
+
+// jsonBody decodes a response body into a generic object.
+func jsonBody(t testing.TB, s string) map[string]any {
+	t.Helper()
+	var v map[string]any
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		t.Fatalf("body is not a JSON object: %v\n%s", err, s)
+	}
+	return v
+}
+
+// errorObject is the error object of an OpenAI- or Anthropic-shaped body.
+func errorObject(t testing.TB, s string) map[string]any {
+	t.Helper()
+	e, _ := jsonBody(t, s)["error"].(map[string]any)
+	if e == nil {
+		t.Fatalf("body has no error object: %s", s)
+	}
+	return e
+}
+
+// chatBody is a small chat request.
+func chatBody(model string, maxTokens int, stream bool) string {
+	b, _ := json.Marshal(map[string]any{"model": model, "max_tokens": maxTokens, "stream": stream,
+		"messages": []any{map[string]any{"role": "user", "content": "hi"}}})
+	return string(b)
+}
+
+// writeJSON answers a fixed JSON body.
+func writeJSON(w http.ResponseWriter, status int, body string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	io.WriteString(w, body)
+}
+
+// chatUsageJSON is a chat completion with the given usage.
+func chatUsageJSON(prompt, completion int) string {
+	b, _ := json.Marshal(map[string]any{"id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-4o-2024-08-06",
+		"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": "ok"}, "finish_reason": "stop"}},
+		"usage":   map[string]any{"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}})
+	return string(b)
+}

@@ -1,0 +1,339 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+)
+
+// Defaults of the estimate (see RequestInfo.Estimate).
+const (
+	// DefaultMaxOutput is the output estimate of a request that sets no
+	// max_tokens, max_completion_tokens or max_output_tokens.
+	DefaultMaxOutput = 4096
+	// DefaultImageTokens is the fixed cost of one image or file part.
+	DefaultImageTokens = 1000
+	// MessageTokens is the fixed overhead of one message (role, framing).
+	MessageTokens = 4
+	// BytesPerToken is the text bytes counted as one prompt token.
+	BytesPerToken = 4
+	// maxChoices caps the n parameter's multiplication of the output estimate.
+	maxChoices = 128
+)
+
+// RequestInfo is what the middleware reads from a request body.
+type RequestInfo struct {
+	Model string
+	// Stream is the request's "stream": true.
+	Stream bool
+	// IncludeUsage is stream_options.include_usage as the client sent it.
+	IncludeUsage bool
+	// MaxOutput is the output cap the request sets (0: none).
+	MaxOutput int64
+	// Choices is chat's n (1 when absent).
+	Choices int64
+	// TextBytes, Messages, Parts and PreTokens are the counts the input
+	// estimate is made of.
+	TextBytes int64
+	Messages  int64
+	Parts     int64
+	PreTokens int64
+}
+
+// Estimate is what a request is expected to cost before it runs:
+//
+//	input  = ceil(text bytes / 4) + 4 per message + imageTokens per image or
+//	         file part + 1 per token id of a pre-tokenized embeddings input
+//	output = max_completion_tokens | max_output_tokens | max_tokens (the
+//	         first present; times n for chat), else defaultMaxOutput
+//
+// Text bytes are the bytes of every JSON string value in the prompt fields
+// (messages, system, instructions, input) plus the raw JSON of the tool
+// definitions (tools, functions), which providers bill as prompt too. An
+// image or file part is an object whose "type" is image_url, input_image,
+// image, document, file, input_file or input_audio; its contents (a base64
+// data URL, say) are not text. Messages are the elements of messages (chat,
+// Anthropic) or of an input array (Responses); a string input is one
+// message. Embeddings have no message overhead and no output. The input
+// estimate is at least 1. Roughly 4 bytes per token holds for English;
+// the actual usage, committed after the response, corrects it either way.
+func (ri *RequestInfo) Estimate(f Format, defaultMaxOutput, imageTokens int64) budget.Estimate {
+	in := (ri.TextBytes+BytesPerToken-1)/BytesPerToken + ri.Parts*imageTokens + ri.PreTokens
+	if f != OpenAIEmbeddings {
+		in += ri.Messages * MessageTokens
+	}
+	in = max(1, min(in, budget.MaxTokens/2))
+	var out int64
+	if f != OpenAIEmbeddings {
+		out = ri.MaxOutput
+		if out <= 0 {
+			out = defaultMaxOutput
+		}
+		out = min(out*max(1, min(ri.Choices, maxChoices)), budget.MaxTokens/2)
+	}
+	return budget.Estimate{Input: in, Output: out}
+}
+
+// errBody reports a request body that is not a JSON object.
+var errBody = errors.New("request body is not a JSON object")
+
+// request is the top level of a request body of any route.
+type request struct {
+	Model               json.RawMessage `json:"model"`
+	Stream              json.RawMessage `json:"stream"`
+	StreamOptions       json.RawMessage `json:"stream_options"`
+	MaxTokens           json.RawMessage `json:"max_tokens"`
+	MaxCompletionTokens json.RawMessage `json:"max_completion_tokens"`
+	MaxOutputTokens     json.RawMessage `json:"max_output_tokens"`
+	N                   json.RawMessage `json:"n"`
+	Messages            json.RawMessage `json:"messages"`
+	System              json.RawMessage `json:"system"`
+	Instructions        json.RawMessage `json:"instructions"`
+	Input               json.RawMessage `json:"input"`
+	Tools               json.RawMessage `json:"tools"`
+	Functions           json.RawMessage `json:"functions"`
+}
+
+// ParseRequest reads a request body of format f: its model, stream flags,
+// output cap and the counts RequestInfo.Estimate is made of. A body that is not a JSON
+// object is an error; fields of an unexpected type are ignored.
+func ParseRequest(f Format, body []byte) (RequestInfo, error) {
+	var r request
+	if err := json.Unmarshal(body, &r); err != nil {
+		return RequestInfo{}, fmt.Errorf("%w: %v", errBody, err)
+	}
+	if b := bytes.TrimSpace(body); len(b) == 0 || b[0] != '{' {
+		return RequestInfo{}, errBody
+	}
+	ri := RequestInfo{Choices: 1}
+	_ = json.Unmarshal(r.Model, &ri.Model)
+	_ = json.Unmarshal(r.Stream, &ri.Stream)
+	if len(r.StreamOptions) > 0 {
+		var so struct {
+			IncludeUsage bool `json:"include_usage"`
+		}
+		_ = json.Unmarshal(r.StreamOptions, &so)
+		ri.IncludeUsage = so.IncludeUsage
+	}
+	for _, raw := range [...]json.RawMessage{r.MaxCompletionTokens, r.MaxOutputTokens, r.MaxTokens} {
+		var v int64
+		if json.Unmarshal(raw, &v) == nil && v > 0 {
+			ri.MaxOutput = min(v, budget.MaxTokens)
+			break
+		}
+	}
+	if f == OpenAIChat {
+		var n int64
+		if json.Unmarshal(r.N, &n) == nil && n > 1 {
+			ri.Choices = n
+		}
+	}
+	var s scan
+	switch f {
+	case OpenAIEmbeddings:
+		s.embeddings(r.Input)
+	default:
+		s.messages(r.Messages)
+		s.messages(r.Input)
+		s.value(r.System)
+		s.value(r.Instructions)
+		s.text += int64(len(bytes.TrimSpace(r.Tools))) + int64(len(bytes.TrimSpace(r.Functions)))
+	}
+	ri.TextBytes, ri.Messages, ri.Parts, ri.PreTokens = s.text, s.msgs, s.parts, s.tokens
+	return ri, nil
+}
+
+// scan counts the text bytes, messages and parts of valid JSON values.
+type scan struct {
+	text, msgs, parts, tokens int64
+}
+
+// messages counts a messages or input value: each element of an array is a
+// message; a string is one message.
+func (s *scan) messages(b []byte) {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 || string(b) == "null" {
+		return
+	}
+	if b[0] == '[' {
+		forElements(b, func(e []byte) {
+			s.msgs++
+			s.walk(e)
+		})
+		return
+	}
+	if b[0] == '"' {
+		s.msgs++
+	}
+	s.walk(b)
+}
+
+// value counts the text of a value without counting it as a message.
+func (s *scan) value(b []byte) {
+	if b = bytes.TrimSpace(b); len(b) > 0 {
+		s.walk(b)
+	}
+}
+
+// embeddings counts an embeddings input: a string, an array of strings, an
+// array of token ids or an array of such arrays.
+func (s *scan) embeddings(b []byte) {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 {
+		return
+	}
+	var count func(b []byte)
+	count = func(b []byte) {
+		switch b[0] {
+		case '"':
+			s.text += int64(stringLen(b))
+		case '[':
+			forElements(b, count)
+		case 'n', 't', 'f', '{':
+			s.walk(b)
+		default:
+			s.tokens++
+		}
+	}
+	count(b)
+}
+
+// attachments are the content part types with a fixed cost.
+var attachments = map[string]bool{
+	"image_url": true, "input_image": true, "image": true, "document": true,
+	"file": true, "input_file": true, "input_audio": true,
+}
+
+// walk counts one valid JSON value: the bytes of its strings, and an
+// attachment for an object whose "type" names one (its contents skipped).
+func (s *scan) walk(b []byte) {
+	switch b[0] {
+	case '"':
+		s.text += int64(stringLen(b))
+	case '[':
+		forElements(b, s.walk)
+	case '{':
+		var typ []byte
+		forMembers(b, func(k, v []byte) {
+			if string(k) == `"type"` && len(v) > 0 && v[0] == '"' {
+				typ = v
+			}
+		})
+		if typ != nil && attachments[string(typ[1:len(typ)-1])] {
+			s.parts++
+			return
+		}
+		forMembers(b, func(_, v []byte) { s.walk(v) })
+	}
+}
+
+// stringLen is the length of a JSON string literal's contents as written
+// (escapes count as the bytes they take).
+func stringLen(lit []byte) int { return max(0, len(lit)-2) }
+
+// forElements calls fn with each element of a valid JSON array.
+func forElements(b []byte, fn func([]byte)) {
+	i := skipSpace(b, 1)
+	for i < len(b) && b[i] != ']' {
+		end := valueEnd(b, i)
+		fn(b[i:end])
+		i = skipSpace(b, end)
+		if i < len(b) && b[i] == ',' {
+			i = skipSpace(b, i+1)
+		}
+	}
+}
+
+// forMembers calls fn with each key (a string literal) and value of a
+// valid JSON object.
+func forMembers(b []byte, fn func(k, v []byte)) {
+	i := skipSpace(b, 1)
+	for i < len(b) && b[i] == '"' {
+		kEnd := valueEnd(b, i)
+		j := skipSpace(b, kEnd)
+		j = skipSpace(b, j+1) // the colon
+		vEnd := valueEnd(b, j)
+		fn(b[i:kEnd], b[j:vEnd])
+		i = skipSpace(b, vEnd)
+		if i < len(b) && b[i] == ',' {
+			i = skipSpace(b, i+1)
+		}
+	}
+}
+
+// valueEnd returns the index just past the valid JSON value starting at i.
+func valueEnd(b []byte, i int) int {
+	if i >= len(b) {
+		return len(b)
+	}
+	switch b[i] {
+	case '"':
+		for j := i + 1; j < len(b); j++ {
+			switch b[j] {
+			case '\\':
+				j++
+			case '"':
+				return j + 1
+			}
+		}
+		return len(b)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(b); j++ {
+			switch b[j] {
+			case '"':
+				j = valueEnd(b, j) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return len(b)
+	}
+	j := i
+	for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' &&
+		b[j] != '\t' && b[j] != '\n' && b[j] != '\r' {
+		j++
+	}
+	return j
+}
+
+// WithIncludeUsage returns body with stream_options.include_usage set to
+// true, every other member kept. A body without stream_options gets it
+// inserted first, byte for byte otherwise; one with stream_options has that
+// object rewritten.
+func WithIncludeUsage(body []byte) ([]byte, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(body, &top); err != nil || top == nil {
+		return nil, errBody
+	}
+	so, ok := top["stream_options"]
+	if !ok {
+		i := bytes.IndexByte(body, '{')
+		const ins = `"stream_options":{"include_usage":true}`
+		out := make([]byte, 0, len(body)+len(ins)+1)
+		out = append(out, body[:i+1]...)
+		out = append(out, ins...)
+		if len(top) > 0 {
+			out = append(out, ',')
+		}
+		return append(out, body[i+1:]...), nil
+	}
+	var opts map[string]json.RawMessage
+	if err := json.Unmarshal(so, &opts); err != nil || opts == nil {
+		opts = map[string]json.RawMessage{}
+	}
+	opts["include_usage"] = json.RawMessage("true")
+	nb, err := json.Marshal(opts)
+	if err != nil {
+		return nil, err
+	}
+	top["stream_options"] = nb
+	return json.Marshal(top)
+}

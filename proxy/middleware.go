@@ -1,0 +1,356 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+)
+
+// Mode is how the middleware admits a request.
+type Mode string
+
+const (
+	// ModeReserve holds the estimate on every applicable limit before
+	// forwarding and commits the actual usage after: limits hold exactly
+	// under any concurrency, at the cost of two write transactions.
+	ModeReserve Mode = "reserve"
+	// ModeCheck only checks before forwarding and records the usage after:
+	// fast, but concurrent requests may together overshoot a limit.
+	ModeCheck Mode = "check"
+)
+
+// ParseMode validates a mode name.
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(strings.TrimSpace(s)); m {
+	case ModeReserve, ModeCheck:
+		return m, nil
+	}
+	return "", budget.Invalid("mode", s, "want reserve or check")
+}
+
+// Defaults of Config.
+const (
+	DefaultMaxBody         = 32 << 20
+	DefaultMaxResponseBody = 64 << 20
+	DefaultOverloadedAfter = 3
+	// settleTimeout bounds a reservation, commit or release made on behalf
+	// of a request, whether or not its client is still there.
+	settleTimeout = 30 * time.Second
+)
+
+// Route is what the middleware serves at one path.
+type Route struct {
+	Format Format
+	// Provider is the provider name limits and parking use.
+	Provider string
+}
+
+// DefaultRoutes maps the four API paths to their formats, each with the
+// provider provider, or its family's default (openai, anthropic) when
+// provider is "".
+func DefaultRoutes(provider string) map[string]Route {
+	routes := make(map[string]Route, 4)
+	for _, f := range []Format{OpenAIChat, OpenAIResponses, OpenAIEmbeddings, AnthropicMessages} {
+		p := provider
+		if p == "" {
+			p = f.Provider()
+		}
+		routes[f.Path()] = Route{Format: f, Provider: p}
+	}
+	return routes
+}
+
+// Path is the URL path of f's route ("" for Unknown).
+func (f Format) Path() string {
+	switch f {
+	case OpenAIChat:
+		return "/v1/chat/completions"
+	case OpenAIResponses:
+		return "/v1/responses"
+	case OpenAIEmbeddings:
+		return "/v1/embeddings"
+	case AnthropicMessages:
+		return "/v1/messages"
+	}
+	return ""
+}
+
+// Config configures the middleware.
+type Config struct {
+	// Mode is ModeReserve or ModeCheck. (Optional; default ModeReserve.)
+	Mode Mode
+	// Keys maps a gateway secret to a key name. (Optional; default
+	// NewKeys(tracker.Store()).)
+	Keys KeyLookup
+	// Routes maps URL paths to what is served there; any other path gets
+	// 404. A route without a provider gets its format's default.
+	// (Optional; default DefaultRoutes("").)
+	Routes map[string]Route
+	// DefaultMaxOutput is the output estimate of a request without a max
+	// tokens field. (Optional; default DefaultMaxOutput.)
+	DefaultMaxOutput int64
+	// ImageTokens is the fixed estimate of one image or file part.
+	// (Optional; default DefaultImageTokens.)
+	ImageTokens int64
+	// MaxBody caps a request body in bytes; a larger one gets 413 before
+	// any upstream call. (Optional; default DefaultMaxBody, 32 MiB.)
+	MaxBody int64
+	// MaxResponseBody caps the non-streamed response kept for reading its
+	// usage; a larger one is passed through and recorded at the estimate.
+	// (Optional; default DefaultMaxResponseBody, 64 MiB.)
+	MaxResponseBody int64
+	// ReservationTTL is the lifetime of a reservation, renewed at half of
+	// it while the response lasts. (Optional; default the tracker's.)
+	ReservationTTL time.Duration
+	// OverloadedAfter is how many 503s in a row park a provider as
+	// overloaded. (Optional; default DefaultOverloadedAfter.)
+	OverloadedAfter int
+	// DisableParking leaves providers alone after upstream 429, 529, 503,
+	// 401 and 403 answers. (Optional; default false: they park it.)
+	DisableParking bool
+	// Metrics receives the request metrics. (Optional.)
+	Metrics *Metrics
+	// Logger gets a line for every response without usage, every park and
+	// every store failure; never a secret. (Optional; default slog.Default().)
+	Logger *slog.Logger
+}
+
+// Middleware enforces token budgets around an upstream handler; see Wrap.
+// It is safe for concurrent use.
+type Middleware struct {
+	t    *budget.Tracker
+	cfg  Config
+	keys KeyLookup
+	log  *slog.Logger
+	bufs sync.Pool // *[]budget.Status
+
+	state sync.Map // provider name -> *providerState
+}
+
+// providerState is what the middleware remembers of a provider's answers.
+type providerState struct {
+	unavailable atomic.Int32 // 503s in a row
+	parked      atomic.Bool  // parked by this middleware, not yet seen to recover
+}
+
+// New returns a middleware enforcing t's budgets.
+func New(t *budget.Tracker, cfg Config) (*Middleware, error) {
+	if t == nil {
+		return nil, errors.New("proxy: New needs a Tracker")
+	}
+	if cfg.Mode == "" {
+		cfg.Mode = ModeReserve
+	}
+	if _, err := ParseMode(string(cfg.Mode)); err != nil {
+		return nil, err
+	}
+	if cfg.Routes == nil {
+		cfg.Routes = DefaultRoutes("")
+	} else {
+		routes := make(map[string]Route, len(cfg.Routes))
+		for p, r := range cfg.Routes {
+			if r.Format == Unknown {
+				return nil, budget.Invalid("route", p, "has no format")
+			}
+			if r.Provider = strings.TrimSpace(r.Provider); r.Provider == "" {
+				r.Provider = r.Format.Provider()
+			}
+			routes[p] = r
+		}
+		cfg.Routes = routes
+	}
+	def := func(v *int64, d int64) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&cfg.DefaultMaxOutput, DefaultMaxOutput)
+	def(&cfg.ImageTokens, DefaultImageTokens)
+	def(&cfg.MaxBody, DefaultMaxBody)
+	def(&cfg.MaxResponseBody, DefaultMaxResponseBody)
+	if cfg.OverloadedAfter <= 0 {
+		cfg.OverloadedAfter = DefaultOverloadedAfter
+	}
+	m := &Middleware{t: t, cfg: cfg, keys: cfg.Keys, log: cfg.Logger}
+	if m.keys == nil {
+		m.keys = NewKeys(t.Store())
+	}
+	if m.log == nil {
+		m.log = slog.Default()
+	}
+	cfg.Metrics.routes(cfg.Routes)
+	return m, nil
+}
+
+// Info is what the middleware decided about a request, in the context of
+// the request it hands to the wrapped handler (see InfoFrom).
+type Info struct {
+	// RequestID is the usage event's request id: the reservation id in
+	// reserve mode, a generated one in check mode. It is also sent back in
+	// the X-Tokenbudget-Request-Id header.
+	RequestID string
+	// At is when the request was admitted: its usage counts in the windows
+	// holding At (a reservation's instant in reserve mode).
+	At       time.Time
+	Key      string // the gateway key's name
+	Route    Route
+	Request  RequestInfo
+	Estimate budget.Estimate
+}
+
+type infoKey struct{}
+
+// InfoFrom returns the middleware's Info of a request it forwarded.
+func InfoFrom(ctx context.Context) (*Info, bool) {
+	i, ok := ctx.Value(infoKey{}).(*Info)
+	return i, ok
+}
+
+// Wrap returns next behind the budget: for each request on a route it
+// authenticates the gateway key (Authorization: Bearer or x-api-key; 401
+// otherwise) and removes it, caps the body (413), estimates the request
+// (RequestInfo.Estimate), reserves or checks the estimate against the key's limits
+// for the request's provider and model (429 with rate-limit headers when
+// refused; 429 or 503 when the provider is parked), then calls next with
+// the body (stream_options.include_usage added to a streamed chat request)
+// and without Accept-Encoding. It reads the usage of next's response as it
+// passes through, streamed or not, and commits it (records it in check
+// mode), or the estimate when the response reports none; it releases the
+// reservation when next answers an error. Upstream 429, 529, repeated 503,
+// 401 and 403 answers park the provider.
+func (m *Middleware) Wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
+}
+
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	ctx := r.Context()
+	route, ok := m.cfg.Routes[r.URL.Path]
+	if !ok {
+		m.cfg.Metrics.outcome(OutcomeNotFound)
+		writeError(w, Unknown, simpleError(Unknown, http.StatusNotFound, CodeNotFound, "no route "+r.URL.Path+": this proxy serves "+m.paths()))
+		return
+	}
+	f := route.Format
+	if r.Method != http.MethodPost {
+		m.cfg.Metrics.outcome(OutcomeBadRequest)
+		w.Header().Set("Allow", http.MethodPost)
+		writeError(w, f, simpleError(f, http.StatusMethodNotAllowed, CodeBadRequest, r.Method+" is not allowed on "+r.URL.Path+": use POST"))
+		return
+	}
+	key, err := m.keys.Lookup(ctx, Secret(r.Header))
+	if err != nil {
+		if errors.Is(err, ErrUnknownKey) {
+			m.cfg.Metrics.outcome(OutcomeUnauthorized)
+			writeError(w, f, simpleError(f, http.StatusUnauthorized, CodeInvalidKey,
+				"invalid gateway key: send a key from 'budget key add' as Authorization: Bearer or x-api-key"))
+			return
+		}
+		m.unavailable(w, r, f, "look up the gateway key", err)
+		return
+	}
+	r.Header.Del("Authorization")
+	r.Header.Del("X-Api-Key")
+
+	body, ok := m.readBody(w, r, f)
+	if !ok {
+		return
+	}
+	ri, err := ParseRequest(f, body)
+	if err != nil {
+		m.cfg.Metrics.outcome(OutcomeBadRequest)
+		writeError(w, f, simpleError(f, http.StatusBadRequest, CodeBadRequest, "the request body is not a JSON object"))
+		return
+	}
+	est := ri.Estimate(f, m.cfg.DefaultMaxOutput, m.cfg.ImageTokens)
+	strip := false
+	if f == OpenAIChat && ri.Stream && !ri.IncludeUsage {
+		if body, err = WithIncludeUsage(body); err != nil {
+			m.cfg.Metrics.outcome(OutcomeBadRequest)
+			writeError(w, f, simpleError(f, http.StatusBadRequest, CodeBadRequest, "the request body is not a JSON object"))
+			return
+		}
+		strip = true
+	}
+	info := &Info{Key: key, Route: route, Request: ri, Estimate: est}
+	req := budget.Request{Key: key, Provider: route.Provider, Model: ri.Model, Estimate: est}
+	extra := make(http.Header, 8)
+	res, ok := m.admit(w, r, f, req, info, extra)
+	if !ok {
+		return
+	}
+	w.Header().Set("X-Tokenbudget-Request-Id", info.RequestID)
+
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	r.TransferEncoding = nil
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	r.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	r.Header.Del("Accept-Encoding")
+	r = r.WithContext(context.WithValue(ctx, infoKey{}, info))
+
+	rec := &recorder{w: w, f: f, extra: extra, stripUsage: strip, maxJSON: m.cfg.MaxResponseBody}
+	var renew *renewer
+	if res != nil {
+		renew = m.startRenew(res)
+	}
+	defer func() {
+		p := recover()
+		if renew != nil {
+			renew.stop()
+		}
+		m.settle(r, rec, info, route, res, p != nil)
+		if p != nil {
+			panic(p)
+		}
+	}()
+	next.ServeHTTP(rec, r)
+}
+
+// paths lists the served paths, for a 404's message.
+func (m *Middleware) paths() string {
+	var ps []string
+	for p := range m.cfg.Routes {
+		ps = append(ps, p)
+	}
+	slices.Sort(ps)
+	return strings.Join(ps, ", ")
+}
+
+// readBody reads the request body up to MaxBody; ok is false once it has
+// answered 413 or 400.
+func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request, f Format) ([]byte, bool) {
+	tooLarge := func() ([]byte, bool) {
+		m.cfg.Metrics.outcome(OutcomeTooLarge)
+		w.Header().Set("Connection", "close")
+		writeError(w, f, simpleError(f, http.StatusRequestEntityTooLarge, CodeTooLarge,
+			"the request body exceeds the gateway's limit of "+strconv.FormatInt(m.cfg.MaxBody, 10)+" bytes"))
+		return nil, false
+	}
+	if r.ContentLength > m.cfg.MaxBody {
+		return tooLarge()
+	}
+	if r.Body == nil {
+		return nil, true
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, m.cfg.MaxBody+1))
+	if int64(len(body)) > m.cfg.MaxBody {
+		return tooLarge()
+	}
+	if err != nil {
+		m.cfg.Metrics.outcome(OutcomeBadRequest)
+		writeError(w, f, simpleError(f, http.StatusBadRequest, CodeBadRequest, "reading the request body failed"))
+		return nil, false
+	}
+	return body, true
+}

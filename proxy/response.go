@@ -1,0 +1,311 @@
+package proxy
+
+import (
+	"context"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+)
+
+// recorder is the ResponseWriter the wrapped handler writes to: it passes
+// the response through as it comes (each SSE event as soon as it is
+// complete when usage-only chunks are stripped) and reads its usage on the
+// way. Upstream 401 and 403 answers are replaced: the client's gateway key
+// is fine, the gateway's upstream credential is not.
+type recorder struct {
+	w          http.ResponseWriter
+	f          Format
+	extra      http.Header // set on a 2xx response
+	stripUsage bool
+	maxJSON    int64
+
+	status     int
+	replaced   bool // an upstream 401/403, swallowed
+	retryAfter time.Duration
+	sse        bool
+	encoded    bool // a Content-Encoding we cannot read through
+	parser     *StreamParser
+	sw         *stripWriter
+	buf        []byte // a 2xx non-streamed body, for its usage
+	over       bool   // buf outgrew maxJSON
+	writeErr   error
+	finished   bool
+}
+
+func (rc *recorder) Header() http.Header { return rc.w.Header() }
+
+// Unwrap lets http.ResponseController reach the connection.
+func (rc *recorder) Unwrap() http.ResponseWriter { return rc.w }
+
+func (rc *recorder) WriteHeader(code int) {
+	if rc.status != 0 {
+		return
+	}
+	if code < 200 { // informational: pass it on, the real one follows
+		rc.w.WriteHeader(code)
+		return
+	}
+	rc.status = code
+	h := rc.w.Header()
+	switch code {
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable, 529:
+		rc.retryAfter = retryAfter(h, time.Now())
+	case http.StatusUnauthorized, http.StatusForbidden:
+		rc.replaced = true
+		return
+	}
+	if code/100 == 2 {
+		for k, v := range rc.extra {
+			h[k] = v
+		}
+		ct, _, _ := mime.ParseMediaType(h.Get("Content-Type"))
+		rc.sse = ct == "text/event-stream"
+		ce := h.Get("Content-Encoding")
+		rc.encoded = ce != "" && !strings.EqualFold(ce, "identity")
+		if rc.sse && !rc.encoded {
+			rc.parser = NewStreamParser(rc.f)
+			if rc.stripUsage {
+				h.Del("Content-Length")
+				rc.sw = newStripWriter(rc.w, rc.parser)
+			}
+		}
+	}
+	rc.w.WriteHeader(code)
+}
+
+func (rc *recorder) Write(b []byte) (int, error) {
+	if rc.status == 0 {
+		rc.WriteHeader(http.StatusOK)
+	}
+	if rc.replaced {
+		return len(b), nil
+	}
+	if rc.sw != nil {
+		n, err := rc.sw.Write(b)
+		if err != nil {
+			rc.writeErr = err
+		}
+		return n, err
+	}
+	if rc.parser != nil {
+		rc.parser.Write(b)
+	} else if rc.status/100 == 2 && !rc.encoded && !rc.over {
+		if int64(len(rc.buf)+len(b)) > rc.maxJSON {
+			rc.over, rc.buf = true, nil
+		} else {
+			rc.buf = append(rc.buf, b...)
+		}
+	}
+	n, err := rc.w.Write(b)
+	if err != nil {
+		rc.writeErr = err
+	}
+	return n, err
+}
+
+// Flush sends what has been written; an unfinished event held for
+// stripping stays held until its end arrives.
+func (rc *recorder) Flush() {
+	if rc.replaced {
+		return
+	}
+	if f, ok := rc.w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// finish ends the response once the handler returned: it lets the held
+// end of a stripped stream through, or answers a replaced upstream 401/403.
+func (rc *recorder) finish(provider string, parked bool) {
+	if rc.finished {
+		return
+	}
+	rc.finished = true
+	if rc.sw != nil && rc.writeErr == nil {
+		if err := rc.sw.close(); err != nil {
+			rc.writeErr = err
+		}
+		return
+	}
+	if rc.replaced {
+		h := rc.w.Header()
+		for k := range h {
+			if k != "X-Tokenbudget-Request-Id" {
+				delete(h, k)
+			}
+		}
+		h.Set("X-Should-Retry", "false")
+		msg := "the upstream provider rejected the gateway's own credential (HTTP " + strconv.Itoa(rc.status) + "); ask the gateway's operator to fix it"
+		if parked {
+			msg += "; provider " + provider + " is parked (auth_missing) meanwhile"
+		}
+		writeError(rc.w, rc.f, simpleError(rc.f, http.StatusBadGateway, CodeUpstreamAuth, msg))
+	}
+}
+
+// usage is what the response reported: the tokens, whether any were found,
+// and whether they are final (a stream cut short may carry only the start).
+func (rc *recorder) usage() (t Tokens, found, final bool, err error) {
+	switch {
+	case rc.parser != nil:
+		t, found = rc.parser.Result()
+		return t, found, rc.parser.Final(), rc.parser.Err()
+	case rc.buf != nil:
+		t, found, err = ParseJSON(rc.f, rc.buf)
+		return t, found, found, err
+	}
+	return Tokens{}, false, false, nil
+}
+
+// retryAfter reads an upstream's wait: retry-after-ms (milliseconds), else
+// Retry-After in seconds or as an HTTP date. 0 when absent or unreadable.
+func retryAfter(h http.Header, now time.Time) time.Duration {
+	if v := strings.TrimSpace(h.Get("Retry-After-Ms")); v != "" {
+		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 && ms < 1e12 {
+			return time.Duration(ms * float64(time.Millisecond))
+		}
+	}
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseFloat(v, 64); err == nil {
+		if s > 0 && s < 1e9 {
+			return time.Duration(s * float64(time.Second))
+		}
+		return 0
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+// settle charges or frees what the request held once the handler returned
+// (or panicked: ReverseProxy aborts that way when the client goes away).
+func (m *Middleware) settle(r *http.Request, rc *recorder, info *Info, route Route, res *budget.Reservation, panicked bool) {
+	parked := m.observe(route.Provider, rc, info.RequestID)
+	if !panicked {
+		rc.finish(route.Provider, parked)
+	}
+	gone := panicked || rc.writeErr != nil || r.Context().Err() != nil
+	est := info.Estimate
+	u := budget.Usage{RequestID: info.RequestID, Key: info.Key, Provider: route.Provider, Model: info.Request.Model, At: info.At}
+	charge, outcome := true, OutcomeOK
+	switch {
+	case rc.status/100 == 2:
+		tok, found, final, perr := rc.usage()
+		switch {
+		case found && final:
+			tok.Fill(&u)
+		case found: // a stream cut short: the input is known, the output is not
+			tok.Output = max(tok.Output, est.Output)
+			tok.Fill(&u)
+		default:
+			u.Input, u.Output = est.Input, est.Output
+		}
+		if gone && !(found && final) {
+			outcome = OutcomeClientClosed
+			m.log.Info("proxy: response cut short; charged the usage known so far, the estimate for the rest",
+				"request_id", info.RequestID, "key", info.Key, "provider", route.Provider, "model", info.Request.Model,
+				"usage_found", found, "input", u.Input, "output", u.Output)
+		} else if !found {
+			m.cfg.Metrics.noUsage(route.Provider)
+			args := []any{"request_id", info.RequestID, "key", info.Key, "provider", route.Provider, "model", info.Request.Model,
+				"status", rc.status, "stream", rc.sse, "estimate_input", est.Input, "estimate_output", est.Output}
+			if perr != nil {
+				args = append(args, "parse_error", perr.Error())
+			}
+			if rc.over {
+				args = append(args, "reason", "response larger than the parse cap")
+			} else if rc.encoded {
+				args = append(args, "reason", "compressed response")
+			}
+			m.log.Warn("proxy: response without usage; recorded at the estimate", args...)
+		}
+	case rc.status == 0 && gone:
+		// The client left before any answer: the upstream had the prompt.
+		u.Input, u.Output = est.Input, est.Output
+		outcome = OutcomeClientClosed
+	default:
+		charge, outcome = false, OutcomeUpstreamError
+	}
+	m.cfg.Metrics.outcome(outcome)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), settleTimeout)
+	defer cancel()
+	var err error
+	switch {
+	case res != nil && charge:
+		_, err = m.t.Commit(ctx, res.ID, u)
+	case res != nil:
+		err = m.t.Release(ctx, res.ID)
+	case charge:
+		err = m.t.Record(ctx, u)
+	}
+	if err != nil {
+		m.cfg.Metrics.settleError()
+		m.log.Error("proxy: settling a request's usage failed", "request_id", info.RequestID, "key", info.Key,
+			"charge", charge, "input", u.Input, "output", u.Output, "reasoning", u.Reasoning, "err", err)
+		return
+	}
+	if charge {
+		m.cfg.Metrics.recorded(route.Provider, &u)
+	}
+}
+
+// observe parks the provider after an upstream 429, 529, repeated 503, 401
+// or 403, and unparks one this middleware parked once it answers 2xx
+// again. It reports whether it parked.
+func (m *Middleware) observe(provider string, rc *recorder, reqID string) bool {
+	if m.cfg.DisableParking || rc.status == 0 || provider == "" {
+		return false
+	}
+	ps := m.provider(provider)
+	var kind budget.ParkKind
+	switch rc.status {
+	case http.StatusTooManyRequests:
+		kind = budget.RateLimited
+	case 529:
+		kind = budget.Overloaded
+	case http.StatusServiceUnavailable:
+		if int(ps.unavailable.Add(1)) < m.cfg.OverloadedAfter {
+			return false
+		}
+		kind = budget.Overloaded
+	case http.StatusUnauthorized, http.StatusForbidden:
+		kind = budget.AuthMissing
+	default:
+		ps.unavailable.Store(0)
+		if rc.status/100 == 2 && ps.parked.Load() && ps.parked.CompareAndSwap(true, false) {
+			if _, err := m.t.Unpark(context.Background(), provider); err != nil {
+				m.log.Error("proxy: unparking a provider that answers again failed", "provider", provider, "err", err)
+			} else {
+				m.log.Info("proxy: provider answers again; unparked", "provider", provider)
+			}
+		}
+		return false
+	}
+	ps.unavailable.Store(0)
+	p, err := m.t.Park(context.Background(), provider, kind, rc.retryAfter, []string{reqID})
+	if err != nil {
+		m.log.Error("proxy: parking a provider failed", "provider", provider, "kind", kind, "err", err)
+		return false
+	}
+	ps.parked.Store(true)
+	m.cfg.Metrics.parkedProvider(provider, kind)
+	m.log.Warn("proxy: upstream refused; provider parked", "provider", provider, "kind", kind, "status", rc.status,
+		"resume_at", p.ResumeAt.UTC().Format(time.RFC3339), "request_id", reqID)
+	return true
+}
+
+func (m *Middleware) provider(name string) *providerState {
+	if ps, ok := m.state.Load(name); ok {
+		return ps.(*providerState)
+	}
+	ps, _ := m.state.LoadOrStore(name, &providerState{})
+	return ps.(*providerState)
+}

@@ -1,0 +1,475 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+)
+
+// tx implements budget.Tx on one PostgreSQL transaction.
+type tx struct {
+	db *DB
+	tx *sqlx.Tx
+	ro bool
+	// Limit locks held (see locks.go): the greatest id, and the
+	// reservations whose limits are all locked.
+	hasLock bool
+	maxLock string
+	locked  map[string]bool
+	// pending is the counter deltas flush applies before COMMIT.
+	pending map[counterKey]int64
+}
+
+var _ budget.Tx = (*tx)(nil)
+
+var errReadOnly = errors.New("postgres: write inside a read-only transaction")
+
+func ns(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNs(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+func (t *tx) write() error {
+	if t.ro {
+		return errReadOnly
+	}
+	return nil
+}
+
+func (t *tx) exec(ctx context.Context, q string, args ...any) (int64, error) {
+	if err := t.write(); err != nil {
+		return 0, err
+	}
+	res, err := t.tx.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// ---- limits
+
+type limitRow struct {
+	ID            string `db:"id"`
+	Key           string `db:"key"`
+	Scope         string `db:"scope"`
+	ScopeValue    string `db:"scope_value"`
+	Metric        string `db:"metric"`
+	Max           int64  `db:"max"`
+	Window        string `db:"window"`
+	WindowSeconds int64  `db:"window_seconds"`
+	ResetTime     int    `db:"reset_time"`
+	Timezone      string `db:"timezone"`
+	Enabled       bool   `db:"enabled"`
+}
+
+const limitCols = `id, key, scope, scope_value, metric, max, "window", window_seconds, reset_time, timezone, enabled`
+
+var zones sync.Map // name -> *time.Location
+
+func (r *limitRow) limit() (budget.Limit, error) {
+	l := budget.Limit{ID: r.ID, Key: r.Key, Scope: budget.Scope(r.Scope), ScopeValue: r.ScopeValue,
+		Metric: budget.Metric(r.Metric), Max: r.Max, Enabled: r.Enabled}
+	switch r.Window {
+	case "":
+	case "daily", "weekly", "monthly":
+		l.Window.Kind = map[string]budget.WindowKind{"daily": budget.Daily, "weekly": budget.Weekly, "monthly": budget.Monthly}[r.Window]
+		l.Window.ResetTime = r.ResetTime
+		if z, ok := zones.Load(r.Timezone); ok {
+			l.Window.Zone = z.(*time.Location)
+		} else {
+			z, err := budget.LoadZone(r.Timezone)
+			if err != nil {
+				return l, fmt.Errorf("limit %s: %w", r.ID, err)
+			}
+			zones.Store(r.Timezone, z)
+			l.Window.Zone = z
+		}
+	default:
+		l.Window = budget.Window{Kind: budget.Fixed, Length: time.Duration(r.WindowSeconds) * time.Second}
+	}
+	return l, nil
+}
+
+func limitArgs(l budget.Limit) []any {
+	var secs int64
+	if l.Window.Kind == budget.Fixed {
+		secs = int64(l.Window.Length / time.Second)
+	}
+	return []any{l.ID, l.Key, string(l.Scope), l.ScopeValue, string(l.Metric), l.Max, l.Window.String(), secs,
+		l.Window.ResetTime, l.Window.ZoneName(), l.Enabled}
+}
+
+// LimitsVersion reads the version; in a write transaction it first takes
+// the schema's limits lock shared (one call of a function doing both), so
+// no limit changes until this transaction ends and what it resolves from
+// the version stays true.
+func (t *tx) LimitsVersion(ctx context.Context) (int64, error) {
+	var v int64
+	var err error
+	if t.ro {
+		err = t.tx.GetContext(ctx, &v, `SELECT value FROM meta WHERE name = 'limits_version'`)
+	} else {
+		err = t.tx.GetContext(ctx, &v, `SELECT tokenbudget_limits_version($1)`, t.db.lockKey)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read limits version: %w", err)
+	}
+	return v, nil
+}
+
+func (t *tx) Limits(ctx context.Context, key string) ([]budget.Limit, error) {
+	var rows []limitRow
+	var err error
+	if key == "" {
+		err = t.tx.SelectContext(ctx, &rows, `SELECT `+limitCols+` FROM limits`)
+	} else {
+		err = t.tx.SelectContext(ctx, &rows, `SELECT `+limitCols+` FROM limits WHERE key = $1`, key)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read limits: %w", err)
+	}
+	out := make([]budget.Limit, 0, len(rows))
+	for i := range rows {
+		l, err := rows[i].limit()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+func (t *tx) Limit(ctx context.Context, id string) (budget.Limit, error) {
+	var r limitRow
+	err := t.tx.GetContext(ctx, &r, `SELECT `+limitCols+` FROM limits WHERE id = $1`, id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return budget.Limit{}, fmt.Errorf("limit %q: %w", id, budget.ErrNotFound)
+	}
+	if err != nil {
+		return budget.Limit{}, fmt.Errorf("read limit %s: %w", id, err)
+	}
+	return r.limit()
+}
+
+func (t *tx) InsertLimit(ctx context.Context, l budget.Limit, now time.Time) error {
+	args := append(limitArgs(l), ns(now), ns(now))
+	_, err := t.exec(ctx, `INSERT INTO limits (`+limitCols+`, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`, args...)
+	if err != nil {
+		return fmt.Errorf("insert limit %s: %w", l.ID, err)
+	}
+	return nil
+}
+
+func (t *tx) UpdateLimit(ctx context.Context, l budget.Limit, now time.Time) error {
+	n, err := t.exec(ctx, `UPDATE limits SET max = $1, reset_time = $2, timezone = $3, enabled = $4, updated_at = $5 WHERE id = $6`,
+		l.Max, l.Window.ResetTime, l.Window.ZoneName(), l.Enabled, ns(now), l.ID)
+	if err != nil {
+		return fmt.Errorf("update limit %s: %w", l.ID, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("limit %q: %w", l.ID, budget.ErrNotFound)
+	}
+	return nil
+}
+
+func (t *tx) DeleteLimit(ctx context.Context, id string) error {
+	n, err := t.exec(ctx, `DELETE FROM limits WHERE id = $1`, id)
+	if err != nil {
+		return fmt.Errorf("delete limit %s: %w", id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("limit %q: %w", id, budget.ErrNotFound)
+	}
+	return nil
+}
+
+// LockLimits locks the limit rows until the transaction ends (see
+// locks.go for the order that keeps transactions from deadlocking).
+func (t *tx) LockLimits(ctx context.Context, ids []string) error {
+	if err := t.write(); err != nil {
+		return err
+	}
+	return t.lockLimits(ctx, ids)
+}
+
+// ---- usage and counters
+
+// qInsertUsage inserts a batch given as parallel arrays and returns the
+// rows it inserted (duplicates are skipped).
+const qInsertUsage = `INSERT INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at)
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[])
+	ON CONFLICT DO NOTHING RETURNING key, request_id`
+
+type usageKey struct{ key, id string }
+
+func (t *tx) InsertUsage(ctx context.Context, events []budget.Usage) ([]bool, error) {
+	if err := t.write(); err != nil {
+		return nil, err
+	}
+	inserted := make([]bool, len(events))
+	if len(events) == 0 {
+		return inserted, nil
+	}
+	// One row per (key, request_id): a repeat within the batch is a
+	// duplicate of its first occurrence. Rows go in sorted order so two
+	// transactions inserting the same ids wait on each other in one order.
+	first := make(map[usageKey]int, len(events))
+	order := make([]int, 0, len(events))
+	for i := range events {
+		k := usageKey{events[i].Key, events[i].RequestID}
+		if _, dup := first[k]; !dup {
+			first[k] = i
+			order = append(order, i)
+		}
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		return cmp.Or(strings.Compare(events[a].Key, events[b].Key), strings.Compare(events[a].RequestID, events[b].RequestID))
+	})
+	n := len(order)
+	keys, ids, provs, models := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	in, out, reas, cr, cw, at := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	for j, i := range order {
+		e := &events[i]
+		keys[j], ids[j], provs[j], models[j] = e.Key, e.RequestID, e.Provider, e.Model
+		in[j], out[j], reas[j], cr[j], cw[j], at[j] = e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, ns(e.At)
+	}
+	rows, err := t.tx.QueryContext(ctx, qInsertUsage, keys, ids, provs, models, in, out, reas, cr, cw, at)
+	if err != nil {
+		return nil, fmt.Errorf("insert usage: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k usageKey
+		if err := rows.Scan(&k.key, &k.id); err != nil {
+			return nil, fmt.Errorf("insert usage: %w", err)
+		}
+		inserted[first[k]] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("insert usage: %w", err)
+	}
+	return inserted, nil
+}
+
+var sumExpr = map[budget.Metric]string{
+	budget.MetricTokens:   "SUM(input + output + reasoning)",
+	budget.MetricInput:    "SUM(input)",
+	budget.MetricOutput:   "SUM(output + reasoning)",
+	budget.MetricRequests: "COUNT(*)",
+}
+
+// sumFrom is the history's total for l's scope and metric over
+// [$start, $end), with the key at $first and the scope value at $first+1.
+func sumFrom(l *budget.Limit, start, end, first int) (string, error) {
+	expr, ok := sumExpr[l.Metric]
+	if !ok {
+		return "", fmt.Errorf("no usage history for metric %s", l.Metric)
+	}
+	q := fmt.Sprintf(`COALESCE(%s, 0)::bigint FROM usage WHERE key = $%d AND at >= $%d::bigint AND at < $%d::bigint`, expr, first, start, end)
+	switch l.Scope {
+	case budget.ScopeProvider:
+		q += fmt.Sprintf(` AND provider = $%d`, first+1)
+	case budget.ScopeModel:
+		q += fmt.Sprintf(` AND model = $%d`, first+1)
+	}
+	return q, nil
+}
+
+func sumArgs(l *budget.Limit) []any {
+	if l.Scope != budget.ScopeGlobal {
+		return []any{l.Key, l.ScopeValue}
+	}
+	return []any{l.Key}
+}
+
+func (t *tx) SumUsage(ctx context.Context, l *budget.Limit, start, end time.Time) (int64, error) {
+	q, err := sumFrom(l, 1, 2, 3)
+	if err != nil {
+		return 0, err
+	}
+	var v int64
+	args := append([]any{start.UnixNano(), end.UnixNano()}, sumArgs(l)...)
+	if err := t.tx.GetContext(ctx, &v, `SELECT `+q, args...); err != nil {
+		return 0, fmt.Errorf("sum usage of limit %s: %w", l.ID, err)
+	}
+	return v, nil
+}
+
+func (t *tx) Counter(ctx context.Context, limitID string, start time.Time) (int64, bool, error) {
+	var v int64
+	err := t.tx.GetContext(ctx, &v, `SELECT used FROM counters WHERE limit_id = $1 AND window_start = $2`, limitID, start.UnixNano())
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("read counter %s@%d: %w", limitID, start.Unix(), err)
+	}
+	return v + t.pending[counterKey{limitID, start.UnixNano()}], true, nil
+}
+
+type counterKey struct {
+	id    string
+	start int64
+}
+
+// AddCounters finds which rows exist and buffers the deltas for those;
+// flush adds them before COMMIT.
+func (t *tx) AddCounters(ctx context.Context, deltas []budget.CounterDelta) ([]bool, error) {
+	if err := t.write(); err != nil {
+		return nil, err
+	}
+	found := make([]bool, len(deltas))
+	if len(deltas) == 0 {
+		return found, nil
+	}
+	ids := make([]string, len(deltas))
+	starts := make([]int64, len(deltas))
+	for i, d := range deltas {
+		ids[i], starts[i] = d.LimitID, d.WindowStart.UnixNano()
+	}
+	rows, err := t.tx.QueryContext(ctx, `SELECT c.limit_id, c.window_start FROM counters c
+		JOIN unnest($1::text[], $2::bigint[]) AS d(limit_id, window_start)
+		ON c.limit_id = d.limit_id AND c.window_start = d.window_start`, ids, starts)
+	if err != nil {
+		return nil, fmt.Errorf("find counters: %w", err)
+	}
+	defer rows.Close()
+	exists := make(map[counterKey]bool, len(deltas))
+	for rows.Next() {
+		var k counterKey
+		if err := rows.Scan(&k.id, &k.start); err != nil {
+			return nil, fmt.Errorf("find counters: %w", err)
+		}
+		exists[k] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("find counters: %w", err)
+	}
+	for i, d := range deltas {
+		k := counterKey{d.LimitID, d.WindowStart.UnixNano()}
+		if found[i] = exists[k]; found[i] {
+			t.add(k, d.Delta)
+		}
+	}
+	return found, nil
+}
+
+func (t *tx) add(k counterKey, delta int64) {
+	if t.pending == nil {
+		t.pending = make(map[counterKey]int64)
+	}
+	t.pending[k] += delta
+}
+
+// CreateCounter inserts the row seeded from the history this statement
+// sees. If another transaction created the row first (committed, or still
+// running: the insert waits for it), nothing is inserted and the delta is
+// buffered for that row like AddCounters' (created is false).
+func (t *tx) CreateCounter(ctx context.Context, l *budget.Limit, start, end time.Time, delta int64) (bool, error) {
+	if err := t.write(); err != nil {
+		return false, err
+	}
+	sum, err := sumFrom(l, 2, 3, 4)
+	if err != nil {
+		return false, err
+	}
+	q := `INSERT INTO counters (limit_id, window_start, window_end, used)
+		SELECT $1::text, $2::bigint, $3::bigint, ` + sum + `
+		ON CONFLICT (limit_id, window_start) DO NOTHING RETURNING TRUE`
+	args := append([]any{l.ID, start.UnixNano(), end.UnixNano()}, sumArgs(l)...)
+	var created bool
+	err = t.tx.GetContext(ctx, &created, q, args...)
+	if errors.Is(err, sql.ErrNoRows) {
+		t.add(counterKey{l.ID, start.UnixNano()}, delta)
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("create counter %s@%d: %w", l.ID, start.Unix(), err)
+	}
+	return true, nil
+}
+
+func (t *tx) LatestCounterStart(ctx context.Context, limitID string) (time.Time, bool, error) {
+	var v sql.NullInt64
+	if err := t.tx.GetContext(ctx, &v, `SELECT MAX(window_start) FROM counters WHERE limit_id = $1`, limitID); err != nil {
+		return time.Time{}, false, fmt.Errorf("latest counter of %s: %w", limitID, err)
+	}
+	if !v.Valid {
+		return time.Time{}, false, nil
+	}
+	return time.Unix(0, v.Int64).UTC(), true, nil
+}
+
+func (t *tx) CounterRows(ctx context.Context) ([]budget.CounterRow, error) {
+	var rows []struct {
+		LimitID string `db:"limit_id"`
+		Start   int64  `db:"window_start"`
+		End     int64  `db:"window_end"`
+		Used    int64  `db:"used"`
+	}
+	if err := t.tx.SelectContext(ctx, &rows, `SELECT limit_id, window_start, window_end, used FROM counters
+		ORDER BY limit_id COLLATE "C", window_start`); err != nil {
+		return nil, fmt.Errorf("read counters: %w", err)
+	}
+	out := make([]budget.CounterRow, len(rows))
+	for i, r := range rows {
+		out[i] = budget.CounterRow{LimitID: r.LimitID, WindowStart: time.Unix(0, r.Start).UTC(), WindowEnd: time.Unix(0, r.End).UTC(), Used: r.Used}
+	}
+	return out, nil
+}
+
+func (t *tx) InsertRollover(ctx context.Context, r budget.Rollover) error {
+	_, err := t.exec(ctx, `INSERT INTO rollovers (limit_id, window_start, prev_window_start, prev_used, logged_at)
+		VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`, r.LimitID, r.WindowStart.UnixNano(), r.PrevWindowStart.UnixNano(), r.PrevUsed, ns(r.LoggedAt))
+	if err != nil {
+		return fmt.Errorf("log rollover of %s: %w", r.LimitID, err)
+	}
+	return nil
+}
+
+func (t *tx) Rollovers(ctx context.Context, key string, n int) ([]budget.Rollover, error) {
+	var rows []struct {
+		LimitID   string `db:"limit_id"`
+		Start     int64  `db:"window_start"`
+		PrevStart int64  `db:"prev_window_start"`
+		PrevUsed  int64  `db:"prev_used"`
+		LoggedAt  int64  `db:"logged_at"`
+	}
+	q := `SELECT r.limit_id, r.window_start, r.prev_window_start, r.prev_used, r.logged_at FROM rollovers r`
+	args := []any{n}
+	if key != "" {
+		q += ` JOIN limits l ON l.id = r.limit_id WHERE l.key = $2`
+		args = append(args, key)
+	}
+	q += ` ORDER BY r.logged_at DESC, r.window_start DESC, r.limit_id COLLATE "C" LIMIT $1`
+	if err := t.tx.SelectContext(ctx, &rows, q, args...); err != nil {
+		return nil, fmt.Errorf("read rollovers: %w", err)
+	}
+	out := make([]budget.Rollover, len(rows))
+	for i, r := range rows {
+		out[i] = budget.Rollover{LimitID: r.LimitID, WindowStart: time.Unix(0, r.Start).UTC(),
+			PrevWindowStart: time.Unix(0, r.PrevStart).UTC(), PrevUsed: r.PrevUsed, LoggedAt: fromNs(r.LoggedAt)}
+	}
+	return out, nil
+}
