@@ -17,7 +17,9 @@ import (
 type writerState struct {
 	unwritten atomic.Int64 // events given up on when Close's context ended
 	errMu     sync.Mutex
-	err       error // the last write error
+	err       error         // the last write error
+	sig       chan struct{} // closed and replaced at each failed attempt
+	streak    atomic.Int64  // failed attempts since the last commit
 
 	version int64
 	checked bool // version confirmed inside the current transaction
@@ -26,10 +28,26 @@ type writerState struct {
 
 func (w *writerState) init() { w.byKey = make(map[string][]Limit) }
 
-func (w *writerState) setErr(err error) {
+// fail records a failed write attempt and wakes every waiter.
+func (w *writerState) fail(err error) {
 	w.errMu.Lock()
 	w.err = err
+	w.streak.Add(1)
+	if w.sig != nil {
+		close(w.sig)
+	}
+	w.sig = make(chan struct{})
 	w.errMu.Unlock()
+}
+
+// failSignal is closed at the next failed write attempt.
+func (w *writerState) failSignal() <-chan struct{} {
+	w.errMu.Lock()
+	defer w.errMu.Unlock()
+	if w.sig == nil {
+		w.sig = make(chan struct{})
+	}
+	return w.sig
 }
 
 func (w *writerState) lastErr() error {

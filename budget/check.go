@@ -104,12 +104,17 @@ func (t *Tracker) status(ctx context.Context, kl *keyLimits, i int, now time.Tim
 			kl.cur[i].Store(&curWindow{start: w.start, end: w.end, c: c})
 		}
 	}
+	used := int64(-1)
 	if c == nil || !t.fresh(c.LoadedAt(), clock) {
 		var err error
-		if c, err = t.loadCounter(ctx, l, k, st.WindowStart, st.ResetAt); err != nil {
+		var committed int64
+		if c, committed, err = t.loadCounter(ctx, l, k, st.WindowStart, st.ResetAt); err != nil {
 			return st, err
 		}
 		kl.cur[i].Store(&curWindow{start: w.start, end: w.end, c: c})
+		if c.LoadedAt() == 0 {
+			used = committed + c.Pending()
+		}
 	}
 	held, n, next := c.Reserved(now.UnixNano())
 	if l.Metric == MetricConcurrent {
@@ -119,25 +124,32 @@ func (t *Tracker) status(ctx context.Context, kl *keyLimits, i int, now time.Tim
 		}
 		return st, nil
 	}
-	st.Used = c.Committed() + c.Pending()
+	if used < 0 {
+		used = c.Used()
+	}
+	st.Used = used
 	st.Reserved = held
 	return st, nil
 }
 
 // loadCounter reads one counter from the store into the cache: the stored
 // row, or the history's sum when the window has no row yet, and its live
-// holds. A read that overlaps a local commit is discarded and retried, so a
-// delta is never counted both in the read and in pending.
-func (t *Tracker) loadCounter(ctx context.Context, l *Limit, k cache.Key, start, end time.Time) (*cache.Counter, error) {
+// holds. It returns the committed total to use with the counter's pending
+// deltas. A read that overlaps a local commit is not installed (it may or
+// may not include the commit, which pending still holds); after a few
+// tries it is used uninstalled, counting the in-flight delta possibly
+// twice: an over-count that refuses early, never one that admits too much,
+// and never a check that hangs on a stuck writer.
+func (t *Tracker) loadCounter(ctx context.Context, l *Limit, k cache.Key, start, end time.Time) (*cache.Counter, int64, error) {
 	c := t.counters.Acquire(k)
 	for attempt := 0; ; attempt++ {
 		seq := c.Seq()
-		if seq%2 == 1 {
-			if c.LoadedAt() != 0 {
-				return c, nil // a commit is landing; the cached total plus pending is still exact for us
-			}
+		if seq%2 == 1 && c.LoadedAt() != 0 {
+			return c, c.Committed(), nil // a commit is landing; cached total plus pending is still exact
+		}
+		if seq%2 == 1 && attempt < 8 {
 			if err := pause(ctx, attempt); err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			continue
 		}
@@ -150,13 +162,19 @@ func (t *Tracker) loadCounter(ctx context.Context, l *Limit, k cache.Key, start,
 			return err
 		})
 		if err != nil {
-			return nil, fmt.Errorf("load counter of limit %s: %w", l.ID, err)
+			return nil, 0, fmt.Errorf("load counter of limit %s: %w", l.ID, err)
 		}
-		if c.Refresh(seq, used, holds, loadedAt) || c.LoadedAt() != 0 {
-			return c, nil
+		if c.Refresh(seq, used, holds, loadedAt) {
+			return c, c.Committed(), nil
+		}
+		if c.LoadedAt() != 0 {
+			return c, c.Committed(), nil
+		}
+		if attempt >= 8 {
+			return c, used, nil
 		}
 		if err := pause(ctx, attempt); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 }

@@ -29,8 +29,15 @@ type op struct {
 	run   func(ctx context.Context, tx Tx, now time.Time) error
 	after func(err error)
 
-	done chan opResult // nil for fire-and-forget usage
+	done  chan opResult // nil for fire-and-forget usage
+	state atomic.Int32  // opTx: opQueued, then opClaimed by the writer or opWithdrawn by the caller
 }
+
+const (
+	opQueued int32 = iota
+	opClaimed
+	opWithdrawn
+)
 
 type opResult struct {
 	duplicate bool
@@ -158,23 +165,28 @@ func (t *Tracker) enqueue(ctx context.Context, o *op) error {
 	}
 	select {
 	case t.queue <- o:
-		if o.kind == opUsage {
-			t.stats.queued.Add(1)
-		}
-		return nil
 	default:
+		select {
+		case t.queue <- o:
+		case <-ctx.Done():
+			t.unqueue(o)
+			return ctx.Err()
+		case <-t.closingCh:
+			// Close is waiting for this read lock: give way.
+			t.unqueue(o)
+			return ErrClosed
+		}
 	}
-	select {
-	case t.queue <- o:
-		if o.kind == opUsage {
-			t.stats.queued.Add(1)
-		}
-		return nil
-	case <-ctx.Done():
-		for _, c := range o.contribs {
-			c.c.AddPending(-c.delta)
-		}
-		return ctx.Err()
+	if o.kind == opUsage {
+		t.stats.queued.Add(1)
+	}
+	return nil
+}
+
+// unqueue takes back the pending deltas of an event that was not queued.
+func (t *Tracker) unqueue(o *op) {
+	for _, c := range o.contribs {
+		c.c.AddPending(-c.delta)
 	}
 }
 
@@ -205,19 +217,47 @@ func (t *Tracker) addPending(o *op) {
 	}
 }
 
+// wait waits for o's answer. It stops early when ctx ends or once the
+// writer has failed Config.FlushFailures times in a row (the database stays
+// unwritable), returning that error. A reservation operation the writer has
+// already taken cannot be withdrawn: then it waits for the outcome, which
+// the writer gives within FlushFailures attempts.
 func (t *Tracker) wait(ctx context.Context, o *op) opResult {
-	select {
-	case r := <-o.done:
-		return r
-	case <-ctx.Done():
-		return opResult{err: ctx.Err()}
+	cdone := ctx.Done()
+	for {
+		sig := t.w.failSignal()
+		if t.w.streak.Load() >= int64(t.cfg.FlushFailures) && t.withdraw(o) {
+			return opResult{err: fmt.Errorf("budget: database unwritable: %w", t.w.lastErr())}
+		}
+		select {
+		case r := <-o.done:
+			return r
+		case <-cdone:
+			if t.withdraw(o) {
+				return opResult{err: ctx.Err()}
+			}
+			cdone = nil // taken by the writer: its answer is coming
+		case <-sig:
+		}
 	}
+}
+
+// withdraw reports whether the caller may stop waiting for o: always for
+// usage and flushes (an event may still be written later, idempotently),
+// and for a reservation operation only if the writer has not taken it.
+func (t *Tracker) withdraw(o *op) bool {
+	if o.kind != opTx {
+		return true
+	}
+	return o.state.CompareAndSwap(opQueued, opWithdrawn)
 }
 
 // Close flushes what is queued and stops the writer and the sweep. If ctx
 // ends first, or the store stays unwritable until it does, Close returns an
 // error counting the events that were not written.
 func (t *Tracker) Close(ctx context.Context) error {
+	t.closeCx.CompareAndSwap(nil, &ctx)
+	t.closeOnce.Do(func() { close(t.closingCh) })
 	t.closeMu.Lock()
 	if t.closed {
 		t.closeMu.Unlock()
@@ -225,7 +265,6 @@ func (t *Tracker) Close(ctx context.Context) error {
 		return nil
 	}
 	t.closed = true
-	t.closeCx.Store(&ctx)
 	close(t.stop)
 	t.closeMu.Unlock()
 	<-t.done

@@ -298,12 +298,15 @@ func (t *Tracker) Recover(ctx context.Context, now time.Time) (RecoverResult, er
 
 // inTx runs fn inside the writer's next batch transaction and then, once
 // that committed, after (on the writer goroutine). fn may run more than
-// once; it must reset what it reports. An error fn returns is reported to
-// the caller without failing the batch: it rolls back fn's own writes only.
+// once; it must reset what it reports. A domain error fn returns (not
+// found, settled, invalid) is the caller's answer and does not fail the
+// batch, so fn must return one only before it writes. If the caller's ctx
+// ends while the operation is still queued, it is withdrawn and never runs;
+// once the writer has taken it, the caller waits for its outcome.
 func (t *Tracker) inTx(ctx context.Context, fn func(context.Context, Tx, time.Time) error, after func()) error {
 	var fnErr error
-	done := make(chan error, 1)
-	o := &op{kind: opTx,
+	done := make(chan opResult, 1)
+	o := &op{kind: opTx, done: done,
 		run: func(ctx context.Context, tx Tx, now time.Time) error {
 			fnErr = nil
 			// Every fn refuses (a domain error) before it writes, so
@@ -322,18 +325,13 @@ func (t *Tracker) inTx(ctx context.Context, fn func(context.Context, Tx, time.Ti
 			if err == nil {
 				err = fnErr
 			}
-			done <- err
+			done <- opResult{err: err}
 		},
 	}
 	if err := t.enqueue(ctx, o); err != nil {
 		return err
 	}
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return t.wait(ctx, o).err
 }
 
 // isDomainError tells a refusal or bad request (the caller's answer) from

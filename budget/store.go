@@ -175,8 +175,10 @@ type Tx interface {
 	// ProbeFailed atomically adds one probe failure, sets resume-at to the
 	// value next computes from the new count, and drops any probe claim.
 	ProbeFailed(ctx context.Context, name string, next func(ProviderState) time.Time) (ProviderState, error)
-	// ClaimProbe takes the provider's probe claim until until, if no other
-	// live claim holds it; ok reports whether this caller got it.
+	// ClaimProbe takes the provider's probe claim until until, if it is past
+	// its resume-at and no other live claim holds it (a prober working from
+	// a stale list cannot probe again right after another's failure); ok
+	// reports whether this caller got it.
 	ClaimProbe(ctx context.Context, name, owner string, now, until time.Time) (ok bool, err error)
 
 	InsertKey(ctx context.Context, k GatewayKey) error

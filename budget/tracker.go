@@ -124,12 +124,14 @@ type Tracker struct {
 	counters *cache.Counters
 	parked   *cache.Defs[string, *ProviderState] // nil value: not parked
 
-	queue   chan *op
-	closeMu sync.RWMutex // held for reading while sending on queue
-	closed  bool
-	stop    chan struct{}
-	done    chan struct{}
-	closeCx atomic.Pointer[context.Context]
+	queue     chan *op
+	closeMu   sync.RWMutex // held for reading while sending on queue
+	closed    bool
+	stop      chan struct{}
+	closingCh chan struct{} // closed as Close starts, so blocked senders give way
+	closeOnce sync.Once
+	done      chan struct{}
+	closeCx   atomic.Pointer[context.Context]
 
 	sweepWG sync.WaitGroup
 
@@ -145,15 +147,16 @@ func New(ctx context.Context, store Store, cfg Config) (*Tracker, error) {
 	}
 	cfg.fill()
 	t := &Tracker{
-		store:    store,
-		cfg:      cfg,
-		now:      cfg.Now,
-		limits:   cache.NewDefs[string, *keyLimits](cfg.LimitCacheSize),
-		counters: cache.NewCounters(cfg.CounterCacheSize),
-		parked:   cache.NewDefs[string, *ProviderState](cfg.LimitCacheSize),
-		queue:    make(chan *op, cfg.QueueSize),
-		stop:     make(chan struct{}),
-		done:     make(chan struct{}),
+		store:     store,
+		cfg:       cfg,
+		now:       cfg.Now,
+		limits:    cache.NewDefs[string, *keyLimits](cfg.LimitCacheSize),
+		counters:  cache.NewCounters(cfg.CounterCacheSize),
+		parked:    cache.NewDefs[string, *ProviderState](cfg.LimitCacheSize),
+		queue:     make(chan *op, cfg.QueueSize),
+		stop:      make(chan struct{}),
+		closingCh: make(chan struct{}),
+		done:      make(chan struct{}),
 	}
 	t.w.init()
 	if cfg.SweepInterval > 0 {

@@ -2,6 +2,8 @@ package budget
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/cache"
@@ -54,7 +56,8 @@ func (t *Tracker) run() {
 	}
 }
 
-// drainOnClose writes everything still queued, batch by batch.
+// drainOnClose writes everything still queued, batch by batch. If Close's
+// context ends first, what is left is answered with an error and counted.
 func (t *Tracker) drainOnClose(batch []*op) {
 	for {
 		batch = batch[:0]
@@ -67,11 +70,23 @@ func (t *Tracker) drainOnClose(batch []*op) {
 				break fill
 			}
 		}
-		if len(batch) == 0 || !t.process(batch) {
+		if len(batch) == 0 {
 			return
+		}
+		if !t.process(batch) {
+			for {
+				select {
+				case o := <-t.queue:
+					t.abandon([]*op{o}, nil, nil, errAbandoned)
+				default:
+					return
+				}
+			}
 		}
 	}
 }
+
+var errAbandoned = errors.New("budget: tracker closed before this was written")
 
 // closing returns Close's context once Close was called, else nil.
 func (t *Tracker) closing() context.Context {
@@ -81,22 +96,45 @@ func (t *Tracker) closing() context.Context {
 	return nil
 }
 
+// pendingSum is what one batch queued on one cached counter.
+type pendingSum struct {
+	key    cache.Key
+	queued int64
+}
+
 // process commits one batch, retrying with backoff until it lands. It gives
 // up only when Close's context ends, and reports whether the batch landed.
 func (t *Tracker) process(batch []*op) bool {
 	events := make([]Usage, 0, len(batch))
+	sums := make(map[*cache.Counter]*pendingSum)
+	told := make(map[*op]bool) // waiters already answered (or who gave up)
 	for _, o := range batch {
-		if o.kind == opUsage {
+		switch o.kind {
+		case opUsage:
 			events = append(events, o.ev)
 			for _, c := range o.contribs {
-				c.c.BeginCommit()
+				ps := sums[c.c]
+				if ps == nil {
+					ps = &pendingSum{key: c.key}
+					sums[c.c] = ps
+				}
+				ps.queued += c.delta
+			}
+		case opTx:
+			// A caller whose context ended before the writer got here has
+			// been told so: its operation must never happen.
+			if !o.state.CompareAndSwap(opQueued, opClaimed) {
+				told[o] = true
 			}
 		}
+	}
+	// One BeginCommit per counter, so seq is odd for the whole commit.
+	for c := range sums {
+		c.BeginCommit()
 	}
 	var (
 		inserted []bool
 		deltas   []windowDelta
-		failed   = make(map[*op]bool) // waiters already told of an error
 	)
 	backoff := 10 * time.Millisecond
 	for attempt := 1; ; attempt++ {
@@ -109,7 +147,7 @@ func (t *Tracker) process(batch []*op) bool {
 				return err
 			}
 			for _, o := range batch {
-				if o.kind == opTx && !failed[o] {
+				if o.kind == opTx && !told[o] {
 					if err := o.run(ctx, tx, now); err != nil {
 						return err
 					}
@@ -118,41 +156,71 @@ func (t *Tracker) process(batch []*op) bool {
 			return nil
 		})
 		if err == nil {
+			t.w.streak.Store(0)
 			break
 		}
 		t.stats.failures.Add(1)
-		t.w.setErr(err)
+		t.w.fail(err)
 		if t.cfg.OnError != nil {
 			t.cfg.OnError(err)
 		}
 		if attempt >= t.cfg.FlushFailures {
-			// Tell waiters; usage stays in the batch and is retried, but a
-			// reservation whose caller saw an error must not happen later.
+			// Tell the waiters in this batch; usage stays and is retried, but
+			// a reservation whose caller saw an error must not happen later.
 			for _, o := range batch {
-				if failed[o] || o.kind == opUsage && o.done == nil {
+				if told[o] || o.kind == opUsage && o.done == nil {
 					continue
 				}
-				failed[o] = true
-				if o.kind == opTx {
-					o.after(err)
-				} else {
-					o.done <- opResult{err: err}
-				}
+				told[o] = true
+				answer(o, err)
 			}
 		}
 		if cx := t.closing(); cx != nil && cx.Err() != nil {
-			t.giveUp(batch, len(events))
+			t.abandon(batch, sums, told, err)
 			return false
 		}
 		t.stats.retries.Add(1)
 		if !t.sleep(backoff) {
-			t.giveUp(batch, len(events))
+			t.abandon(batch, sums, told, err)
 			return false
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
-	t.settle(batch, inserted, deltas, failed)
+	t.settle(batch, inserted, deltas, sums, told)
 	return true
+}
+
+// answer tells o's waiter that it failed with err.
+func answer(o *op, err error) {
+	switch {
+	case o.kind == opTx:
+		o.after(err)
+	case o.done != nil:
+		o.done <- opResult{err: err}
+	}
+}
+
+// abandon gives up on a batch when Close's context ended: the cache
+// forgets its pending deltas, every waiter is answered, and the events are
+// counted as unwritten.
+func (t *Tracker) abandon(batch []*op, sums map[*cache.Counter]*pendingSum, told map[*op]bool, err error) {
+	for c, ps := range sums {
+		c.EndCommit(ps.queued, 0, false)
+	}
+	for _, o := range batch {
+		if o.kind == opUsage {
+			t.w.unwritten.Add(1)
+			if sums == nil {
+				for _, c := range o.contribs {
+					c.c.AddPending(-c.delta)
+				}
+			}
+		}
+		if told[o] || o.kind == opTx && !o.state.CompareAndSwap(opQueued, opClaimed) && sums == nil {
+			continue // answered already, or its caller gave up
+		}
+		answer(o, fmt.Errorf("%w: %v", errAbandoned, err))
+	}
 }
 
 // sleep waits d, or less if Close's context ends; it reports whether the
@@ -184,23 +252,25 @@ func (t *Tracker) sleep(d time.Duration) bool {
 	}
 }
 
-func (t *Tracker) giveUp(batch []*op, events int) {
-	t.w.unwritten.Add(int64(events))
-	for _, o := range batch {
-		for _, c := range o.contribs {
-			c.c.EndCommit(c.delta, 0, false)
-		}
-	}
-}
-
 // settle moves a committed batch from pending to committed in the cache and
 // answers the waiters.
-func (t *Tracker) settle(batch []*op, inserted []bool, deltas []windowDelta, told map[*op]bool) {
+func (t *Tracker) settle(batch []*op, inserted []bool, deltas []windowDelta, sums map[*cache.Counter]*pendingSum, told map[*op]bool) {
 	applied := make(map[cache.Key]int64, len(deltas))
 	for _, d := range deltas {
 		applied[d.key] = d.delta
 	}
-	seen := make(map[*cache.Counter]bool)
+	for c, ps := range sums {
+		c.EndCommit(ps.queued, applied[ps.key], true)
+		delete(applied, ps.key)
+		t.counters.Unpin(ps.key, c)
+	}
+	// Windows this process had no pending delta for (a limit it had not
+	// cached when recording): re-read them rather than guess.
+	for k := range applied {
+		if c := t.counters.Peek(k); c != nil {
+			c.Invalidate()
+		}
+	}
 	var written, dups, asyncWritten, asyncDups int64
 	ev := 0
 	for _, o := range batch {
@@ -220,26 +290,8 @@ func (t *Tracker) settle(batch []*op, inserted []bool, deltas []windowDelta, tol
 			} else {
 				asyncWritten++
 			}
-		}
-		for _, c := range o.contribs {
-			a := int64(0)
-			if !seen[c.c] {
-				seen[c.c] = true
-				a = applied[c.key]
-				delete(applied, c.key)
-			}
-			c.c.EndCommit(c.delta, a, true)
-			t.counters.Unpin(c.key, c.c)
-		}
-		if o.done != nil && !told[o] {
+		} else if !told[o] {
 			o.done <- opResult{duplicate: dup}
-		}
-	}
-	// Windows this process had no pending delta for (a limit it had not
-	// cached when recording): re-read them rather than guess.
-	for k := range applied {
-		if c := t.counters.Peek(k); c != nil && !seen[c] {
-			c.Invalidate()
 		}
 	}
 	t.stats.written.Add(written)

@@ -11,6 +11,7 @@
 package cache
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -40,9 +41,26 @@ type Counter struct {
 	loadedAt  atomic.Int64 // Unix nanos of the last store read; 0 = never read
 	seq       atomic.Uint64
 	holds     atomic.Pointer[[]Hold]
-	evicted   bool        // dropped from the cache and not pinned: no longer the live object
+	mut       atomic.Uint64 // odd while committed and pending change together (a seqlock for Used)
+	evicted   bool          // dropped from the cache and not pinned: no longer the live object
 	dead      atomic.Bool // evicted, readable without the lock
 	inflight  int         // commits in progress that touch this counter
+}
+
+// Used is committed + pending read as one consistent pair: a commit moves
+// a delta from pending to committed, and a reader must see it in exactly
+// one of them.
+func (c *Counter) Used() int64 {
+	for {
+		m := c.mut.Load()
+		if m%2 == 0 {
+			v := c.committed.Load() + c.pending.Load()
+			if c.mut.Load() == m {
+				return v
+			}
+		}
+		runtime.Gosched()
+	}
 }
 
 // Committed is the last total known to be in the store.
@@ -113,11 +131,15 @@ func (c *Counter) AddPending(delta int64) bool {
 	return true
 }
 
-// BeginCommit marks a store commit touching this counter as in flight.
+// BeginCommit marks a store commit touching this counter as in flight. Call
+// it once per counter per commit: seq is odd from the first BeginCommit to
+// the last EndCommit.
 func (c *Counter) BeginCommit() {
 	c.mu.Lock()
+	if c.inflight == 0 {
+		c.seq.Add(1)
+	}
 	c.inflight++
-	c.seq.Add(1)
 	c.mu.Unlock()
 }
 
@@ -128,12 +150,16 @@ func (c *Counter) EndCommit(queued, applied int64, ok bool) {
 	c.mu.Lock()
 	c.inflight--
 	if ok {
+		c.mut.Add(1)
 		c.pending.Add(-queued)
 		if c.loadedAt.Load() != 0 {
 			c.committed.Add(applied)
 		}
+		c.mut.Add(1)
 	}
-	c.seq.Add(1)
+	if c.inflight == 0 {
+		c.seq.Add(1)
+	}
 	c.mu.Unlock()
 }
 
@@ -198,22 +224,32 @@ func (cs *Counters) Peek(k Key) *Counter {
 // Acquire returns the live counter for k, creating an unloaded one if
 // needed, and marks it recently used.
 func (cs *Counters) Acquire(k Key) *Counter {
-	if c, ok := cs.lru.Get(k); ok {
+	if c, ok := cs.lru.Get(k); ok && !c.Dead() {
 		return c
 	}
 	cs.slow.Lock()
 	defer cs.slow.Unlock()
 	if c, ok := cs.lru.Get(k); ok {
-		return c
+		if !c.Dead() {
+			return c
+		}
+		cs.lru.Remove(k)
 	}
-	var c *Counter
 	if p, ok := cs.pinned.Load(k); ok {
-		c = p.(*Counter)
-	} else {
-		c = new(Counter)
+		c := p.(*Counter)
+		// Under c.mu, so Unpin cannot retire c between the check and the
+		// move back into the LRU.
+		c.mu.Lock()
+		if !c.evicted {
+			cs.lru.Add(k, c)
+			cs.pinned.CompareAndDelete(k, c)
+			c.mu.Unlock()
+			return c
+		}
+		c.mu.Unlock()
 	}
+	c := new(Counter)
 	cs.lru.Add(k, c)
-	cs.pinned.CompareAndDelete(k, c)
 	return c
 }
 

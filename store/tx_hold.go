@@ -250,8 +250,8 @@ func (t *tx) DeleteProvider(ctx context.Context, name string) (bool, error) {
 
 func (t *tx) ClaimProbe(ctx context.Context, name, owner string, now, until time.Time) (bool, error) {
 	n, err := t.exec(ctx, `UPDATE providers SET probe_owner = ?, probe_until = ?
-		WHERE provider = ? AND (probe_owner = '' OR probe_owner = ? OR probe_until <= ?)`,
-		owner, ns(until), name, owner, now.UnixNano())
+		WHERE provider = ? AND resume_at <= ? AND (probe_owner = '' OR probe_owner = ? OR probe_until <= ?)`,
+		owner, ns(until), name, now.UnixNano(), owner, now.UnixNano())
 	if err != nil {
 		return false, fmt.Errorf("claim probe of %s: %w", name, err)
 	}

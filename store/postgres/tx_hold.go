@@ -411,7 +411,7 @@ func (t *tx) DeleteProvider(ctx context.Context, name string) (bool, error) {
 // row, then re-checks the condition against the claim just taken.
 func (t *tx) ClaimProbe(ctx context.Context, name, owner string, now, until time.Time) (bool, error) {
 	n, err := t.exec(ctx, `UPDATE providers SET probe_owner = $1, probe_until = $2
-		WHERE provider = $3 AND (probe_owner = '' OR probe_owner = $1 OR probe_until <= $4)`,
+		WHERE provider = $3 AND resume_at <= $4 AND (probe_owner = '' OR probe_owner = $1 OR probe_until <= $4)`,
 		owner, ns(until), name, now.UnixNano())
 	if err != nil {
 		return false, fmt.Errorf("claim probe of %s: %w", name, err)
