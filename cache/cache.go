@@ -43,8 +43,8 @@ type Counter struct {
 	holds     atomic.Pointer[[]Hold]
 	mut       atomic.Uint64 // odd while committed and pending change together (a seqlock for Used)
 	evicted   bool          // dropped from the cache and not pinned: no longer the live object
-	dead      atomic.Bool // evicted, readable without the lock
-	inflight  int         // commits in progress that touch this counter
+	dead      atomic.Bool   // evicted, readable without the lock
+	inflight  int           // commits in progress that touch this counter
 }
 
 // Used is committed + pending read as one consistent pair: a commit moves

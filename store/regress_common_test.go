@@ -19,7 +19,6 @@ var refreshes = []time.Duration{0, time.Millisecond}
 
 var runFor = 400 * time.Millisecond
 
-
 func openStore(t testing.TB, path string) *store.DB {
 	t.Helper()
 	schema := tokenbudget.SQLiteSchema
