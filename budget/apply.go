@@ -134,7 +134,9 @@ func (t *Tracker) applyUsage(ctx context.Context, tx Tx, events []Usage, now tim
 				index[k] = n
 				deltas = append(deltas, windowDelta{key: k, limit: l, start: start, end: end})
 			}
-			deltas[n].delta += e.Amount(l.Metric)
+			// Counters saturate at MaxTokens, past any limit, rather than
+			// overflow (contract section 1: sums are checked).
+			deltas[n].delta = min(deltas[n].delta+e.Amount(l.Metric), MaxTokens)
 		}
 	}
 	if len(deltas) == 0 {

@@ -32,7 +32,7 @@ const (
 	qMissingCountersN = `WITH v(lid, ws, d) AS (VALUES %s)
 		SELECT lid, ws FROM v WHERE NOT EXISTS (SELECT 1 FROM counters c WHERE c.limit_id = v.lid AND c.window_start = v.ws)`
 	qAddCountersN = `WITH v(lid, ws, d) AS (VALUES %s)
-		UPDATE counters SET used = used + v.d FROM v WHERE counters.limit_id = v.lid AND counters.window_start = v.ws`
+		UPDATE counters SET used = MIN(used + v.d, 9007199254740991) FROM v WHERE counters.limit_id = v.lid AND counters.window_start = v.ws`
 	qCounter = `SELECT used FROM counters WHERE limit_id = ? AND window_start = ?`
 	qHolds   = `SELECT reservation_id, amount, expires_at FROM holds WHERE limit_id = ? AND window_start = ? AND expires_at > ?`
 
@@ -315,10 +315,13 @@ func (t *tx) InsertUsage(ctx context.Context, events []budget.Usage) ([]bool, er
 	return inserted, nil
 }
 
+// Sums saturate at 2^53-1, past any limit: TOTAL never overflows (SUM
+// would fail the whole batch, and with it every key's usage behind it), and
+// every row is at most 2^53-1, so the float sum is exact below the cap.
 var sumExpr = map[budget.Metric]string{
-	budget.MetricTokens:   "SUM(input + output + reasoning)",
-	budget.MetricInput:    "SUM(input)",
-	budget.MetricOutput:   "SUM(output + reasoning)",
+	budget.MetricTokens:   "CAST(MIN(TOTAL(input + output + reasoning), 9007199254740991) AS INTEGER)",
+	budget.MetricInput:    "CAST(MIN(TOTAL(input), 9007199254740991) AS INTEGER)",
+	budget.MetricOutput:   "CAST(MIN(TOTAL(output + reasoning), 9007199254740991) AS INTEGER)",
 	budget.MetricRequests: "COUNT(*)",
 }
 
@@ -422,7 +425,7 @@ func (t *tx) CreateCounter(ctx context.Context, l *budget.Limit, start, end time
 	// The seed is computed in the same statement that inserts it, from the
 	// history this transaction sees (which already holds its own events).
 	q = strings.Replace(q, "SELECT ", "INSERT INTO counters (limit_id, window_start, window_end, used) SELECT ?, ?, ?, ", 1) +
-		` ON CONFLICT (limit_id, window_start) DO UPDATE SET used = used + ?`
+		` ON CONFLICT (limit_id, window_start) DO UPDATE SET used = MIN(used + ?, 9007199254740991)`
 	args := append([]any{l.ID, start.UnixNano(), end.UnixNano()}, sumArgs(l, start, end)...)
 	args = append(args, delta)
 	if _, err := t.exec(ctx, q, args...); err != nil {

@@ -94,7 +94,7 @@ const qFlushCounters = `WITH d AS (
 		ORDER BY c.limit_id COLLATE "C", c.window_start
 		FOR NO KEY UPDATE OF c
 	)
-	UPDATE counters c SET used = c.used + lk.delta FROM lk
+	UPDATE counters c SET used = LEAST(c.used + lk.delta, 9007199254740991) FROM lk
 	WHERE c.limit_id = lk.limit_id AND c.window_start = lk.window_start`
 
 // flush applies the buffered counter deltas; run calls it before COMMIT.

@@ -272,10 +272,13 @@ func (t *tx) InsertUsage(ctx context.Context, events []budget.Usage) ([]bool, er
 	return inserted, nil
 }
 
+// Sums saturate at 2^53-1, past any limit (SUM of bigint is numeric: it
+// never overflows, and LEAST keeps it in bigint range), as in SQLite. The
+// COALESCE is inside because LEAST ignores NULLs.
 var sumExpr = map[budget.Metric]string{
-	budget.MetricTokens:   "SUM(input + output + reasoning)",
-	budget.MetricInput:    "SUM(input)",
-	budget.MetricOutput:   "SUM(output + reasoning)",
+	budget.MetricTokens:   "LEAST(COALESCE(SUM(input + output + reasoning), 0), 9007199254740991)",
+	budget.MetricInput:    "LEAST(COALESCE(SUM(input), 0), 9007199254740991)",
+	budget.MetricOutput:   "LEAST(COALESCE(SUM(output + reasoning), 0), 9007199254740991)",
 	budget.MetricRequests: "COUNT(*)",
 }
 

@@ -41,6 +41,7 @@ func Run(t *testing.T, newDB NewDB) {
 		{"ReservationAcrossBoundary", testReserveBoundary},
 		{"Leases", testLeases},
 		{"ReserveSeesUnflushedUsage", testReserveSeesPending},
+		{"SumsSaturate", testSaturation},
 	}, extra...) {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newDB) })
 	}

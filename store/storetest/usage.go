@@ -333,3 +333,27 @@ func testVerifyMixed(t *testing.T, newDB NewDB) {
 	}
 	noDrift(t, tr)
 }
+
+func testSaturation(t *testing.T, newDB NewDB) {
+	tr, _, _ := setup(t, newDB)
+	l := SetLimit(t, tr, budget.LimitSpec{Key: "big", Window: "daily"}, budget.MaxTokens)
+	other := SetLimit(t, tr, budget.LimitSpec{Key: "small", Window: "daily"}, 100)
+	var evs []budget.Usage
+	for i := range 1100 { // 1100 x (2^53-1) passes int64: the sum must saturate, not fail
+		evs = append(evs, ev(fmt.Sprint(i), "big", "p", "m", budget.MaxTokens, 0, T0))
+	}
+	RecordSync(t, tr, evs...)
+	RecordSync(t, tr, ev("x", "big", "p", "m", budget.MaxTokens, 0, T0)) // onto an existing row
+	RecordSync(t, tr, ev("s", "small", "p", "m", 5, 0, T0))
+	if u, _ := Used(t, tr, budget.Request{Key: "big"}, T0, l.ID); u != budget.MaxTokens {
+		t.Fatalf("used = %d; want saturated at 2^53-1", u)
+	}
+	if u, _ := Used(t, tr, budget.Request{Key: "small"}, T0, other.ID); u != 5 {
+		t.Fatalf("another key's usage behind the huge batch = %d; want 5 (the writer kept going)", u)
+	}
+	d, _ := tr.CheckAt(ctx, budget.Request{Key: "big"}, T0)
+	if d.Allowed {
+		t.Fatal("a saturated counter did not refuse")
+	}
+	noDrift(t, tr)
+}
