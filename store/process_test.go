@@ -2,7 +2,9 @@ package store_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -368,5 +370,66 @@ func TestProbeClaimAcrossProcesses(t *testing.T) {
 	pr.Probe = func(context.Context, string) error { return nil }
 	if rep, err := pr.RunOnce(ctx); err != nil || rep.Recovered != 1 {
 		t.Fatalf("RunOnce after the claim expired = %+v, %v; want recovered", rep, err)
+	}
+}
+
+func TestOpenLeavesForeignDatabasesAlone(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "app.db")
+	raw, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Exec(`CREATE TABLE notes (body TEXT); INSERT INTO notes VALUES ('keep me')`); err != nil {
+		t.Fatal(err)
+	}
+	raw.Close()
+	before, _ := os.ReadFile(path)
+	_, err = store.Open(ctx, path, tokenbudget.SQLiteSchema, store.Options{Create: true})
+	if err == nil || !strings.Contains(err.Error(), "not a tokenbudget database") {
+		t.Fatalf("Open(another application's database) = %v; want refused", err)
+	}
+	if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
+		t.Fatal("opening another application's database changed it")
+	}
+}
+
+func TestReadsDoNotWaitForTheWriteLock(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "budget.db")
+	db := openTracker(t, path, nil)
+	max := int64(100)
+	if _, _, err := db.SetLimit(ctx, budget.LimitSpec{Key: "k", Window: "1h", Max: &max}); err != nil {
+		t.Fatal(err)
+	}
+	// Another process holds the write lock for the whole test.
+	holder, err := sql.Open("sqlite", "file:"+path+"?_txlock=immediate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	tx, err := holder.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	// A read-only tool opens the file and reads while the lock is held; with
+	// a 1s busy timeout, waiting for the lock would fail the context.
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	ro, err := store.Open(cctx, path, tokenbudget.SQLiteSchema, store.Options{BusyTimeout: time.Second})
+	if err != nil {
+		t.Fatalf("Open while another process writes = %v; want no wait for the write lock", err)
+	}
+	defer ro.Close()
+	err = ro.View(cctx, func(tx budget.Tx) error {
+		ls, err := tx.Limits(cctx, "k")
+		if err == nil && len(ls) != 1 {
+			err = fmt.Errorf("limits = %v", ls)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("View while another process writes = %v", err)
 	}
 }

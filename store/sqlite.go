@@ -52,8 +52,9 @@ type DB struct {
 	w    *sqlx.DB // one connection, BEGIN IMMEDIATE
 	r    *sqlx.DB // query-only pool, deferred BEGIN
 
-	stmts   sync.Map // query string -> *sqlx.Stmt on w
-	pending sync.Map // query string -> struct{}: to prepare before the next write
+	stmts   sync.Map    // query string -> *sqlx.Stmt on w
+	pending sync.Map    // query string -> struct{}: to prepare before the next write
+	ready   atomic.Bool // the schema is current: statements can be prepared
 
 	retries  atomic.Int64
 	failures atomic.Int64
@@ -99,21 +100,24 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxIdleTime(0)
 	w.SetConnMaxLifetime(0)
-	db := &DB{path: path, w: w}
-	err = db.migrate(ctx, schema)
-	if err == nil {
-		err = db.prepare(ctx)
-	}
-	if err != nil {
-		w.Close()
-		return nil, err
-	}
 	rq := url.Values{"_pragma": append([]string{"query_only(1)"}, q["_pragma"]...)}
 	r, err := sqlx.Open("sqlite", base+"?mode=ro&"+rq.Encode())
 	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
+	db := &DB{path: path, w: w, r: r}
+	// Neither pool has connected yet: the writer connects (and switches the
+	// file to WAL) only for a migration or the first write, so read-only
+	// tools never take the write lock.
+	for _, q := range hotStatements {
+		db.pending.Store(q, struct{}{})
+	}
+	if err := db.migrate(ctx, schema); err != nil {
+		db.Close()
+		return nil, err
+	}
+	db.ready.Store(true)
 	r.SetMaxOpenConns(opts.ReadConns)
 	r.SetMaxIdleConns(opts.ReadConns)
 	db.r = r
@@ -158,13 +162,28 @@ func migrations(schema string) []string { return []string{schema} }
 
 func (db *DB) migrate(ctx context.Context, schema string) error {
 	steps := migrations(schema)
-	err := db.run(ctx, db.w, false, func(budget.Tx) error { return nil }) // surfaces a bad file before any write
-	if err != nil {
-		return fmt.Errorf("open %s: %w", db.path, err)
+	var v, objects int
+	err := db.View(ctx, func(t budget.Tx) error {
+		x := t.(*tx).tx
+		if err := x.GetContext(ctx, &v, "PRAGMA user_version"); err != nil {
+			return err
+		}
+		return x.GetContext(ctx, &objects, "SELECT COUNT(*) FROM sqlite_master")
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("open %s: %w", db.path, db.wrap(err))
+	case v > len(steps):
+		return fmt.Errorf("open %s: %w: it has version %d, this build knows up to %d", db.path, budget.ErrSchemaTooNew, v, len(steps))
+	case v == len(steps):
+		return nil
+	case v == 0 && objects > 0:
+		return fmt.Errorf("open %s: not a tokenbudget database (it already holds %d tables or indexes of another application)", db.path, objects)
 	}
 	return db.run(ctx, db.w, false, func(t budget.Tx) error {
 		x := t.(*tx).tx
-		var v int
+		// Read again under the write lock: another process may have
+		// migrated since.
 		if err := x.GetContext(ctx, &v, "PRAGMA user_version"); err != nil {
 			return fmt.Errorf("open %s: read schema version: %w", db.path, err)
 		}
@@ -216,7 +235,7 @@ func (db *DB) View(ctx context.Context, fn func(budget.Tx) error) error {
 
 func (db *DB) run(ctx context.Context, pool *sqlx.DB, ro bool, fn func(budget.Tx) error) error {
 	backoff := time.Millisecond
-	if !ro {
+	if !ro && db.ready.Load() {
 		if err := db.preparePending(ctx); err != nil {
 			return err
 		}
@@ -279,15 +298,6 @@ func isBusy(err error) bool {
 		return c == sqlite3.SQLITE_BUSY || c == sqlite3.SQLITE_LOCKED
 	}
 	return false
-}
-
-// prepare readies the hot write statements once on the writer connection,
-// so the writer skips SQLite's parse and plan on every call.
-func (db *DB) prepare(ctx context.Context) error {
-	for _, q := range hotStatements {
-		db.pending.Store(q, struct{}{})
-	}
-	return db.preparePending(ctx)
 }
 
 // preparePending prepares, on the writer connection, the statements write
