@@ -76,6 +76,9 @@ func (u Usage) Normalize(at time.Time) (Usage, error) {
 	if u.At.IsZero() {
 		u.At = at
 	}
+	if err := CheckInstant("at", u.At); err != nil {
+		return u, err
+	}
 	if u.RequestID == "" {
 		u.RequestID = NewID("req_")
 	}
@@ -104,4 +107,13 @@ func NewID(prefix string) string {
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
 	return prefix + hex.EncodeToString(b[:])
+}
+
+// CheckInstant refuses instants that Unix nanoseconds cannot hold (before
+// 1678 or after 2261): stored, they would wrap around.
+func CheckInstant(field string, t time.Time) error {
+	if y := t.UTC().Year(); y < 1678 || y > 2261 {
+		return invalid(field, t.Format(time.RFC3339), "must be between the years 1678 and 2261")
+	}
+	return nil
 }

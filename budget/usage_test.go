@@ -209,3 +209,15 @@ func TestNewID(t *testing.T) {
 		t.Errorf("NewID(res_) returned %q twice", id)
 	}
 }
+
+func TestNormalizeRefusesUnstorableInstants(t *testing.T) {
+	for _, at := range []time.Time{
+		time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC),
+	} {
+		_, err := budget.Usage{Key: "k", At: at}.Normalize(time.Time{})
+		if !errors.Is(err, budget.ErrInvalid) || !strings.Contains(err.Error(), "at") {
+			t.Errorf("Normalize(at %v) = %v; want ErrInvalid naming at", at, err)
+		}
+	}
+}

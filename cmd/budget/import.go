@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -30,8 +31,10 @@ Every line is validated before anything is written: a bad line exits 2
 naming its line number. Events are then written in batches of 1000, each one
 transaction, in file order, so an interrupted import leaves a clean prefix
 and running it again completes it: events already stored are duplicates. A
-line without request_id gets a deterministic one, "imp_" and a hash of its
-line number and content, so re-running the same file skips it too.
+line without request_id gets a deterministic one, "imp_" and a hash of the
+file's absolute path, the line number and the content, so re-running the
+same file (even after lines were appended) skips it too, while identical
+lines in two files are two events. A renamed file is a new file.
 
 Prints a summary, or {"imported", "duplicates"} with --json.
 
@@ -64,7 +67,15 @@ func (m *Main) runImport(ctx context.Context, args []string) (err error) {
 	// Pass 1: validate every line; nothing is opened or written yet.
 	now := m.Now()
 	total := 0
-	if err := scanEvents(ctx, src, now, func(int, budget.Usage) error { total++; return nil }); err != nil {
+	// Generated request ids are salted with the file's absolute path (stdin:
+	// none), so identical lines of two files are two events.
+	salt := ""
+	if pos[0] != "-" {
+		if abs, err := filepath.Abs(pos[0]); err == nil {
+			salt = abs
+		}
+	}
+	if err := scanEvents(ctx, src, now, salt, func(int, budget.Usage) error { total++; return nil }); err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	if _, err := src.Seek(start, io.SeekStart); err != nil {
@@ -105,7 +116,7 @@ func (m *Main) runImport(ctx context.Context, args []string) (err error) {
 		}
 		return nil
 	}
-	err = scanEvents(ctx, src, now, func(line int, u budget.Usage) error {
+	err = scanEvents(ctx, src, now, salt, func(line int, u budget.Usage) error {
 		batch = append(batch, u)
 		if len(batch) == importBatch {
 			return flush()
@@ -172,7 +183,7 @@ func (m *Main) importSource(arg string) (src io.ReadSeeker, name string, cleanup
 
 // scanEvents reads JSON lines from r and calls fn with each event,
 // validated, and its line number. An error names the line.
-func scanEvents(ctx context.Context, r io.Reader, now time.Time, fn func(line int, u budget.Usage) error) error {
+func scanEvents(ctx context.Context, r io.Reader, now time.Time, salt string, fn func(line int, u budget.Usage) error) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	for n := 1; ; n++ {
 		b, rerr := br.ReadBytes('\n')
@@ -183,7 +194,7 @@ func scanEvents(ctx context.Context, r io.Reader, now time.Time, fn func(line in
 			return ctx.Err()
 		}
 		if len(bytes.TrimSpace(b)) > 0 {
-			u, err := parseLine(b, n, now)
+			u, err := parseLine(b, n, now, salt)
 			if err != nil {
 				return fmt.Errorf("line %d: %w", n, err)
 			}
@@ -214,7 +225,7 @@ type importLine struct {
 
 // parseLine decodes and validates line n. now is the instant of an event
 // without at.
-func parseLine(b []byte, n int, now time.Time) (budget.Usage, error) {
+func parseLine(b []byte, n int, now time.Time, salt string) (budget.Usage, error) {
 	b = bytes.TrimSpace(b)
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -250,7 +261,7 @@ func parseLine(b []byte, n int, now time.Time) (budget.Usage, error) {
 		u.At = at
 	}
 	if strings.TrimSpace(u.RequestID) == "" {
-		u.RequestID = lineID(b, n)
+		u.RequestID = lineID(salt, b, n)
 	}
 	return validUsage(u)
 }
@@ -274,9 +285,9 @@ func decodeError(b []byte, err error) error {
 
 // lineID is the request id of a line without one: deterministic, so
 // importing the same file again finds it a duplicate.
-func lineID(b []byte, n int) string {
+func lineID(salt string, b []byte, n int) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "%d\n", n)
+	fmt.Fprintf(h, "%s\n%d\n", salt, n)
 	h.Write(b)
 	return "imp_" + hex.EncodeToString(h.Sum(nil)[:12])
 }

@@ -74,8 +74,11 @@ func TestImportBatches(t *testing.T) {
 		lines = append(lines, fmt.Sprintf(`{"key":"k","provider":"p","model":"m","input":%d,"at":"2026-03-02T11:%02d:00Z"}`, i, i%60))
 		want += i
 	}
-	// A killed import left the first 1000 lines: running the whole file completes it.
-	mustRun(t, 0, "import", "--db", db, writeLines(t, lines[:1000]...))
+	// A killed import left the first 1000 lines: running the whole input
+	// again completes it.
+	if r := runStdin(t, strings.Join(lines[:1000], "\n")+"\n", "import", "--db", db, "-"); r.code != 0 {
+		t.Fatalf("import - (prefix): %v", r)
+	}
 	r := runStdin(t, strings.Join(lines, "\n")+"\n", "import", "--db", db, "--json", "-")
 	if r.code != 0 {
 		t.Fatalf("import -: %v", r)
@@ -147,5 +150,21 @@ func TestImportMissingFile(t *testing.T) {
 	r := run(t, "import", "--db", db, filepath.Join(t.TempDir(), "nope.jsonl"))
 	if r.code != 1 || !strings.Contains(r.stderr, "nope.jsonl") || exists(db) {
 		t.Errorf("import of a missing file: got %v; want exit 1 naming it, no database", r)
+	}
+}
+
+// TestImportSameLinesTwoFiles: lines without request_id in two files are
+// distinct events even when their text is identical.
+func TestImportSameLinesTwoFiles(t *testing.T) {
+	t.Parallel()
+	db := tempDB(t)
+	mustRun(t, 0, "limit", "set", "--db", db, "--key", "k", "--limit", "1000", "--window", "daily", "--id", "d")
+	line := `{"key":"k","provider":"p","model":"m","input":7,"at":"2026-03-02T11:00:00Z"}`
+	mon, tue := writeLines(t, line), writeLines(t, line)
+	mustRun(t, 0, "import", "--db", db, mon)
+	mustRun(t, 0, "import", "--db", db, tue)
+	mustRun(t, 0, "import", "--db", db, tue) // the same file again: a duplicate
+	if u := usedAt(t, db, "d", "2026-03-02T12:00:00Z"); u != 14 {
+		t.Errorf("used: got %v; want 14 (one event per file)", u)
 	}
 }

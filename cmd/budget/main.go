@@ -261,5 +261,5 @@ func parseAt(s string) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, budget.Invalid("at", s, "want an RFC3339 time such as 2026-03-02T09:00:00Z")
 	}
-	return t, nil
+	return t, budget.CheckInstant("at", t)
 }
