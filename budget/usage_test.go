@@ -1,9 +1,11 @@
 package budget_test
 
 import (
+	"errors"
 	"math"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
