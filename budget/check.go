@@ -23,9 +23,14 @@ func (t *Tracker) CheckAt(ctx context.Context, req Request, now time.Time) (Deci
 }
 
 // CheckInto is CheckAt appending the statuses to buf[:0], so a caller that
-// reuses buf between calls checks without allocating.
+// reuses buf between calls checks without allocating. A zero now means the
+// tracker's clock, read once.
 func (t *Tracker) CheckInto(ctx context.Context, req Request, now time.Time, buf []Status) (Decision, error) {
-	return t.check(ctx, req, now, t.now().UnixNano(), buf[:0])
+	clock := t.now()
+	if now.IsZero() {
+		now = clock
+	}
+	return t.check(ctx, req, now, clock.UnixNano(), buf[:0])
 }
 
 // check decides req at now; clock is the tracker's clock, which ages the

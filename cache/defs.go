@@ -1,6 +1,8 @@
 package cache
 
 import (
+	"sync"
+
 	lru "github.com/hashicorp/golang-lru/v2"
 )
 
@@ -10,31 +12,60 @@ type Entry[V any] struct {
 	LoadedAt int64
 }
 
-// Defs is a bounded LRU of definitions (a key's limits, a provider's
+// Defs is a bounded cache of definitions (a key's limits, a provider's
 // parking state) that callers re-read after their refresh interval.
+//
+// The LRU bounds it; reads go through a sync.Map mirror, which takes no
+// lock at all, so checks on several cores do not contend on the LRU's
+// read lock. Recency therefore follows insertion (re-reads re-insert).
 type Defs[K comparable, V any] struct {
 	lru *lru.Cache[K, *Entry[V]]
+	idx sync.Map // K -> *Entry[V], exactly the entries the LRU holds
+	mu  sync.Mutex
 }
 
 // NewDefs returns a cache of at most size entries.
 func NewDefs[K comparable, V any](size int) *Defs[K, V] {
-	c, _ := lru.New[K, *Entry[V]](max(size, 1)) // only fails for size <= 0
-	return &Defs[K, V]{lru: c}
+	d := &Defs[K, V]{}
+	// The callback runs after the LRU's lock is released; CompareAndDelete
+	// keeps a newer entry stored for the same key.
+	d.lru, _ = lru.NewWithEvict(max(size, 1), func(k K, e *Entry[V]) { d.idx.CompareAndDelete(k, e) }) // only fails for size <= 0
+	return d
 }
 
-// Peek returns the entry for k without touching recency (a shared lock).
-func (d *Defs[K, V]) Peek(k K) (*Entry[V], bool) { return d.lru.Peek(k) }
+// Peek returns the entry for k without any lock.
+func (d *Defs[K, V]) Peek(k K) (*Entry[V], bool) {
+	e, ok := d.idx.Load(k)
+	if !ok {
+		return nil, false
+	}
+	return e.(*Entry[V]), true
+}
 
 // Put stores v as loaded at loadedAt.
 func (d *Defs[K, V]) Put(k K, v V, loadedAt int64) {
-	d.lru.Add(k, &Entry[V]{Value: v, LoadedAt: loadedAt})
+	e := &Entry[V]{Value: v, LoadedAt: loadedAt}
+	d.mu.Lock() // orders the two structures against a concurrent Put or Remove of k
+	d.idx.Store(k, e)
+	d.lru.Add(k, e)
+	d.mu.Unlock()
 }
 
 // Remove forgets k.
-func (d *Defs[K, V]) Remove(k K) { d.lru.Remove(k) }
+func (d *Defs[K, V]) Remove(k K) {
+	d.mu.Lock()
+	d.lru.Remove(k)
+	d.idx.Delete(k)
+	d.mu.Unlock()
+}
 
 // Purge forgets everything.
-func (d *Defs[K, V]) Purge() { d.lru.Purge() }
+func (d *Defs[K, V]) Purge() {
+	d.mu.Lock()
+	d.lru.Purge()
+	d.idx.Clear()
+	d.mu.Unlock()
+}
 
 // Len is the number of entries.
 func (d *Defs[K, V]) Len() int { return d.lru.Len() }
