@@ -188,3 +188,36 @@ func BenchmarkReserveCommit1(b *testing.B) {
 }
 
 func BenchmarkReserveCommit64(b *testing.B) { benchReserveCommit(b, 64/max(1, runtimeProcs())) }
+
+// BenchmarkRecordDurable64 is the durable mode (synchronous=FULL, Record
+// returns once the batch holding its event is fsynced) with 64 concurrent
+// callers: group commit makes one fsync serve a whole batch.
+func BenchmarkRecordDurable64(b *testing.B) {
+	ctx := context.Background()
+	cfg := budget.DefaultConfig()
+	cfg.SweepInterval = -1
+	cfg.RefreshInterval = time.Hour
+	db, err := tokenbudget.Open(ctx, filepath.Join(b.TempDir(), "durable.db"), tokenbudget.Options{Create: true, Durable: true, Config: &cfg})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close(ctx) })
+	limit := int64(1 << 50)
+	if _, _, err := db.SetLimit(ctx, budget.LimitSpec{Key: "key-0", Window: "daily", Max: &limit}); err != nil {
+		b.Fatal(err)
+	}
+	var seq atomic.Int64
+	b.SetParallelism(64 / max(1, runtimeProcs()))
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			u := budget.Usage{RequestID: "d" + strconv.FormatInt(seq.Add(1), 10), Key: "key-0", Provider: "openai", Model: "gpt-4o", Input: 10, Output: 5}
+			if err := db.Record(ctx, u); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
+}

@@ -25,7 +25,7 @@ func (t *Tracker) run() {
 			return
 		}
 		batch = append(batch[:0], first)
-		urgent := first.kind != opUsage
+		urgent := first.waited()
 		if !urgent {
 			timer.Reset(t.cfg.BatchInterval)
 		}
@@ -34,7 +34,7 @@ func (t *Tracker) run() {
 			select {
 			case o := <-t.queue:
 				batch = append(batch, o)
-				urgent = urgent || o.kind != opUsage
+				urgent = urgent || o.waited()
 				continue
 			default:
 			}
@@ -44,7 +44,7 @@ func (t *Tracker) run() {
 			select {
 			case o := <-t.queue:
 				batch = append(batch, o)
-				urgent = urgent || o.kind != opUsage
+				urgent = urgent || o.waited()
 			case <-timer.C:
 				break gather
 			case <-t.stop:
@@ -95,6 +95,11 @@ func (t *Tracker) closing() context.Context {
 	}
 	return nil
 }
+
+// waited reports whether a caller waits for o (a flush, a reservation, a
+// synchronous or durable record): its batch is written as soon as the queue
+// is drained, without waiting out BatchInterval.
+func (o *op) waited() bool { return o.kind != opUsage || o.done != nil }
 
 // pendingSum is what one batch queued on one cached counter.
 type pendingSum struct {
