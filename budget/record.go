@@ -94,7 +94,11 @@ func (t *Tracker) Stats() Stats {
 // When the key's limits are cached, the event shows in this process's
 // checks at once, before it is written.
 func (t *Tracker) Record(ctx context.Context, u Usage) error {
-	u, err := u.Normalize(t.now())
+	var now time.Time
+	if u.At.IsZero() {
+		now = t.now() // the clock costs as much as the rest of Record
+	}
+	u, err := u.Normalize(now)
 	if err != nil {
 		return err
 	}
@@ -198,6 +202,7 @@ func (t *Tracker) addPending(o *op) {
 		return
 	}
 	kl := e.Value
+	o.contribs = make([]contrib, 0, len(kl.limits))
 	for i := range kl.limits {
 		l := &kl.limits[i]
 		if l.Metric == MetricConcurrent || !l.Applies(o.ev.Key, o.ev.Provider, o.ev.Model) {
