@@ -42,6 +42,8 @@ func Run(t *testing.T, newDB NewDB) {
 		{"Leases", testLeases},
 		{"ReserveSeesUnflushedUsage", testReserveSeesPending},
 		{"SumsSaturate", testSaturation},
+		{"RolloverOnFirstRow", testRolloverFirstRow},
+		{"ReadsWriteNothing", testReadsWriteNothing},
 	}, extra...) {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newDB) })
 	}

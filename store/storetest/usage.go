@@ -357,3 +357,55 @@ func testSaturation(t *testing.T, newDB NewDB) {
 	}
 	noDrift(t, tr)
 }
+
+// testRolloverFirstRow: the first counter row a limit ever gets is "later
+// than every window it has a row for", so creating it logs a rollover when
+// the window before had usage (contract section 8).
+func testRolloverFirstRow(t *testing.T, newDB NewDB) {
+	tr, _, _ := setup(t, newDB)
+	RecordSync(t, tr, ev("old", "k", "p", "m", 40, 0, T0.Add(-time.Hour))) // before the limit exists
+	l := SetLimit(t, tr, budget.LimitSpec{Key: "k", Window: "1h"}, 1000)
+	RecordSync(t, tr, ev("new", "k", "p", "m", 1, 0, T0))
+	r, err := tr.Inspect(ctx, "k", T0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Rollovers) != 1 || r.Rollovers[0].LimitID != l.ID || r.Rollovers[0].PrevUsed != 40 ||
+		!r.Rollovers[0].PrevWindowStart.Equal(T0.Add(-time.Hour)) {
+		t.Fatalf("rollovers = %+v; want one into %v with prev_used 40", r.Rollovers, T0)
+	}
+}
+
+// testReadsWriteNothing: Check and Inspect of cold windows compute the seed
+// without storing a counter row, a rollover or anything else.
+func testReadsWriteNothing(t *testing.T, newDB NewDB) {
+	tr, _, open := setup(t, newDB)
+	RecordSync(t, tr, ev("a", "k", "p", "m", 40, 0, T0.Add(-time.Hour)), ev("b", "k", "p", "m", 5, 0, T0))
+	SetLimit(t, tr, budget.LimitSpec{Key: "k", Window: "1h"}, 1000)
+	s := open()
+	reader := NewTracker(t, s, NewClock(T0), 0)
+	for _, at := range []time.Time{T0, T0.Add(time.Hour), T0.Add(-time.Hour)} {
+		if d, err := reader.CheckAt(ctx, budget.Request{Key: "k", Estimate: tokens(1)}, at); err != nil || len(d.Limits) != 1 {
+			t.Fatalf("CheckAt(%v) = %+v, %v", at, d, err)
+		}
+		if _, err := reader.Inspect(ctx, "", at, 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var rows []budget.CounterRow
+	var rolls []budget.Rollover
+	err := s.View(ctx, func(tx budget.Tx) error {
+		var err error
+		if rows, err = tx.CounterRows(ctx); err != nil {
+			return err
+		}
+		rolls, err = tx.Rollovers(ctx, "", 10)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 0 || len(rolls) != 0 {
+		t.Fatalf("reads stored counter rows %+v and rollovers %+v; want none", rows, rolls)
+	}
+}
