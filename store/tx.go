@@ -12,6 +12,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/store/internal/sqlrow"
 )
 
 // tx implements budget.Tx on one SQLite transaction.
@@ -22,6 +23,9 @@ type tx struct {
 }
 
 var _ budget.Tx = (*tx)(nil)
+
+// ns and fromNs store instants as every SQL store does.
+var ns, fromNs = sqlrow.Ns, sqlrow.FromNs
 
 var errReadOnly = errors.New("store: write inside a read-only transaction")
 
@@ -67,20 +71,6 @@ func multiRow(q string, cols, rows int) string {
 	return s
 }
 
-func ns(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-func fromNs(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n).UTC()
-}
-
 func (t *tx) write() error {
 	if t.ro {
 		return errReadOnly
@@ -124,69 +114,7 @@ func (t *tx) query(ctx context.Context, q string, args ...any) (*sqlx.Rows, erro
 
 // ---- limits
 
-type limitRow struct {
-	ID            string `db:"id"`
-	Key           string `db:"key"`
-	Scope         string `db:"scope"`
-	ScopeValue    string `db:"scope_value"`
-	Metric        string `db:"metric"`
-	Max           int64  `db:"max"`
-	Window        string `db:"window"`
-	WindowSeconds int64  `db:"window_seconds"`
-	ResetTime     int    `db:"reset_time"`
-	Timezone      string `db:"timezone"`
-	Enabled       bool   `db:"enabled"`
-}
-
 const limitCols = `id, key, scope, scope_value, metric, max, window, window_seconds, reset_time, timezone, enabled`
-
-var zones sync.Map // name -> *time.Location
-
-// names interns the few strings every limit row repeats (scopes, metrics,
-// provider and model names), so a cache of many limits holds one copy of
-// each.
-var names sync.Map
-
-func intern(s string) string {
-	if v, ok := names.Load(s); ok {
-		return v.(string)
-	}
-	v, _ := names.LoadOrStore(s, s)
-	return v.(string)
-}
-
-func (r *limitRow) limit() (budget.Limit, error) {
-	l := budget.Limit{ID: r.ID, Key: r.Key, Scope: budget.Scope(intern(r.Scope)), ScopeValue: intern(r.ScopeValue),
-		Metric: budget.Metric(intern(r.Metric)), Max: r.Max, Enabled: r.Enabled}
-	switch r.Window {
-	case "":
-	case "daily", "weekly", "monthly":
-		l.Window.Kind = map[string]budget.WindowKind{"daily": budget.Daily, "weekly": budget.Weekly, "monthly": budget.Monthly}[r.Window]
-		l.Window.ResetTime = r.ResetTime
-		if z, ok := zones.Load(r.Timezone); ok {
-			l.Window.Zone = z.(*time.Location)
-		} else {
-			z, err := budget.LoadZone(r.Timezone)
-			if err != nil {
-				return l, fmt.Errorf("limit %s: %w", r.ID, err)
-			}
-			zones.Store(r.Timezone, z)
-			l.Window.Zone = z
-		}
-	default:
-		l.Window = budget.Window{Kind: budget.Fixed, Length: time.Duration(r.WindowSeconds) * time.Second}
-	}
-	return l, nil
-}
-
-func limitArgs(l budget.Limit) []any {
-	var secs int64
-	if l.Window.Kind == budget.Fixed {
-		secs = int64(l.Window.Length / time.Second)
-	}
-	return []any{l.ID, l.Key, string(l.Scope), l.ScopeValue, string(l.Metric), l.Max, l.Window.String(), secs,
-		l.Window.ResetTime, l.Window.ZoneName(), l.Enabled}
-}
 
 func (t *tx) LimitsVersion(ctx context.Context) (int64, error) {
 	var v int64
@@ -197,7 +125,7 @@ func (t *tx) LimitsVersion(ctx context.Context) (int64, error) {
 }
 
 func (t *tx) Limits(ctx context.Context, key string) ([]budget.Limit, error) {
-	var rows []limitRow
+	var rows []sqlrow.Limit
 	var err error
 	if key == "" {
 		err = t.sel(ctx, &rows, `SELECT `+limitCols+` FROM limits`)
@@ -207,22 +135,11 @@ func (t *tx) Limits(ctx context.Context, key string) ([]budget.Limit, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read limits: %w", err)
 	}
-	out := make([]budget.Limit, 0, len(rows))
-	for i := range rows {
-		if i > 0 && rows[i].Key == rows[i-1].Key {
-			rows[i].Key = rows[i-1].Key // one copy of the key for all its limits
-		}
-		l, err := rows[i].limit()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, l)
-	}
-	return out, nil
+	return sqlrow.DecodeLimits(rows)
 }
 
 func (t *tx) Limit(ctx context.Context, id string) (budget.Limit, error) {
-	var r limitRow
+	var r sqlrow.Limit
 	err := t.get(ctx, &r, `SELECT `+limitCols+` FROM limits WHERE id = ?`, id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return budget.Limit{}, fmt.Errorf("limit %q: %w", id, budget.ErrNotFound)
@@ -230,11 +147,11 @@ func (t *tx) Limit(ctx context.Context, id string) (budget.Limit, error) {
 	if err != nil {
 		return budget.Limit{}, fmt.Errorf("read limit %s: %w", id, err)
 	}
-	return r.limit()
+	return r.Decode()
 }
 
 func (t *tx) InsertLimit(ctx context.Context, l budget.Limit, now time.Time) error {
-	args := append(limitArgs(l), ns(now), ns(now))
+	args := append(sqlrow.LimitArgs(l), ns(now), ns(now))
 	_, err := t.exec(ctx, `INSERT INTO limits (`+limitCols+`, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...)
 	if err != nil {
 		return fmt.Errorf("insert limit %s: %w", l.ID, err)

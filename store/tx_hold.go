@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/store/internal/sqlrow"
 )
 
 // ---- reservations and holds
@@ -59,38 +60,16 @@ func (t *tx) InsertReservation(ctx context.Context, r budget.ReservationRow, hol
 	return nil
 }
 
-type reservationRow struct {
-	ID        string `db:"id"`
-	Key       string `db:"key"`
-	Provider  string `db:"provider"`
-	Model     string `db:"model"`
-	Tokens    int64  `db:"est_tokens"`
-	Input     int64  `db:"est_input"`
-	Output    int64  `db:"est_output"`
-	At        int64  `db:"at"`
-	ExpiresAt int64  `db:"expires_at"`
-	State     string `db:"state"`
-	SettledAt int64  `db:"settled_at"`
-}
-
-const reservationCols = `id, key, provider, model, est_tokens, est_input, est_output, at, expires_at, state, settled_at`
-
-func (r *reservationRow) row() budget.ReservationRow {
-	return budget.ReservationRow{ID: r.ID, Key: r.Key, Provider: r.Provider, Model: r.Model,
-		Estimate: budget.Estimate{Tokens: r.Tokens, Input: r.Input, Output: r.Output},
-		At:       fromNs(r.At), ExpiresAt: fromNs(r.ExpiresAt), State: budget.ReservationState(r.State), SettledAt: fromNs(r.SettledAt)}
-}
-
 func (t *tx) Reservation(ctx context.Context, id string) (budget.ReservationRow, error) {
-	var r reservationRow
-	err := t.get(ctx, &r, `SELECT `+reservationCols+` FROM reservations WHERE id = ?`, id)
+	var r sqlrow.Reservation
+	err := t.get(ctx, &r, `SELECT `+sqlrow.ReservationCols+` FROM reservations WHERE id = ?`, id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return budget.ReservationRow{}, fmt.Errorf("reservation %q: %w", id, budget.ErrNotFound)
 	}
 	if err != nil {
 		return budget.ReservationRow{}, fmt.Errorf("read reservation %s: %w", id, err)
 	}
-	return r.row(), nil
+	return r.Decode(), nil
 }
 
 func (t *tx) SettleReservation(ctx context.Context, id string, state budget.ReservationState, at time.Time) ([]budget.Hold, error) {
@@ -143,14 +122,14 @@ func (t *tx) RenewReservation(ctx context.Context, id string, expiresAt time.Tim
 }
 
 func (t *tx) ExpiredReservations(ctx context.Context, now time.Time, max int) ([]budget.ReservationRow, error) {
-	var rows []reservationRow
-	if err := t.sel(ctx, &rows, `SELECT `+reservationCols+` FROM reservations
+	var rows []sqlrow.Reservation
+	if err := t.sel(ctx, &rows, `SELECT `+sqlrow.ReservationCols+` FROM reservations
 		WHERE state = 'live' AND expires_at <= ? ORDER BY expires_at, id LIMIT ?`, now.UnixNano(), max); err != nil {
 		return nil, fmt.Errorf("read expired reservations: %w", err)
 	}
 	out := make([]budget.ReservationRow, len(rows))
 	for i := range rows {
-		out[i] = rows[i].row()
+		out[i] = rows[i].Decode()
 	}
 	return out, nil
 }
@@ -165,53 +144,32 @@ func (t *tx) DeleteSettledBefore(ctx context.Context, before time.Time) (int64, 
 
 // ---- providers
 
-type providerRow struct {
-	Provider      string `db:"provider"`
-	Kind          string `db:"kind"`
-	ParkedAt      int64  `db:"parked_at"`
-	RetryAfter    int64  `db:"retry_after"`
-	ResumeAt      int64  `db:"resume_at"`
-	Affected      string `db:"affected"`
-	ProbeFailures int    `db:"probe_failures"`
-}
-
-const providerCols = `provider, kind, parked_at, retry_after, resume_at, affected, probe_failures`
-
-func (r *providerRow) state() budget.ProviderState {
-	p := budget.ProviderState{Provider: r.Provider, Kind: budget.ParkKind(r.Kind), ParkedAt: fromNs(r.ParkedAt),
-		RetryAfter: time.Duration(r.RetryAfter), ResumeAt: fromNs(r.ResumeAt), ProbeFailures: r.ProbeFailures}
-	if r.Affected != "" {
-		p.Affected = strings.Split(r.Affected, "\n")
-	}
-	return p
-}
-
 func (t *tx) Provider(ctx context.Context, name string) (budget.ProviderState, error) {
-	var r providerRow
-	err := t.get(ctx, &r, `SELECT `+providerCols+` FROM providers WHERE provider = ?`, name)
+	var r sqlrow.Provider
+	err := t.get(ctx, &r, `SELECT `+sqlrow.ProviderCols+` FROM providers WHERE provider = ?`, name)
 	if errors.Is(err, sql.ErrNoRows) {
 		return budget.ProviderState{}, fmt.Errorf("provider %q: %w", name, budget.ErrNotFound)
 	}
 	if err != nil {
 		return budget.ProviderState{}, fmt.Errorf("read provider %s: %w", name, err)
 	}
-	return r.state(), nil
+	return r.Decode(), nil
 }
 
 func (t *tx) Providers(ctx context.Context) ([]budget.ProviderState, error) {
-	var rows []providerRow
-	if err := t.sel(ctx, &rows, `SELECT `+providerCols+` FROM providers ORDER BY provider`); err != nil {
+	var rows []sqlrow.Provider
+	if err := t.sel(ctx, &rows, `SELECT `+sqlrow.ProviderCols+` FROM providers ORDER BY provider`); err != nil {
 		return nil, fmt.Errorf("read providers: %w", err)
 	}
 	out := make([]budget.ProviderState, len(rows))
 	for i := range rows {
-		out[i] = rows[i].state()
+		out[i] = rows[i].Decode()
 	}
 	return out, nil
 }
 
 func (t *tx) ParkProvider(ctx context.Context, p budget.ProviderState) error {
-	_, err := t.exec(ctx, `INSERT INTO providers (`+providerCols+`) VALUES (?, ?, ?, ?, ?, ?, 0)
+	_, err := t.exec(ctx, `INSERT INTO providers (`+sqlrow.ProviderCols+`) VALUES (?, ?, ?, ?, ?, ?, 0)
 		ON CONFLICT (provider) DO UPDATE SET kind = excluded.kind, parked_at = excluded.parked_at,
 		retry_after = excluded.retry_after, resume_at = excluded.resume_at, affected = excluded.affected`,
 		p.Provider, string(p.Kind), ns(p.ParkedAt), int64(p.RetryAfter), ns(p.ResumeAt), strings.Join(p.Affected, "\n"))
@@ -272,19 +230,8 @@ func (t *tx) InsertKey(ctx context.Context, k budget.GatewayKey) error {
 	return nil
 }
 
-type keyRow struct {
-	Name      string `db:"name"`
-	Hash      string `db:"hash"`
-	CreatedAt int64  `db:"created_at"`
-	RevokedAt int64  `db:"revoked_at"`
-}
-
-func (r keyRow) key() budget.GatewayKey {
-	return budget.GatewayKey{Name: r.Name, Hash: r.Hash, CreatedAt: fromNs(r.CreatedAt), RevokedAt: fromNs(r.RevokedAt)}
-}
-
 func (t *tx) KeyByHash(ctx context.Context, hash string) (budget.GatewayKey, error) {
-	var r keyRow
+	var r sqlrow.GatewayKey
 	err := t.get(ctx, &r, `SELECT name, hash, created_at, revoked_at FROM gateway_keys WHERE hash = ?`, hash)
 	if errors.Is(err, sql.ErrNoRows) {
 		return budget.GatewayKey{}, fmt.Errorf("gateway key: %w", budget.ErrNotFound)
@@ -292,17 +239,17 @@ func (t *tx) KeyByHash(ctx context.Context, hash string) (budget.GatewayKey, err
 	if err != nil {
 		return budget.GatewayKey{}, fmt.Errorf("read gateway key: %w", err)
 	}
-	return r.key(), nil
+	return r.Decode(), nil
 }
 
 func (t *tx) Keys(ctx context.Context) ([]budget.GatewayKey, error) {
-	var rows []keyRow
+	var rows []sqlrow.GatewayKey
 	if err := t.sel(ctx, &rows, `SELECT name, hash, created_at, revoked_at FROM gateway_keys ORDER BY name`); err != nil {
 		return nil, fmt.Errorf("read gateway keys: %w", err)
 	}
 	out := make([]budget.GatewayKey, len(rows))
 	for i, r := range rows {
-		out[i] = r.key()
+		out[i] = r.Decode()
 	}
 	return out, nil
 }

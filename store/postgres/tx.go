@@ -8,12 +8,12 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jmoiron/sqlx"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/store/internal/sqlrow"
 )
 
 // tx implements budget.Tx on one PostgreSQL transaction.
@@ -32,21 +32,10 @@ type tx struct {
 
 var _ budget.Tx = (*tx)(nil)
 
+// ns and fromNs store instants as every SQL store does.
+var ns, fromNs = sqlrow.Ns, sqlrow.FromNs
+
 var errReadOnly = errors.New("postgres: write inside a read-only transaction")
-
-func ns(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-func fromNs(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n).UTC()
-}
 
 func (t *tx) write() error {
 	if t.ro {
@@ -68,56 +57,7 @@ func (t *tx) exec(ctx context.Context, q string, args ...any) (int64, error) {
 
 // ---- limits
 
-type limitRow struct {
-	ID            string `db:"id"`
-	Key           string `db:"key"`
-	Scope         string `db:"scope"`
-	ScopeValue    string `db:"scope_value"`
-	Metric        string `db:"metric"`
-	Max           int64  `db:"max"`
-	Window        string `db:"window"`
-	WindowSeconds int64  `db:"window_seconds"`
-	ResetTime     int    `db:"reset_time"`
-	Timezone      string `db:"timezone"`
-	Enabled       bool   `db:"enabled"`
-}
-
 const limitCols = `id, key, scope, scope_value, metric, max, "window", window_seconds, reset_time, timezone, enabled`
-
-var zones sync.Map // name -> *time.Location
-
-func (r *limitRow) limit() (budget.Limit, error) {
-	l := budget.Limit{ID: r.ID, Key: r.Key, Scope: budget.Scope(r.Scope), ScopeValue: r.ScopeValue,
-		Metric: budget.Metric(r.Metric), Max: r.Max, Enabled: r.Enabled}
-	switch r.Window {
-	case "":
-	case "daily", "weekly", "monthly":
-		l.Window.Kind = map[string]budget.WindowKind{"daily": budget.Daily, "weekly": budget.Weekly, "monthly": budget.Monthly}[r.Window]
-		l.Window.ResetTime = r.ResetTime
-		if z, ok := zones.Load(r.Timezone); ok {
-			l.Window.Zone = z.(*time.Location)
-		} else {
-			z, err := budget.LoadZone(r.Timezone)
-			if err != nil {
-				return l, fmt.Errorf("limit %s: %w", r.ID, err)
-			}
-			zones.Store(r.Timezone, z)
-			l.Window.Zone = z
-		}
-	default:
-		l.Window = budget.Window{Kind: budget.Fixed, Length: time.Duration(r.WindowSeconds) * time.Second}
-	}
-	return l, nil
-}
-
-func limitArgs(l budget.Limit) []any {
-	var secs int64
-	if l.Window.Kind == budget.Fixed {
-		secs = int64(l.Window.Length / time.Second)
-	}
-	return []any{l.ID, l.Key, string(l.Scope), l.ScopeValue, string(l.Metric), l.Max, l.Window.String(), secs,
-		l.Window.ResetTime, l.Window.ZoneName(), l.Enabled}
-}
 
 // LimitsVersion reads the version; in a write transaction it first takes
 // the schema's limits lock shared (one call of a function doing both), so
@@ -138,7 +78,7 @@ func (t *tx) LimitsVersion(ctx context.Context) (int64, error) {
 }
 
 func (t *tx) Limits(ctx context.Context, key string) ([]budget.Limit, error) {
-	var rows []limitRow
+	var rows []sqlrow.Limit
 	var err error
 	if key == "" {
 		err = t.tx.SelectContext(ctx, &rows, `SELECT `+limitCols+` FROM limits`)
@@ -148,19 +88,11 @@ func (t *tx) Limits(ctx context.Context, key string) ([]budget.Limit, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read limits: %w", err)
 	}
-	out := make([]budget.Limit, 0, len(rows))
-	for i := range rows {
-		l, err := rows[i].limit()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, l)
-	}
-	return out, nil
+	return sqlrow.DecodeLimits(rows)
 }
 
 func (t *tx) Limit(ctx context.Context, id string) (budget.Limit, error) {
-	var r limitRow
+	var r sqlrow.Limit
 	err := t.tx.GetContext(ctx, &r, `SELECT `+limitCols+` FROM limits WHERE id = $1`, id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return budget.Limit{}, fmt.Errorf("limit %q: %w", id, budget.ErrNotFound)
@@ -168,11 +100,11 @@ func (t *tx) Limit(ctx context.Context, id string) (budget.Limit, error) {
 	if err != nil {
 		return budget.Limit{}, fmt.Errorf("read limit %s: %w", id, err)
 	}
-	return r.limit()
+	return r.Decode()
 }
 
 func (t *tx) InsertLimit(ctx context.Context, l budget.Limit, now time.Time) error {
-	args := append(limitArgs(l), ns(now), ns(now))
+	args := append(sqlrow.LimitArgs(l), ns(now), ns(now))
 	_, err := t.exec(ctx, `INSERT INTO limits (`+limitCols+`, created_at, updated_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`, args...)
 	if err != nil {

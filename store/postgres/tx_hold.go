@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/store/internal/sqlrow"
 )
 
 // ---- reservations and holds
@@ -71,34 +72,12 @@ func (t *tx) InsertReservation(ctx context.Context, r budget.ReservationRow, hol
 	return nil
 }
 
-type reservationRow struct {
-	ID        string `db:"id"`
-	Key       string `db:"key"`
-	Provider  string `db:"provider"`
-	Model     string `db:"model"`
-	Tokens    int64  `db:"est_tokens"`
-	Input     int64  `db:"est_input"`
-	Output    int64  `db:"est_output"`
-	At        int64  `db:"at"`
-	ExpiresAt int64  `db:"expires_at"`
-	State     string `db:"state"`
-	SettledAt int64  `db:"settled_at"`
-}
-
-const reservationCols = `id, key, provider, model, est_tokens, est_input, est_output, at, expires_at, state, settled_at`
-
-func (r *reservationRow) row() budget.ReservationRow {
-	return budget.ReservationRow{ID: r.ID, Key: r.Key, Provider: r.Provider, Model: r.Model,
-		Estimate: budget.Estimate{Tokens: r.Tokens, Input: r.Input, Output: r.Output},
-		At:       fromNs(r.At), ExpiresAt: fromNs(r.ExpiresAt), State: budget.ReservationState(r.State), SettledAt: fromNs(r.SettledAt)}
-}
-
 // qReservationLocked reads a reservation in a write transaction holding
 // no limit lock yet: it locks the row (a second commit or release of it
 // waits, then sees it settled) and then its holds' limits in order, before
 // the caller touches any counter, and returns the greatest limit locked.
 const qReservationLocked = `WITH r AS MATERIALIZED (
-		SELECT ` + reservationCols + ` FROM reservations WHERE id = $1 FOR NO KEY UPDATE
+		SELECT ` + sqlrow.ReservationCols + ` FROM reservations WHERE id = $1 FOR NO KEY UPDATE
 	), l AS MATERIALIZED (
 		SELECT m.id FROM limits m WHERE m.id IN (SELECT h.limit_id FROM holds h JOIN r ON h.reservation_id = r.id)
 		ORDER BY m.id COLLATE "C" FOR NO KEY UPDATE OF m
@@ -107,7 +86,7 @@ const qReservationLocked = `WITH r AS MATERIALIZED (
 
 // qReservationHolds reads and locks a reservation with its holds' limit
 // ids, one row per hold (one row with a NULL id when it has none).
-var qReservationHolds = `SELECT ` + prefixed("r.", reservationCols) + `, h.limit_id FROM reservations r
+var qReservationHolds = `SELECT ` + prefixed("r.", sqlrow.ReservationCols) + `, h.limit_id FROM reservations r
 	LEFT JOIN holds h ON h.reservation_id = r.id WHERE r.id = $1 FOR NO KEY UPDATE OF r`
 
 func prefixed(p, cols string) string {
@@ -119,18 +98,18 @@ func prefixed(p, cols string) string {
 }
 
 func (t *tx) Reservation(ctx context.Context, id string) (budget.ReservationRow, error) {
-	var r reservationRow
+	var r sqlrow.Reservation
 	var err error
 	switch {
 	case t.ro:
-		err = t.tx.GetContext(ctx, &r, `SELECT `+reservationCols+` FROM reservations WHERE id = $1`, id)
+		err = t.tx.GetContext(ctx, &r, `SELECT `+sqlrow.ReservationCols+` FROM reservations WHERE id = $1`, id)
 	case !t.hasLock:
 		var x struct {
-			reservationRow
+			sqlrow.Reservation
 			MaxLock sql.NullString `db:"max_lock"`
 		}
 		if err = t.tx.GetContext(ctx, &x, qReservationLocked, id); err == nil {
-			r = x.reservationRow
+			r = x.Reservation
 			if x.MaxLock.Valid {
 				t.noteLocked(x.MaxLock.String)
 			}
@@ -138,7 +117,7 @@ func (t *tx) Reservation(ctx context.Context, id string) (budget.ReservationRow,
 		}
 	default:
 		var rows []struct {
-			reservationRow
+			sqlrow.Reservation
 			LimitID sql.NullString `db:"limit_id"`
 		}
 		if err = t.tx.SelectContext(ctx, &rows, qReservationHolds, id); err == nil {
@@ -146,7 +125,7 @@ func (t *tx) Reservation(ctx context.Context, id string) (budget.ReservationRow,
 				err = sql.ErrNoRows
 				break
 			}
-			r = rows[0].reservationRow
+			r = rows[0].Reservation
 			var ids []string
 			for _, x := range rows {
 				if x.LimitID.Valid {
@@ -165,7 +144,7 @@ func (t *tx) Reservation(ctx context.Context, id string) (budget.ReservationRow,
 	if err != nil {
 		return budget.ReservationRow{}, fmt.Errorf("read reservation %s: %w", id, err)
 	}
-	return r.row(), nil
+	return r.Decode(), nil
 }
 
 // qSettle sets the state and drops the holds in one statement: one row per
@@ -271,10 +250,10 @@ func (t *tx) RenewReservation(ctx context.Context, id string, expiresAt time.Tim
 // limit lock yet, it also locks their limits in order for the settlements
 // to come.
 func (t *tx) ExpiredReservations(ctx context.Context, now time.Time, max int) ([]budget.ReservationRow, error) {
-	q := `SELECT ` + reservationCols + ` FROM reservations
+	q := `SELECT ` + sqlrow.ReservationCols + ` FROM reservations
 		WHERE state = 'live' AND expires_at <= $1 ORDER BY expires_at, id COLLATE "C" LIMIT $2`
 	var rows []struct {
-		reservationRow
+		sqlrow.Reservation
 		MaxLock sql.NullString `db:"max_lock"`
 	}
 	var err error
@@ -298,7 +277,7 @@ func (t *tx) ExpiredReservations(ctx context.Context, now time.Time, max int) ([
 	}
 	out := make([]budget.ReservationRow, len(rows))
 	for i := range rows {
-		out[i] = rows[i].row()
+		out[i] = rows[i].Decode()
 		if rows[i].MaxLock.Valid {
 			t.noteLocked(rows[i].MaxLock.String)
 		}
@@ -319,53 +298,32 @@ func (t *tx) DeleteSettledBefore(ctx context.Context, before time.Time) (int64, 
 
 // ---- providers
 
-type providerRow struct {
-	Provider      string `db:"provider"`
-	Kind          string `db:"kind"`
-	ParkedAt      int64  `db:"parked_at"`
-	RetryAfter    int64  `db:"retry_after"`
-	ResumeAt      int64  `db:"resume_at"`
-	Affected      string `db:"affected"`
-	ProbeFailures int    `db:"probe_failures"`
-}
-
-const providerCols = `provider, kind, parked_at, retry_after, resume_at, affected, probe_failures`
-
-func (r *providerRow) state() budget.ProviderState {
-	p := budget.ProviderState{Provider: r.Provider, Kind: budget.ParkKind(r.Kind), ParkedAt: fromNs(r.ParkedAt),
-		RetryAfter: time.Duration(r.RetryAfter), ResumeAt: fromNs(r.ResumeAt), ProbeFailures: r.ProbeFailures}
-	if r.Affected != "" {
-		p.Affected = strings.Split(r.Affected, "\n")
-	}
-	return p
-}
-
 func (t *tx) Provider(ctx context.Context, name string) (budget.ProviderState, error) {
-	var r providerRow
-	err := t.tx.GetContext(ctx, &r, `SELECT `+providerCols+` FROM providers WHERE provider = $1`, name)
+	var r sqlrow.Provider
+	err := t.tx.GetContext(ctx, &r, `SELECT `+sqlrow.ProviderCols+` FROM providers WHERE provider = $1`, name)
 	if errors.Is(err, sql.ErrNoRows) {
 		return budget.ProviderState{}, fmt.Errorf("provider %q: %w", name, budget.ErrNotFound)
 	}
 	if err != nil {
 		return budget.ProviderState{}, fmt.Errorf("read provider %s: %w", name, err)
 	}
-	return r.state(), nil
+	return r.Decode(), nil
 }
 
 func (t *tx) Providers(ctx context.Context) ([]budget.ProviderState, error) {
-	var rows []providerRow
-	if err := t.tx.SelectContext(ctx, &rows, `SELECT `+providerCols+` FROM providers ORDER BY provider COLLATE "C"`); err != nil {
+	var rows []sqlrow.Provider
+	if err := t.tx.SelectContext(ctx, &rows, `SELECT `+sqlrow.ProviderCols+` FROM providers ORDER BY provider COLLATE "C"`); err != nil {
 		return nil, fmt.Errorf("read providers: %w", err)
 	}
 	out := make([]budget.ProviderState, len(rows))
 	for i := range rows {
-		out[i] = rows[i].state()
+		out[i] = rows[i].Decode()
 	}
 	return out, nil
 }
 
 func (t *tx) ParkProvider(ctx context.Context, p budget.ProviderState) error {
-	_, err := t.exec(ctx, `INSERT INTO providers (`+providerCols+`) VALUES ($1, $2, $3, $4, $5, $6, 0)
+	_, err := t.exec(ctx, `INSERT INTO providers (`+sqlrow.ProviderCols+`) VALUES ($1, $2, $3, $4, $5, $6, 0)
 		ON CONFLICT (provider) DO UPDATE SET kind = excluded.kind, parked_at = excluded.parked_at,
 		retry_after = excluded.retry_after, resume_at = excluded.resume_at, affected = excluded.affected`,
 		p.Provider, string(p.Kind), ns(p.ParkedAt), int64(p.RetryAfter), ns(p.ResumeAt), strings.Join(p.Affected, "\n"))
@@ -382,16 +340,16 @@ func (t *tx) ProbeFailed(ctx context.Context, name string, next func(budget.Prov
 	if err := t.write(); err != nil {
 		return budget.ProviderState{}, err
 	}
-	var r providerRow
+	var r sqlrow.Provider
 	err := t.tx.GetContext(ctx, &r, `UPDATE providers SET probe_failures = probe_failures + 1, probe_owner = '', probe_until = 0
-		WHERE provider = $1 RETURNING `+providerCols, name)
+		WHERE provider = $1 RETURNING `+sqlrow.ProviderCols, name)
 	if errors.Is(err, sql.ErrNoRows) {
 		return budget.ProviderState{}, fmt.Errorf("provider %q is not parked: %w", name, budget.ErrNotFound)
 	}
 	if err != nil {
 		return budget.ProviderState{}, fmt.Errorf("count probe failure of %s: %w", name, err)
 	}
-	p := r.state()
+	p := r.Decode()
 	p.ResumeAt = next(p)
 	if _, err := t.exec(ctx, `UPDATE providers SET resume_at = $1 WHERE provider = $2`, ns(p.ResumeAt), name); err != nil {
 		return p, fmt.Errorf("back off provider %s: %w", name, err)
@@ -435,19 +393,8 @@ func (t *tx) InsertKey(ctx context.Context, k budget.GatewayKey) error {
 	return nil
 }
 
-type keyRow struct {
-	Name      string `db:"name"`
-	Hash      string `db:"hash"`
-	CreatedAt int64  `db:"created_at"`
-	RevokedAt int64  `db:"revoked_at"`
-}
-
-func (r keyRow) key() budget.GatewayKey {
-	return budget.GatewayKey{Name: r.Name, Hash: r.Hash, CreatedAt: fromNs(r.CreatedAt), RevokedAt: fromNs(r.RevokedAt)}
-}
-
 func (t *tx) KeyByHash(ctx context.Context, hash string) (budget.GatewayKey, error) {
-	var r keyRow
+	var r sqlrow.GatewayKey
 	err := t.tx.GetContext(ctx, &r, `SELECT name, hash, created_at, revoked_at FROM gateway_keys WHERE hash = $1`, hash)
 	if errors.Is(err, sql.ErrNoRows) {
 		return budget.GatewayKey{}, fmt.Errorf("gateway key: %w", budget.ErrNotFound)
@@ -455,17 +402,17 @@ func (t *tx) KeyByHash(ctx context.Context, hash string) (budget.GatewayKey, err
 	if err != nil {
 		return budget.GatewayKey{}, fmt.Errorf("read gateway key: %w", err)
 	}
-	return r.key(), nil
+	return r.Decode(), nil
 }
 
 func (t *tx) Keys(ctx context.Context) ([]budget.GatewayKey, error) {
-	var rows []keyRow
+	var rows []sqlrow.GatewayKey
 	if err := t.tx.SelectContext(ctx, &rows, `SELECT name, hash, created_at, revoked_at FROM gateway_keys ORDER BY name COLLATE "C"`); err != nil {
 		return nil, fmt.Errorf("read gateway keys: %w", err)
 	}
 	out := make([]budget.GatewayKey, len(rows))
 	for i, r := range rows {
-		out[i] = r.key()
+		out[i] = r.Decode()
 	}
 	return out, nil
 }

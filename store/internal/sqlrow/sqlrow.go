@@ -1,0 +1,179 @@
+// Package sqlrow is what the SQL stores (SQLite in store, PostgreSQL in
+// store/postgres) share: the rows of limits, reservations, providers and
+// gateway keys as sqlx scans them, their conversion to budget types, and
+// instants as Unix nanoseconds (0 for the zero time). It is safe for
+// concurrent use.
+package sqlrow
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+)
+
+// Ns stores an instant: Unix nanoseconds, 0 for the zero time.
+func Ns(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// FromNs reads an instant stored by Ns.
+func FromNs(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+// Limit is a limits row.
+type Limit struct {
+	ID            string `db:"id"`
+	Key           string `db:"key"`
+	Scope         string `db:"scope"`
+	ScopeValue    string `db:"scope_value"`
+	Metric        string `db:"metric"`
+	Max           int64  `db:"max"`
+	Window        string `db:"window"`
+	WindowSeconds int64  `db:"window_seconds"`
+	ResetTime     int    `db:"reset_time"`
+	Timezone      string `db:"timezone"`
+	Enabled       bool   `db:"enabled"`
+}
+
+var zones sync.Map // name -> *time.Location
+
+// names interns the few strings every limit row repeats (scopes, metrics,
+// provider and model names), so a cache of many limits holds one copy of
+// each.
+var names sync.Map
+
+func intern(s string) string {
+	if v, ok := names.Load(s); ok {
+		return v.(string)
+	}
+	v, _ := names.LoadOrStore(s, s)
+	return v.(string)
+}
+
+var calendar = map[string]budget.WindowKind{"daily": budget.Daily, "weekly": budget.Weekly, "monthly": budget.Monthly}
+
+// Decode is the row as a budget.Limit.
+func (r *Limit) Decode() (budget.Limit, error) {
+	l := budget.Limit{ID: r.ID, Key: r.Key, Scope: budget.Scope(intern(r.Scope)), ScopeValue: intern(r.ScopeValue),
+		Metric: budget.Metric(intern(r.Metric)), Max: r.Max, Enabled: r.Enabled}
+	switch r.Window {
+	case "":
+	case "daily", "weekly", "monthly":
+		l.Window.Kind = calendar[r.Window]
+		l.Window.ResetTime = r.ResetTime
+		if z, ok := zones.Load(r.Timezone); ok {
+			l.Window.Zone = z.(*time.Location)
+		} else {
+			z, err := budget.LoadZone(r.Timezone)
+			if err != nil {
+				return l, fmt.Errorf("limit %s: %w", r.ID, err)
+			}
+			zones.Store(r.Timezone, z)
+			l.Window.Zone = z
+		}
+	default:
+		l.Window = budget.Window{Kind: budget.Fixed, Length: time.Duration(r.WindowSeconds) * time.Second}
+	}
+	return l, nil
+}
+
+// DecodeLimits decodes the rows of one query; the rows of one key share a
+// single copy of the key string.
+func DecodeLimits(rows []Limit) ([]budget.Limit, error) {
+	out := make([]budget.Limit, 0, len(rows))
+	for i := range rows {
+		if i > 0 && rows[i].Key == rows[i-1].Key {
+			rows[i].Key = rows[i-1].Key
+		}
+		l, err := rows[i].Decode()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// LimitArgs are l's values in the order of the limits columns: id, key,
+// scope, scope_value, metric, max, window, window_seconds, reset_time,
+// timezone, enabled.
+func LimitArgs(l budget.Limit) []any {
+	var secs int64
+	if l.Window.Kind == budget.Fixed {
+		secs = int64(l.Window.Length / time.Second)
+	}
+	return []any{l.ID, l.Key, string(l.Scope), l.ScopeValue, string(l.Metric), l.Max, l.Window.String(), secs,
+		l.Window.ResetTime, l.Window.ZoneName(), l.Enabled}
+}
+
+// Reservation is a reservations row.
+type Reservation struct {
+	ID        string `db:"id"`
+	Key       string `db:"key"`
+	Provider  string `db:"provider"`
+	Model     string `db:"model"`
+	Tokens    int64  `db:"est_tokens"`
+	Input     int64  `db:"est_input"`
+	Output    int64  `db:"est_output"`
+	At        int64  `db:"at"`
+	ExpiresAt int64  `db:"expires_at"`
+	State     string `db:"state"`
+	SettledAt int64  `db:"settled_at"`
+}
+
+// ReservationCols are the columns of a Reservation, in order.
+const ReservationCols = `id, key, provider, model, est_tokens, est_input, est_output, at, expires_at, state, settled_at`
+
+// Decode is the row as a budget.ReservationRow.
+func (r *Reservation) Decode() budget.ReservationRow {
+	return budget.ReservationRow{ID: r.ID, Key: r.Key, Provider: r.Provider, Model: r.Model,
+		Estimate: budget.Estimate{Tokens: r.Tokens, Input: r.Input, Output: r.Output},
+		At:       FromNs(r.At), ExpiresAt: FromNs(r.ExpiresAt), State: budget.ReservationState(r.State), SettledAt: FromNs(r.SettledAt)}
+}
+
+// Provider is a providers row (the probe claim left out).
+type Provider struct {
+	Provider      string `db:"provider"`
+	Kind          string `db:"kind"`
+	ParkedAt      int64  `db:"parked_at"`
+	RetryAfter    int64  `db:"retry_after"`
+	ResumeAt      int64  `db:"resume_at"`
+	Affected      string `db:"affected"`
+	ProbeFailures int    `db:"probe_failures"`
+}
+
+// ProviderCols are the columns of a Provider, in order.
+const ProviderCols = `provider, kind, parked_at, retry_after, resume_at, affected, probe_failures`
+
+// Decode is the row as a budget.ProviderState; labels are stored one a line.
+func (r *Provider) Decode() budget.ProviderState {
+	p := budget.ProviderState{Provider: r.Provider, Kind: budget.ParkKind(r.Kind), ParkedAt: FromNs(r.ParkedAt),
+		RetryAfter: time.Duration(r.RetryAfter), ResumeAt: FromNs(r.ResumeAt), ProbeFailures: r.ProbeFailures}
+	if r.Affected != "" {
+		p.Affected = strings.Split(r.Affected, "\n")
+	}
+	return p
+}
+
+// GatewayKey is a gateway_keys row.
+type GatewayKey struct {
+	Name      string `db:"name"`
+	Hash      string `db:"hash"`
+	CreatedAt int64  `db:"created_at"`
+	RevokedAt int64  `db:"revoked_at"`
+}
+
+// Decode is the row as a budget.GatewayKey.
+func (r *GatewayKey) Decode() budget.GatewayKey {
+	return budget.GatewayKey{Name: r.Name, Hash: r.Hash, CreatedAt: FromNs(r.CreatedAt), RevokedAt: FromNs(r.RevokedAt)}
+}
