@@ -173,15 +173,7 @@ func (t *Tracker) Limits(ctx context.Context, key string) ([]Limit, error) {
 }
 
 func sortLimits(ls []Limit) {
-	slices.SortFunc(ls, func(a, b Limit) int {
-		if a.Less(&b) {
-			return -1
-		}
-		if b.Less(&a) {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(ls, func(a, b Limit) int { return a.Compare(&b) })
 }
 
 // Report is what `budget inspect` shows.
@@ -227,16 +219,10 @@ func storedStatus(ctx context.Context, tx Tx, l *Limit, at time.Time) (Status, e
 	st := Status{Limit: *l}
 	if l.Metric != MetricConcurrent {
 		st.WindowStart, st.ResetAt = l.Window.Bounds(at)
-		v, ok, err := tx.Counter(ctx, l.ID, st.WindowStart)
-		if err != nil {
+		var err error
+		if st.Used, err = windowUsed(ctx, tx, l, st.WindowStart, st.ResetAt); err != nil {
 			return st, err
 		}
-		if !ok {
-			if v, err = tx.SumUsage(ctx, l, st.WindowStart, st.ResetAt); err != nil {
-				return st, err
-			}
-		}
-		st.Used = v
 	}
 	sum, n, next, err := tx.HoldsSummary(ctx, l.ID, st.WindowStart, at)
 	if err != nil {

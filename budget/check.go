@@ -184,21 +184,25 @@ func (t *Tracker) loadCounter(ctx context.Context, l *Limit, k cache.Key, start,
 	}
 }
 
+// windowUsed is a limit window's usage: its counter row, or, for a window
+// that has none yet, the history's sum, computed without storing it.
+func windowUsed(ctx context.Context, tx Tx, l *Limit, start, end time.Time) (int64, error) {
+	v, ok, err := tx.Counter(ctx, l.ID, start)
+	if err != nil || ok {
+		return v, err
+	}
+	return tx.SumUsage(ctx, l, start, end)
+}
+
 // readCounter is a limit window's stored usage (seeded from the history
 // when it has no row yet) and its live holds at now.
 func readCounter(ctx context.Context, tx Tx, l *Limit, start, end, now time.Time) (int64, []cache.Hold, error) {
 	var used int64
 	if l.Metric != MetricConcurrent {
-		v, ok, err := tx.Counter(ctx, l.ID, start)
-		if err != nil {
+		var err error
+		if used, err = windowUsed(ctx, tx, l, start, end); err != nil {
 			return 0, nil, err
 		}
-		if !ok {
-			if v, err = tx.SumUsage(ctx, l, start, end); err != nil {
-				return 0, nil, err
-			}
-		}
-		used = v
 	}
 	hs, err := tx.Holds(ctx, l.ID, start, now)
 	if err != nil {

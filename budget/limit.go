@@ -158,6 +158,17 @@ func (l *Limit) SameIdentity(o *Limit) bool {
 		l.Metric == o.Metric && l.Window.String() == o.Window.String()
 }
 
+// Compare is Less as a three-way comparison, for slices.SortFunc.
+func (l *Limit) Compare(o *Limit) int {
+	switch {
+	case l.Less(o):
+		return -1
+	case o.Less(l):
+		return 1
+	}
+	return 0
+}
+
 // Less orders limits as the contract's listings do: key, scope, scope value,
 // metric, window length, id.
 func (l *Limit) Less(o *Limit) bool {

@@ -140,15 +140,7 @@ func (t *Tracker) reserveTx(ctx context.Context, tx Tx, req Request, at time.Tim
 }
 
 func sortStatuses(s []Status) {
-	slices.SortFunc(s, func(a, b Status) int {
-		if a.Limit.Less(&b.Limit) {
-			return -1
-		}
-		if b.Limit.Less(&a.Limit) {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(s, func(a, b Status) int { return a.Limit.Compare(&b.Limit) })
 }
 
 // Commit records the actual usage of reservation id as an event at the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -209,15 +208,7 @@ type curWindow struct {
 }
 
 func newKeyLimits(ls []Limit, version int64) *keyLimits {
-	slices.SortFunc(ls, func(a, b Limit) int {
-		if a.Less(&b) {
-			return -1
-		}
-		if b.Less(&a) {
-			return 1
-		}
-		return 0
-	})
+	sortLimits(ls)
 	return &keyLimits{version: version, limits: ls, cur: make([]atomic.Pointer[curWindow], len(ls))}
 }
 
