@@ -66,7 +66,9 @@ CREATE TABLE IF NOT EXISTS reservations (
     at          INTEGER NOT NULL,
     expires_at  INTEGER NOT NULL,
     state       TEXT    NOT NULL CHECK (state IN ('live', 'committed', 'released', 'expired')),
-    settled_at  INTEGER NOT NULL DEFAULT 0
+    settled_at  INTEGER NOT NULL DEFAULT 0,
+    -- release: holds lapse at expires_at; charge: recovery charges the estimate
+    on_expiry   TEXT    NOT NULL DEFAULT 'release' CHECK (on_expiry IN ('release', 'charge'))
 );
 CREATE INDEX IF NOT EXISTS reservations_live ON reservations (state, expires_at);
 CREATE INDEX IF NOT EXISTS reservations_settled ON reservations (settled_at) WHERE state <> 'live';

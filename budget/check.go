@@ -86,6 +86,9 @@ func normalizeRequest(req Request) (Request, error) {
 	if req.Key == "" {
 		return req, invalid("key", req.Key, "must not be empty")
 	}
+	if err := checkNames("key", req.Key, "provider", req.Provider, "model", req.Model); err != nil {
+		return req, err
+	}
 	return req, req.Estimate.validate()
 }
 

@@ -86,6 +86,9 @@ func (l Limit) Validate() (Limit, error) {
 	if l.Key == "" {
 		return l, invalid("key", l.Key, "must not be empty")
 	}
+	if err := checkNames("id", l.ID, "key", l.Key, "value", l.ScopeValue); err != nil {
+		return l, err
+	}
 	sc, err := ParseScope(string(l.Scope))
 	if err != nil {
 		return l, err

@@ -31,6 +31,9 @@ func (t *Tracker) ParkAt(ctx context.Context, provider string, kind ParkKind, re
 	if provider == "" {
 		return ProviderState{}, invalid("provider", provider, "must not be empty")
 	}
+	if err := CheckName("provider", provider); err != nil {
+		return ProviderState{}, err
+	}
 	if _, err := ParseParkKind(string(kind)); err != nil {
 		return ProviderState{}, err
 	}

@@ -28,6 +28,9 @@ type op struct {
 	// reset what it reports), then after once the batch committed or failed.
 	run   func(ctx context.Context, tx Tx, now time.Time) error
 	after func(err error)
+	// keep marks a settlement (commit, release): never withdrawn, and
+	// retried with its batch after its waiter was told of a failure.
+	keep bool
 
 	done  chan opResult // nil for fire-and-forget usage
 	state atomic.Int32  // opTx: opQueued, then opClaimed by the writer or opWithdrawn by the caller
@@ -248,10 +251,11 @@ func (t *Tracker) wait(ctx context.Context, o *op) opResult {
 }
 
 // withdraw reports whether the caller may stop waiting for o: always for
-// usage and flushes (an event may still be written later, idempotently),
-// and for a reservation operation only if the writer has not taken it.
+// usage, flushes and settlements (they may still be written later), and for
+// another reservation operation only if the writer has not taken it (it
+// then never runs).
 func (t *Tracker) withdraw(o *op) bool {
-	if o.kind != opTx {
+	if o.kind != opTx || o.keep {
 		return true
 	}
 	return o.state.CompareAndSwap(opQueued, opWithdrawn)

@@ -2,6 +2,7 @@ package budget
 
 import (
 	"context"
+	"math"
 	"time"
 )
 
@@ -88,7 +89,17 @@ type ReservationRow struct {
 	ExpiresAt time.Time
 	State     ReservationState
 	SettledAt time.Time // when committed, released or recovered
+	// OnExpiry is what recovery does with it; "" is stored as ExpireRelease.
+	// A recovered (ReservationExpired) ExpireCharge reservation has been
+	// charged its estimate.
+	OnExpiry ExpiryPolicy
 }
+
+// NoExpiry is the ExpiresAt of a hold that counts until its reservation is
+// settled: the window holds of an ExpireCharge reservation. It is the
+// largest instant Unix nanoseconds hold, so every "expires after now"
+// comparison keeps it.
+var NoExpiry = time.Unix(0, math.MaxInt64).UTC()
 
 // GatewayKey is a proxy credential; only the SHA-256 of its secret is stored.
 type GatewayKey struct {
@@ -158,7 +169,8 @@ type Tx interface {
 	// SettleReservation sets state and settled-at and drops its holds,
 	// returning them.
 	SettleReservation(ctx context.Context, id string, state ReservationState, at time.Time) ([]Hold, error)
-	// RenewReservation moves the expiry of a reservation and its holds.
+	// RenewReservation moves the expiry of a reservation and of its holds,
+	// except holds at NoExpiry, which stay there.
 	RenewReservation(ctx context.Context, id string, expiresAt time.Time) error
 	// ExpiredReservations lists live reservations whose expiry is at or before now.
 	ExpiredReservations(ctx context.Context, now time.Time, max int) ([]ReservationRow, error)

@@ -158,14 +158,15 @@ func New(ctx context.Context, store Store, cfg Config) (*Tracker, error) {
 		done:      make(chan struct{}),
 	}
 	t.w.init()
+	go t.run() // recovery runs on the writer
 	if cfg.SweepInterval > 0 {
 		if _, err := t.Recover(ctx, t.now()); err != nil {
+			_ = t.Close(context.Background())
 			return nil, fmt.Errorf("budget: recover expired reservations: %w", err)
 		}
 		t.sweepWG.Add(1)
 		go t.sweep()
 	}
-	go t.run()
 	return t, nil
 }
 

@@ -59,6 +59,9 @@ func (u Usage) Normalize(at time.Time) (Usage, error) {
 	if u.Key == "" {
 		return u, invalid("key", u.Key, "must not be empty")
 	}
+	if err := checkNames("key", u.Key, "provider", u.Provider, "model", u.Model, "request_id", u.RequestID); err != nil {
+		return u, err
+	}
 	for _, f := range []struct {
 		name string
 		v    int64

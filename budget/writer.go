@@ -152,7 +152,7 @@ func (t *Tracker) process(batch []*op) bool {
 				return err
 			}
 			for _, o := range batch {
-				if o.kind == opTx && !told[o] {
+				if o.kind == opTx && (!told[o] || o.keep) {
 					if err := o.run(ctx, tx, now); err != nil {
 						return err
 					}
@@ -170,8 +170,9 @@ func (t *Tracker) process(batch []*op) bool {
 			t.cfg.OnError(err)
 		}
 		if attempt >= t.cfg.FlushFailures {
-			// Tell the waiters in this batch; usage stays and is retried, but
-			// a reservation whose caller saw an error must not happen later.
+			// Tell the waiters in this batch. Usage and settlements stay and
+			// are retried (a charge is never given up), but a reservation or
+			// renewal whose caller saw an error must not happen later.
 			for _, o := range batch {
 				if told[o] || o.kind == opUsage && o.done == nil {
 					continue
@@ -213,8 +214,10 @@ func (t *Tracker) abandon(batch []*op, sums map[*cache.Counter]*pendingSum, told
 		c.EndCommit(ps.queued, 0, false)
 	}
 	for _, o := range batch {
-		if o.kind == opUsage {
+		if o.kind == opUsage || o.keep {
 			t.w.unwritten.Add(1)
+		}
+		if o.kind == opUsage {
 			if sums == nil {
 				for _, c := range o.contribs {
 					c.c.AddPending(-c.delta)
@@ -306,12 +309,14 @@ func (t *Tracker) settle(batch []*op, inserted []bool, deltas []windowDelta, sum
 	t.stats.sinceFlushDup += asyncDups
 	for _, o := range batch {
 		switch {
+		case o.kind == opTx:
+			if !told[o] || o.keep {
+				o.after(nil)
+			}
 		case told[o]:
 		case o.kind == opFlush:
 			o.done <- opResult{flush: FlushResult{Written: t.stats.sinceFlushWritten, Duplicates: t.stats.sinceFlushDup}}
 			t.stats.sinceFlushWritten, t.stats.sinceFlushDup = 0, 0
-		case o.kind == opTx:
-			o.after(nil)
 		}
 	}
 }

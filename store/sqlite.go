@@ -28,7 +28,7 @@ import (
 )
 
 // SchemaVersion is the PRAGMA user_version this build writes and reads.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // Options configure Open. The zero value is usable.
 type Options struct {
@@ -157,8 +157,15 @@ func prepareFile(path string, create bool) error {
 }
 
 // migrations[i] upgrades a schema of version i to i+1. Version 0 is an empty
-// file, so migrations[0] is the whole schema.
-func migrations(schema string) []string { return []string{schema} }
+// file: migrations[0] is the whole current schema, which takes it straight
+// to the newest version (the later steps are for files made by older builds).
+func migrations(schema string) []string {
+	return []string{
+		schema,
+		// 2: reservations carry an expiry policy.
+		`ALTER TABLE reservations ADD COLUMN on_expiry TEXT NOT NULL DEFAULT 'release' CHECK (on_expiry IN ('release', 'charge'))`,
+	}
+}
 
 func (db *DB) migrate(ctx context.Context, schema string) error {
 	steps := migrations(schema)
@@ -190,7 +197,11 @@ func (db *DB) migrate(ctx context.Context, schema string) error {
 		if v > len(steps) {
 			return fmt.Errorf("open %s: %w: it has version %d, this build knows up to %d", db.path, budget.ErrSchemaTooNew, v, len(steps))
 		}
-		for i := v; i < len(steps); i++ {
+		last := len(steps)
+		if v == 0 {
+			last = 1 // the whole current schema
+		}
+		for i := v; i < last; i++ {
 			if _, err := x.ExecContext(ctx, steps[i]); err != nil {
 				return fmt.Errorf("open %s: migrate schema %d to %d: %w", db.path, i, i+1, err)
 			}

@@ -45,9 +45,9 @@ func (t *tx) HoldsSummary(ctx context.Context, limitID string, start, now time.T
 }
 
 func (t *tx) InsertReservation(ctx context.Context, r budget.ReservationRow, holds []budget.Hold) error {
-	_, err := t.exec(ctx, `INSERT INTO reservations (id, key, provider, model, est_tokens, est_input, est_output, at, expires_at, state, settled_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, r.ID, r.Key, r.Provider, r.Model, r.Estimate.Tokens, r.Estimate.Input,
-		r.Estimate.Output, ns(r.At), ns(r.ExpiresAt), string(r.State), ns(r.SettledAt))
+	_, err := t.exec(ctx, `INSERT INTO reservations (id, key, provider, model, est_tokens, est_input, est_output, at, expires_at, state, settled_at, on_expiry)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, r.ID, r.Key, r.Provider, r.Model, r.Estimate.Tokens, r.Estimate.Input,
+		r.Estimate.Output, ns(r.At), ns(r.ExpiresAt), string(r.State), ns(r.SettledAt), sqlrow.OnExpiry(r.OnExpiry))
 	if err != nil {
 		return fmt.Errorf("insert reservation %s: %w", r.ID, err)
 	}
@@ -115,7 +115,7 @@ func (t *tx) RenewReservation(ctx context.Context, id string, expiresAt time.Tim
 	if n == 0 {
 		return fmt.Errorf("reservation %q: %w", id, budget.ErrNotFound)
 	}
-	if _, err := t.exec(ctx, `UPDATE holds SET expires_at = ? WHERE reservation_id = ?`, ns(expiresAt), id); err != nil {
+	if _, err := t.exec(ctx, `UPDATE holds SET expires_at = ? WHERE reservation_id = ? AND expires_at <> ?`, ns(expiresAt), id, ns(budget.NoExpiry)); err != nil {
 		return fmt.Errorf("renew holds of %s: %w", id, err)
 	}
 	return nil

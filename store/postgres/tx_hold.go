@@ -59,13 +59,13 @@ func (t *tx) InsertReservation(ctx context.Context, r budget.ReservationRow, hol
 		lids[i], starts[i], amounts[i], exps[i] = h.LimitID, ns(h.WindowStart), h.Amount, ns(h.ExpiresAt)
 	}
 	_, err := t.exec(ctx, `WITH r AS (
-			INSERT INTO reservations (id, key, provider, model, est_tokens, est_input, est_output, at, expires_at, state, settled_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id
+			INSERT INTO reservations (id, key, provider, model, est_tokens, est_input, est_output, at, expires_at, state, settled_at, on_expiry)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $16) RETURNING id
 		)
 		INSERT INTO holds (reservation_id, limit_id, window_start, amount, expires_at)
 		SELECT r.id, h.* FROM r, unnest($12::text[], $13::bigint[], $14::bigint[], $15::bigint[]) AS h`,
 		r.ID, r.Key, r.Provider, r.Model, r.Estimate.Tokens, r.Estimate.Input, r.Estimate.Output,
-		ns(r.At), ns(r.ExpiresAt), string(r.State), ns(r.SettledAt), lids, starts, amounts, exps)
+		ns(r.At), ns(r.ExpiresAt), string(r.State), ns(r.SettledAt), lids, starts, amounts, exps, sqlrow.OnExpiry(r.OnExpiry))
 	if err != nil {
 		return fmt.Errorf("insert reservation %s: %w", r.ID, err)
 	}
@@ -237,7 +237,7 @@ func (t *tx) RenewReservation(ctx context.Context, id string, expiresAt time.Tim
 	if err := t.lockHoldLimits(ctx, id); err != nil {
 		return err
 	}
-	if _, err := t.exec(ctx, `UPDATE holds SET expires_at = $1 WHERE reservation_id = $2`, ns(expiresAt), id); err != nil {
+	if _, err := t.exec(ctx, `UPDATE holds SET expires_at = $1 WHERE reservation_id = $2 AND expires_at <> $3`, ns(expiresAt), id, ns(budget.NoExpiry)); err != nil {
 		return fmt.Errorf("renew holds of %s: %w", id, err)
 	}
 	return nil

@@ -129,16 +129,18 @@ type Reservation struct {
 	ExpiresAt int64  `db:"expires_at"`
 	State     string `db:"state"`
 	SettledAt int64  `db:"settled_at"`
+	OnExpiry  string `db:"on_expiry"`
 }
 
 // ReservationCols are the columns of a Reservation, in order.
-const ReservationCols = `id, key, provider, model, est_tokens, est_input, est_output, at, expires_at, state, settled_at`
+const ReservationCols = `id, key, provider, model, est_tokens, est_input, est_output, at, expires_at, state, settled_at, on_expiry`
 
 // Decode is the row as a budget.ReservationRow.
 func (r *Reservation) Decode() budget.ReservationRow {
 	return budget.ReservationRow{ID: r.ID, Key: r.Key, Provider: r.Provider, Model: r.Model,
 		Estimate: budget.Estimate{Tokens: r.Tokens, Input: r.Input, Output: r.Output},
-		At:       FromNs(r.At), ExpiresAt: FromNs(r.ExpiresAt), State: budget.ReservationState(r.State), SettledAt: FromNs(r.SettledAt)}
+		At:       FromNs(r.At), ExpiresAt: FromNs(r.ExpiresAt), State: budget.ReservationState(r.State), SettledAt: FromNs(r.SettledAt),
+		OnExpiry: budget.ExpiryPolicy(r.OnExpiry)}
 }
 
 // Provider is a providers row (the probe claim left out).
@@ -176,4 +178,12 @@ type GatewayKey struct {
 // Decode is the row as a budget.GatewayKey.
 func (r *GatewayKey) Decode() budget.GatewayKey {
 	return budget.GatewayKey{Name: r.Name, Hash: r.Hash, CreatedAt: FromNs(r.CreatedAt), RevokedAt: FromNs(r.RevokedAt)}
+}
+
+// OnExpiry is the stored form of a reservation's expiry policy.
+func OnExpiry(p budget.ExpiryPolicy) string {
+	if p == "" {
+		return string(budget.ExpireRelease)
+	}
+	return string(p)
 }
