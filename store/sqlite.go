@@ -58,9 +58,14 @@ type DB struct {
 
 	retries  atomic.Int64
 	failures atomic.Int64
+
+	file os.FileInfo // the file as opened, to notice it deleted or replaced
 }
 
-var _ budget.Store = (*DB)(nil)
+var (
+	_ budget.Store         = (*DB)(nil)
+	_ budget.HealthChecker = (*DB)(nil)
+)
 
 // Open opens (and with opts.Create, creates) the SQLite database at path,
 // applying schema (the root package's embedded schema.sql) to a new file and
@@ -106,7 +111,13 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 		w.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	db := &DB{path: path, w: w, r: r}
+	fi, err := os.Stat(path)
+	if err != nil {
+		w.Close()
+		r.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	db := &DB{path: path, w: w, r: r, file: fi}
 	// Neither pool has connected yet: the writer connects (and switches the
 	// file to WAL) only for a migration or the first write, so read-only
 	// tools never take the write lock.
@@ -215,6 +226,22 @@ func (db *DB) migrate(ctx context.Context, schema string) error {
 	})
 }
 
+// Health reports a database file deleted or replaced since Open: SQLite
+// would go on writing to the unlinked file, which no other process and no
+// restart would ever read.
+func (db *DB) Health() error {
+	fi, err := os.Stat(db.path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("database file %s was deleted while open; restart to use a new one", db.path)
+	case err != nil:
+		return fmt.Errorf("database file %s: %w", db.path, err)
+	case !os.SameFile(fi, db.file):
+		return fmt.Errorf("database file %s was replaced while open; restart to use the new one", db.path)
+	}
+	return nil
+}
+
 // Path is the database file's path.
 func (db *DB) Path() string { return db.path }
 
@@ -286,7 +313,7 @@ func (db *DB) once(ctx context.Context, pool *sqlx.DB, ro bool, fn func(budget.T
 		}
 	}()
 	if err = fn(&tx{db: db, tx: t, ro: ro}); err != nil {
-		return err
+		return db.wrap(err)
 	}
 	return db.wrap(t.Commit())
 }
@@ -296,8 +323,15 @@ func (db *DB) wrap(err error) error {
 		return nil
 	}
 	var se *sqlite.Error
-	if errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_NOTADB {
-		return fmt.Errorf("%s: not a SQLite database: %w", db.path, err)
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_NOTADB:
+			return fmt.Errorf("%s: not a SQLite database: %w", db.path, err)
+		case sqlite3.SQLITE_FULL:
+			return fmt.Errorf("%s: disk full: %w", db.path, err)
+		case sqlite3.SQLITE_READONLY:
+			return fmt.Errorf("%s: read-only (check the file's and its directory's permissions): %w", db.path, err)
+		}
 	}
 	return err
 }
