@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,16 +11,51 @@ import (
 	"github.com/tokenbudget/tokenbudget/budget"
 )
 
+// flaky fails every write while fail is set.
 type flaky struct {
 	budget.Store
-	fail atomic.Bool
+	fail     atomic.Bool
+	mu       sync.Mutex
+	succeded chan struct{} // closed at the next successful write
 }
 
 func (f *flaky) Update(ctx context.Context, fn func(budget.Tx) error) error {
 	if f.fail.Load() {
 		return errors.New("disk I/O error (injected)")
 	}
-	return f.Store.Update(ctx, fn)
+	err := f.Store.Update(ctx, fn)
+	if err == nil {
+		f.mu.Lock()
+		if f.succeded != nil {
+			close(f.succeded)
+			f.succeded = nil
+		}
+		f.mu.Unlock()
+	}
+	return err
+}
+
+// heal stops the failures and returns a wait for the next successful write.
+func (f *flaky) heal() func(context.Context) error {
+	f.mu.Lock()
+	if f.succeded == nil {
+		f.succeded = make(chan struct{})
+	}
+	ch := f.succeded
+	f.mu.Unlock()
+	f.fail.Store(false)
+	return func(ctx context.Context) error { return waitClosed(ctx, ch) }
+}
+
+func waitClosed(ctx context.Context, ch <-chan struct{}) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return errors.New("no write succeeded within 30s")
+	}
 }
 
 // Flush queued behind a batch that keeps failing must still return the
