@@ -4,20 +4,29 @@ import (
 	"context"
 	"fmt"
 	"text/tabwriter"
+
+	"github.com/tokenbudget/tokenbudget/budget"
 )
 
-const verifyHelp = `usage: budget verify [--db PATH] [--json]
+const verifyHelp = `usage: budget verify [--db PATH] [--integrity] [--json]
 
 Compares every counter row with the usage history's sum over its window and
-lists the rows that disagree. Writes nothing. Exit 5 when any drifted. With
---json prints {"drifted": [{"limit_id", "window_start", "counter", "history"}]}.
+lists the rows that disagree, after reading the history table itself and
+checking it against the index the counters are seeded from (a damaged page
+that the counters' own index hides still shows). --integrity also
+runs the database's own check (SQLite integrity_check; PostgreSQL amcheck
+where it is installed). Writes nothing. Exit 5 when a counter drifted, 1
+when the database is corrupt. With --json prints {"drifted": [{"limit_id",
+"window_start", "counter", "history"}]}, plus "corruption" and "notes"
+(lists of strings) when there are any.
 
 `
 
 func (m *Main) runVerify(ctx context.Context, args []string) (err error) {
 	fs := newFlagSet("verify")
 	dsn := m.dbFlag(fs)
-	asJSON := fs.Bool("json", false, `print {"drifted": [...]}`)
+	asJSON := fs.Bool("json", false, `print {"drifted": [...], "corruption": [...], "notes": [...]}`)
+	integrity := fs.Bool("integrity", false, "also run the database's own integrity check (reads every page)")
 	pos, err := m.parseArgs(fs, verifyHelp, args)
 	if err != nil {
 		return err
@@ -30,9 +39,19 @@ func (m *Main) runVerify(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	defer closeDB(ctx, db, &err)
-	drift, err := db.Verify(ctx)
+	storage, err := db.CheckStorage(ctx, *integrity)
 	if err != nil {
 		return err
+	}
+	for _, n := range storage.Notes {
+		fmt.Fprintln(m.Stderr, "budget: verify:", n)
+	}
+	var drift []budget.Drift
+	if len(storage.Problems) == 0 {
+		// Counters against a damaged history would only add noise.
+		if drift, err = db.Verify(ctx); err != nil {
+			return err
+		}
 	}
 	if *asJSON {
 		type driftJSON struct {
@@ -42,12 +61,18 @@ func (m *Main) runVerify(ctx context.Context, args []string) (err error) {
 			History     int64  `json:"history"`
 		}
 		out := struct {
-			Drifted []driftJSON `json:"drifted"`
-		}{make([]driftJSON, len(drift))}
+			Drifted    []driftJSON `json:"drifted"`
+			Corruption []string    `json:"corruption,omitempty"`
+			Notes      []string    `json:"notes,omitempty"`
+		}{make([]driftJSON, len(drift)), storage.Problems, storage.Notes}
 		for i, d := range drift {
 			out.Drifted[i] = driftJSON{d.LimitID, ts(d.WindowStart), d.Counter, d.History}
 		}
 		err = writeJSON(m.Stdout, out)
+	} else if len(storage.Problems) > 0 {
+		for _, p := range storage.Problems {
+			fmt.Fprintln(m.Stderr, "corrupt:", p)
+		}
 	} else if len(drift) == 0 {
 		_, err = fmt.Fprintln(m.Stdout, "ok: every counter matches the usage history")
 	} else {
@@ -59,7 +84,11 @@ func (m *Main) runVerify(ctx context.Context, args []string) (err error) {
 		}
 		err = w.Flush()
 	}
-	if err == nil && len(drift) > 0 {
+	switch {
+	case err != nil:
+	case len(storage.Problems) > 0:
+		err = fmt.Errorf("the database is corrupt (%d problems); restore it from a backup", len(storage.Problems))
+	case len(drift) > 0:
 		err = errDrift
 	}
 	return err

@@ -1,7 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"database/sql"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -50,4 +55,69 @@ func TestVerify(t *testing.T) {
 	if !strings.Contains(r.stdout, "1 counters drifted") || !strings.Contains(r.stdout, "2026-03-02T09:00:00Z") || r.stderr != "" {
 		t.Errorf("verify text with drift: got %v", r)
 	}
+}
+
+// One overwritten page of the usage table: the counters and the covering
+// index still agree, so only reading the table itself finds it.
+func TestVerifyFindsCorruptUsagePage(t *testing.T) {
+	t.Parallel()
+	db := tempDB(t)
+	mustRun(t, 0, "limit", "set", "--db", db, "--key", "k0", "--limit", "1000000", "--window", "daily")
+	var lines strings.Builder
+	for i := range 3000 {
+		fmt.Fprintf(&lines, `{"request_id":"r%05d","key":"k%d","provider":"openai","model":"gpt-4o","input":%d,"output":7,"at":"2026-03-02T08:%02d:00Z"}`+"\n", i, i%5, i%100, i%60)
+	}
+	imp := filepath.Join(t.TempDir(), "u.jsonl")
+	if err := os.WriteFile(imp, []byte(lines.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, 0, "import", "--db", db, imp)
+	mustRun(t, 0, "verify", "--db", db, "--integrity")
+
+	// Find a leaf page of the table's b-tree (after a checkpoint, so the
+	// file holds every page) and overwrite it.
+	sdb, err := sql.Open("sqlite", db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sdb.Exec("PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
+		t.Fatal(err)
+	}
+	var root, pageSize int64
+	if err := sdb.QueryRow(`SELECT rootpage FROM sqlite_master WHERE name = 'usage'`).Scan(&root); err != nil {
+		t.Fatal(err)
+	}
+	if err := sdb.QueryRow(`PRAGMA page_size`).Scan(&pageSize); err != nil {
+		t.Fatal(err)
+	}
+	sdb.Close()
+	f, err := os.OpenFile(db, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := make([]byte, pageSize)
+	if _, err := f.ReadAt(page, (root-1)*pageSize); err != nil {
+		t.Fatal(err)
+	}
+	if page[0] != 0x02 { // an interior index b-tree page: the table spans several pages
+		t.Fatalf("usage root page type %#x; want an interior page (0x02): the test needs more rows", page[0])
+	}
+	// The right-most child pointer sits at offset 8 of an interior page.
+	child := int64(binary.BigEndian.Uint32(page[8:12]))
+	junk := bytes.Repeat([]byte{0xA5}, int(pageSize))
+	if _, err := f.WriteAt(junk, (child-1)*pageSize); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	r := mustRun(t, 1, "verify", "--db", db)
+	if !strings.Contains(r.stderr, "corrupt") {
+		t.Errorf("verify on a corrupt usage page: stderr %q; want it to say corrupt", r.stderr)
+	}
+	r = mustRun(t, 1, "verify", "--db", db, "--json")
+	v := decode(t, r.stdout)
+	if c, _ := v["corruption"].([]any); len(c) == 0 {
+		t.Errorf("verify --json on a corrupt page: got %s; want a corruption list", r.stdout)
+	}
+	mustRun(t, 1, "verify", "--db", db, "--integrity")
 }
