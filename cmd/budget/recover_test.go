@@ -38,7 +38,7 @@ func TestRecover(t *testing.T) {
 
 	r := mustRunAt(t, later, 0, "recover", "--db", db, "--json")
 	v := decode(t, r.stdout)
-	wantKeys(t, "recover --json", v, "released_reservations", "released_leases")
+	wantKeys(t, "recover --json", v, "released_reservations", "released_leases", "charged_reservations")
 	if v["released_reservations"] != 1.0 || v["released_leases"] != 1.0 {
 		t.Errorf("recover after one reservation expired: got %s; want 1 reservation, 1 lease", r.stdout)
 	}
@@ -65,4 +65,35 @@ func TestRecover(t *testing.T) {
 		t.Errorf("recover text: got %q", r.stdout)
 	}
 	mustRun(t, 2, "recover", "--db", db, "--at", "2026-03-02T12:00:00Z") // the real clock: no --at
+}
+
+// A charge reservation keeps counting past its expiry until recover charges
+// its estimate; a commit after that records only the excess.
+func TestRecoverChargesChargeReservations(t *testing.T) {
+	t.Parallel()
+	db := reserveDB(t)
+	id := reserve(t, db, "30", "--ttl", "1m", "--on-expiry", "charge")
+	later := testNow.Add(2 * time.Minute)
+	if gpt := status(t, mustRunAt(t, later, 0, "inspect", "--db", db, "--json").stdout, "gpt"); gpt["reserved"] != 30.0 || gpt["used"] != 0.0 {
+		t.Errorf("gpt past the expiry of a charge reservation: got %v; want reserved 30, used 0", gpt)
+	}
+	v := decode(t, mustRunAt(t, later, 0, "recover", "--db", db, "--json").stdout)
+	if v["released_reservations"] != 1.0 || v["charged_reservations"] != 1.0 {
+		t.Errorf("recover: got %v; want 1 released, 1 charged", v)
+	}
+	if gpt := status(t, mustRunAt(t, later, 0, "inspect", "--db", db, "--json").stdout, "gpt"); gpt["reserved"] != 0.0 || gpt["used"] != 30.0 {
+		t.Errorf("gpt after recovery: got %v; want used 30 (the estimate), reserved 0", gpt)
+	}
+	v = decode(t, mustRunAt(t, later, 0, "commit", id, "--db", db, "--input", "25", "--output", "9", "--json").stdout)
+	if v["expired"] != true || v["request_id"] != id {
+		t.Errorf("late commit after the charge: got %v; want expired true", v)
+	}
+	if gpt := status(t, mustRunAt(t, later, 0, "inspect", "--db", db, "--json").stdout, "gpt"); gpt["used"] != 34.0 {
+		t.Errorf("gpt after the late commit: got %v; want used 34 (30 charged + 4 over)", gpt)
+	}
+	mustRun(t, 0, "verify", "--db", db)
+	r := mustRun(t, 2, "reserve", "--db", db, "--key", "demo", "--tokens", "1", "--on-expiry", "never")
+	if !strings.Contains(r.stderr, "on_expiry") {
+		t.Errorf("reserve --on-expiry never: stderr %q; want the field named", r.stderr)
+	}
 }

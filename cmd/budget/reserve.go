@@ -9,12 +9,14 @@ import (
 	"github.com/tokenbudget/tokenbudget/budget"
 )
 
-const reserveHelp = `usage: budget reserve --key K [--provider P] [--model M] --tokens N [--ttl D] [--json]
+const reserveHelp = `usage: budget reserve --key K [--provider P] [--model M] --tokens N [--ttl D] [--on-expiry release|charge] [--json]
 
 Holds an estimate of N tokens against every applicable enabled limit, all or
 nothing, and takes a lease on each concurrent limit, until the reservation is
 committed ('budget commit ID'), released ('budget release ID') or expires
-(--ttl, default 2m). Uses the real clock. Prints the reservation id, or
+(--ttl, default 2m). At expiry a release reservation (the default) stops
+counting; a charge reservation keeps counting until recovery charges its
+estimate (a later commit records only what exceeds it). Uses the real clock. Prints the reservation id, or
 {"id", "expires_at", "limits": [{"limit_id", "amount"}]} with --json.
 Exit 3 when refused, holding nothing; with --json it prints the same object
 as 'budget check --json'.
@@ -30,6 +32,7 @@ func (m *Main) runReserve(ctx context.Context, args []string) (err error) {
 	fs.StringVar(&req.Model, "model", "", "model of the request")
 	fs.Int64Var(&req.Estimate.Tokens, "tokens", 0, "estimated tokens of the request, > 0 (required)")
 	ttl := fs.Duration("ttl", budget.DefaultReservationTTL, "how long the reservation holds unless settled, > 0")
+	onExpiry := fs.String("on-expiry", string(budget.ExpireRelease), "what expiry does: release (stop counting) or charge (charge the estimate)")
 	asJSON := fs.Bool("json", false, `print {"id", "expires_at", "limits"}`)
 	pos, err := m.parseArgs(fs, reserveHelp, args)
 	if err != nil {
@@ -47,13 +50,17 @@ func (m *Main) runReserve(ctx context.Context, args []string) (err error) {
 	if *ttl <= 0 {
 		return budget.Invalid("ttl", *ttl, "must be greater than 0")
 	}
+	policy, err := budget.ParseExpiryPolicy(*onExpiry)
+	if err != nil {
+		return err
+	}
 
 	db, err := m.openDB(ctx, *dsn, dbOptions{create: true})
 	if err != nil {
 		return err
 	}
 	defer closeDB(ctx, db, &err)
-	r, err := db.Reserve(ctx, req, *ttl)
+	r, err := db.ReserveWith(ctx, req, budget.ReserveOptions{TTL: *ttl, OnExpiry: policy})
 	if err != nil {
 		d, ok, derr := m.refusal(ctx, db.Tracker, req, err)
 		if !ok {
