@@ -76,7 +76,7 @@ func (m *Main) runImport(ctx context.Context, args []string) (err error) {
 		}
 	}
 	if err := scanEvents(ctx, src, now, salt, func(int, budget.Usage) error { total++; return nil }); err != nil {
-		return fmt.Errorf("%s: %w", name, err)
+		return err // "line N: ..."
 	}
 	if _, err := src.Seek(start, io.SeekStart); err != nil {
 		return fmt.Errorf("read %s: %w", name, err)
@@ -188,7 +188,7 @@ func scanEvents(ctx context.Context, r io.Reader, now time.Time, salt string, fn
 	for n := 1; ; n++ {
 		b, rerr := br.ReadBytes('\n')
 		if rerr != nil && rerr != io.EOF {
-			return fmt.Errorf("read line %d: %w", n, rerr)
+			return fmt.Errorf("line %d: read: %w", n, rerr)
 		}
 		if n%10000 == 0 && ctx.Err() != nil {
 			return ctx.Err()
@@ -215,13 +215,30 @@ type importLine struct {
 	Key        string      `json:"key"`
 	Provider   string      `json:"provider"`
 	Model      string      `json:"model"`
-	Input      json.Number `json:"input"`
-	Output     json.Number `json:"output"`
-	Reasoning  json.Number `json:"reasoning"`
-	CacheRead  json.Number `json:"cache_read"`
-	CacheWrite json.Number `json:"cache_write"`
-	At         *string     `json:"at"`
+	Input      tokenCount `json:"input"`
+	Output     tokenCount `json:"output"`
+	Reasoning  tokenCount `json:"reasoning"`
+	CacheRead  tokenCount `json:"cache_read"`
+	CacheWrite tokenCount `json:"cache_write"`
+	At         *string    `json:"at"`
 }
+
+// tokenCount is a token count as written: a JSON number, never a string
+// (json.Number alone would take "1").
+type tokenCount json.Number
+
+func (c *tokenCount) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil // as if absent, like any other field
+	}
+	if len(b) > 0 && b[0] != '-' && (b[0] < '0' || b[0] > '9') {
+		return errNotNumber
+	}
+	*c = tokenCount(b)
+	return nil
+}
+
+var errNotNumber = errors.New("not a JSON number")
 
 // parseLine decodes and validates line n. now is the instant of an event
 // without at.
@@ -240,7 +257,7 @@ func parseLine(b []byte, n int, now time.Time, salt string) (budget.Usage, error
 	u := budget.Usage{RequestID: in.RequestID, Key: in.Key, Provider: in.Provider, Model: in.Model, At: now}
 	for _, f := range []struct {
 		name string
-		num  json.Number
+		num  tokenCount
 		dst  *int64
 	}{{"input", in.Input, &u.Input}, {"output", in.Output, &u.Output}, {"reasoning", in.Reasoning, &u.Reasoning},
 		{"cache_read", in.CacheRead, &u.CacheRead}, {"cache_write", in.CacheWrite, &u.CacheWrite}} {
@@ -268,10 +285,22 @@ func parseLine(b []byte, n int, now time.Time, salt string) (budget.Usage, error
 
 // decodeError names the field a decoding error is about when it can.
 func decodeError(b []byte, err error) error {
+	if errors.Is(err, errNotNumber) {
+		// The decoder does not say which field; find the first quoted count.
+		var raw map[string]json.RawMessage
+		if json.Unmarshal(b, &raw) == nil {
+			for _, f := range []string{"input", "output", "reasoning", "cache_read", "cache_write"} {
+				if v, ok := raw[f]; ok && len(v) > 0 && v[0] == '"' {
+					return budget.Invalid(f, string(v), "want an integer between 0 and 2^53-1, not a string")
+				}
+			}
+		}
+		return budget.Invalid("json", clip(b), "token counts must be JSON numbers")
+	}
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) && te.Field != "" {
 		want := "want a string"
-		if te.Type == reflect.TypeFor[json.Number]() {
+		if te.Type == reflect.TypeFor[tokenCount]() {
 			want = "want an integer between 0 and 2^53-1"
 		}
 		return budget.Invalid(te.Field, te.Value, want)

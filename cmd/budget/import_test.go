@@ -117,11 +117,17 @@ func TestImportBadLine(t *testing.T) {
 		{`{"key":"demo","provider":"p","model":"m"`, "json"},
 		{`{"key":"demo","provider":"p","model":"m"} {"key":"demo"}`, "json"},
 		{`not json`, "json"},
+		{`{"key":"demo","provider":"p","model":"m","input":"1"}`, `input "\"1\"": want an integer between 0 and 2^53-1, not a string`},
+		{`{"key":"demo","provider":"p","model":"m","cache_write":"0"}`, `cache_write`},
+		{`{"key":"de\nmo","provider":"p","model":"m"}`, `key "de\nmo": must not contain control characters`},
+		{`{"key":"demo","provider":"p\tq","model":"m"}`, `provider`},
+		{`{"key":"demo","provider":"p","model":"m","request_id":"a\u0000b"}`, `request_id`},
+		{`{"key":"demo","provider":"p","model":"` + strings.Repeat("m", 300) + `"}`, `model "mmm`},
 	} {
 		db := tempDB(t)
 		f := writeLines(t, fmt.Sprintf(good, 1), fmt.Sprintf(good, 2), tc.line, fmt.Sprintf(good, 4))
 		r := run(t, "import", "--db", db, f)
-		if r.code != 2 || !strings.Contains(r.stderr, "line 3") || !strings.Contains(r.stderr, tc.field) {
+		if r.code != 2 || !strings.HasPrefix(r.stderr, "budget: line 3: ") || !strings.Contains(r.stderr, tc.field) {
 			t.Errorf("import with line 3 %s: got %v; want exit 2 naming line 3 and %s", tc.line, r, tc.field)
 		}
 		if exists(db) {
