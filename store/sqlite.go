@@ -124,7 +124,20 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 	for _, q := range hotStatements {
 		db.pending.Store(q, struct{}{})
 	}
-	if err := db.migrate(ctx, schema); err != nil {
+	err = db.migrate(ctx, schema)
+	if err != nil && !opts.Create && cannotInit(err) {
+		// A read-only directory (or file) where SQLite cannot create the
+		// WAL index: nobody can write this file through that path, so it
+		// is read as immutable. Writes still fail, at once.
+		db.r.Close()
+		if db.r, err = sqlx.Open("sqlite", base+"?mode=ro&immutable=1&"+rq.Encode()); err != nil {
+			w.Close()
+			return nil, fmt.Errorf("open %s: %w", path, err)
+		}
+		r = db.r
+		err = db.migrate(ctx, schema)
+	}
+	if err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -319,21 +332,42 @@ func (db *DB) once(ctx context.Context, pool *sqlx.DB, ro bool, fn func(budget.T
 }
 
 func (db *DB) wrap(err error) error {
-	if err == nil {
-		return nil
-	}
 	var se *sqlite.Error
-	if errors.As(err, &se) {
-		switch se.Code() & 0xff {
-		case sqlite3.SQLITE_NOTADB:
-			return fmt.Errorf("%s: not a SQLite database: %w", db.path, err)
-		case sqlite3.SQLITE_FULL:
-			return fmt.Errorf("%s: disk full: %w", db.path, err)
-		case sqlite3.SQLITE_READONLY:
-			return fmt.Errorf("%s: read-only (check the file's and its directory's permissions): %w", db.path, err)
-		}
+	var ex *explained
+	if err == nil || errors.As(err, &ex) || !errors.As(err, &se) {
+		return err
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_NOTADB:
+		return &explained{fmt.Sprintf("%s: not a SQLite database", db.path), err}
+	case sqlite3.SQLITE_FULL:
+		return &explained{fmt.Sprintf("%s: disk full", db.path), err}
+	case sqlite3.SQLITE_CANTOPEN:
+		return &explained{fmt.Sprintf("%s: cannot open for writing (is the file, its directory or its mount read-only?)", db.path), err}
+	case sqlite3.SQLITE_READONLY:
+		return &explained{fmt.Sprintf("%s: read-only (check the file's and its directory's permissions, and the mount)", db.path), err}
 	}
 	return err
+}
+
+// explained is a SQLite error with what it means for the user in front.
+type explained struct {
+	what string
+	err  error
+}
+
+func (e *explained) Error() string { return e.what + ": " + e.err.Error() }
+func (e *explained) Unwrap() error { return e.err }
+
+// cannotInit reports the errors of a WAL database whose shared-memory file
+// cannot be created or opened: a read-only directory or file.
+func cannotInit(err error) bool {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		c := se.Code() & 0xff
+		return c == sqlite3.SQLITE_CANTOPEN || c == sqlite3.SQLITE_READONLY
+	}
+	return false
 }
 
 func isBusy(err error) bool {

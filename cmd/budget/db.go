@@ -17,6 +17,10 @@ import (
 // interrupt, for the tracker to write what it has queued.
 const closeTimeout = 30 * time.Second
 
+// failedCloseTimeout is closeTimeout for a command that already failed on
+// an unwritable database.
+const failedCloseTimeout = 100 * time.Millisecond
+
 // dbFlag registers --db on fs. Its default is $BUDGET_DB, else ./budget.db.
 func (m *Main) dbFlag(fs *flag.FlagSet) *string {
 	def := m.Getenv("BUDGET_DB")
@@ -77,9 +81,15 @@ func (m *Main) openDB(ctx context.Context, dsn string, o dbOptions) (*tokenbudge
 }
 
 // closeDB closes db, waiting at most closeTimeout for queued writes even
-// when ctx was cancelled, and joins the error into *errp.
+// when ctx was cancelled, and joins the error into *errp. When the command
+// already failed because the database cannot be written (read-only, disk
+// full), waiting out the writer's retries would only delay the same error.
 func closeDB(ctx context.Context, db *tokenbudget.DB, errp *error) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+	timeout := closeTimeout
+	if *errp != nil && db.Health() != nil {
+		timeout = failedCloseTimeout
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	if err := db.Close(cctx); err != nil {
 		*errp = errors.Join(*errp, fmt.Errorf("close database: %w", err))

@@ -211,10 +211,10 @@ func scanEvents(ctx context.Context, r io.Reader, now time.Time, salt string, fn
 // importLine is one line as written. Token counts are json.Numbers so a
 // fraction or an out-of-range value is reported with the field's name.
 type importLine struct {
-	RequestID  string      `json:"request_id"`
-	Key        string      `json:"key"`
-	Provider   string      `json:"provider"`
-	Model      string      `json:"model"`
+	RequestID  string     `json:"request_id"`
+	Key        string     `json:"key"`
+	Provider   string     `json:"provider"`
+	Model      string     `json:"model"`
 	Input      tokenCount `json:"input"`
 	Output     tokenCount `json:"output"`
 	Reasoning  tokenCount `json:"reasoning"`
