@@ -169,3 +169,32 @@ func (d Decision) Err() error {
 	}
 	return &ExceededError{Decision: d}
 }
+
+// FitOutput shrinks the output part of est to the largest value at least
+// minOutput that every status counting output has room for, the other
+// parts unchanged, and reports whether the result fits every status (so
+// Decide allows it). minOutput 0, or an estimate without an output part
+// above minOutput, never fits less than est.
+func FitOutput(statuses []Status, est Estimate, minOutput int64) (Estimate, bool) {
+	if minOutput <= 0 || est.Output <= minOutput {
+		return est, false
+	}
+	out := est.Output
+	for i := range statuses {
+		s := &statuses[i]
+		if s.Limit.Metric != MetricTokens && s.Limit.Metric != MetricOutput {
+			continue
+		}
+		other := s.Limit.Max - s.Used - s.Reserved - (est.Amount(s.Limit.Metric) - est.Output)
+		out = min(out, other)
+	}
+	if out < minOutput {
+		return est, false
+	}
+	fit := est
+	fit.Output = out
+	if !Decide(statuses, fit, time.Time{}).Allowed {
+		return est, false // a limit the output cannot help (input, requests, leases)
+	}
+	return fit, true
+}

@@ -320,3 +320,53 @@ func TestDecideDoesNotModify(t *testing.T) {
 		t.Errorf("statuses after Decide = %+v; want unchanged %+v", statuses, want)
 	}
 }
+
+// FitOutput: "reserve up to X, at least a floor" at fixed statuses.
+func TestFitOutput(t *testing.T) {
+	const (
+		tok  = budget.MetricTokens
+		in   = budget.MetricInput
+		out  = budget.MetricOutput
+		reqs = budget.MetricRequests
+	)
+	est := budget.Estimate{Input: 100, Output: 4096}
+	for _, tc := range []struct {
+		name     string
+		statuses []budget.Status
+		est      budget.Estimate
+		min      int64
+		ok       bool
+		output   int64 // granted when ok
+	}{
+		{"room for all of it", []budget.Status{win("a", tok, 10000, 0, 0, time.Hour)}, est, 16, true, 4096},
+		{"room left after input", []budget.Status{win("a", tok, 1000, 600, 0, time.Hour)}, est, 16, true, 300},
+		{"holds count", []budget.Status{win("a", tok, 1000, 600, 200, time.Hour)}, est, 16, true, 100},
+		{"exactly the floor", []budget.Status{win("a", tok, 1000, 884, 0, time.Hour)}, est, 16, true, 16},
+		{"below the floor", []budget.Status{win("a", tok, 1000, 885, 0, time.Hour)}, est, 16, false, 0},
+		{"tightest of several", []budget.Status{win("a", tok, 10000, 0, 0, time.Hour), win("b", out, 500, 450, 0, time.Hour)}, est, 16, true, 50},
+		{"an input limit cannot be helped", []budget.Status{win("a", in, 1000, 950, 0, time.Hour), win("b", tok, 100000, 0, 0, time.Hour)}, est, 16, false, 0},
+		{"a requests limit cannot be helped", []budget.Status{win("a", reqs, 10, 10, 0, time.Hour), win("b", tok, 1000, 0, 0, time.Hour)}, est, 16, false, 0},
+		{"a spent concurrent limit cannot be helped", []budget.Status{conc("c", 1, 1, time.Second), win("b", tok, 1000, 900, 0, time.Hour)}, est, 16, false, 0},
+		{"no floor: never shrunk", []budget.Status{win("a", tok, 1000, 600, 0, time.Hour)}, est, 0, false, 0},
+		{"unsplit part counts as other", []budget.Status{win("a", out, 1000, 600, 0, time.Hour)}, budget.Estimate{Tokens: 100, Output: 4096}, 16, true, 300},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := budget.FitOutput(tc.statuses, tc.est, tc.min)
+			if ok != tc.ok {
+				t.Fatalf("FitOutput ok = %v; want %v (got %+v)", ok, tc.ok, got)
+			}
+			if !ok {
+				if got != tc.est {
+					t.Errorf("refused FitOutput changed the estimate: %+v; want %+v", got, tc.est)
+				}
+				return
+			}
+			if got.Output != tc.output || got.Input != tc.est.Input || got.Tokens != tc.est.Tokens {
+				t.Errorf("FitOutput = %+v; want output %d, other parts unchanged", got, tc.output)
+			}
+			if d := budget.Decide(tc.statuses, got, decideNow); !d.Allowed {
+				t.Errorf("Decide refuses the fitted estimate %+v: %+v", got, d.Breach)
+			}
+		})
+	}
+}

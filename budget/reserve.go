@@ -65,6 +65,15 @@ type ReserveOptions struct {
 	// OnExpiry is what recovery does once the TTL passed unsettled.
 	// (Optional; default ExpireRelease.)
 	OnExpiry ExpiryPolicy
+	// MinOutput, when greater than 0, lets the output part of the estimate
+	// shrink to fit: if the whole estimate does not fit, the reservation
+	// holds the largest output between MinOutput and Estimate.Output that
+	// every applicable limit counting output has room for (the input part
+	// unchanged), decided in the same transaction as the rest. Only when
+	// even MinOutput does not fit is the request refused, as for the whole
+	// estimate. Reservation.Estimate.Output says what was granted: a caller
+	// that injects an output cap into the request uses that. (Optional.)
+	MinOutput int64
 }
 
 // Settlement is what Commit did.
@@ -127,13 +136,16 @@ func (t *Tracker) ReserveWith(ctx context.Context, req Request, opts ReserveOpti
 	if err != nil {
 		return nil, err
 	}
+	if opts.MinOutput < 0 || opts.MinOutput > MaxTokens {
+		return nil, invalid("min_output", opts.MinOutput, "must be between 0 and 2^53-1")
+	}
 	at := t.now()
 	var res *Reservation
 	var refusal error
 	err = t.inTx(ctx, false, func(ctx context.Context, tx Tx, now time.Time) error {
 		res, refusal = nil, nil
 		var err error
-		res, refusal, err = t.reserveTx(ctx, tx, req, at, ttl, policy)
+		res, refusal, err = t.reserveTx(ctx, tx, req, at, ttl, policy, opts.MinOutput)
 		return err
 	}, func() {
 		if res != nil {
@@ -149,7 +161,7 @@ func (t *Tracker) ReserveWith(ctx context.Context, req Request, opts ReserveOpti
 	return res, nil
 }
 
-func (t *Tracker) reserveTx(ctx context.Context, tx Tx, req Request, at time.Time, ttl time.Duration, policy ExpiryPolicy) (*Reservation, error, error) {
+func (t *Tracker) reserveTx(ctx context.Context, tx Tx, req Request, at time.Time, ttl time.Duration, policy ExpiryPolicy, minOutput int64) (*Reservation, error, error) {
 	if req.Provider != "" {
 		p, err := tx.Provider(ctx, req.Provider)
 		if err != nil && !errors.Is(err, ErrNotFound) {
@@ -187,7 +199,11 @@ func (t *Tracker) reserveTx(ctx context.Context, tx Tx, req Request, at time.Tim
 	}
 	sortStatuses(statuses)
 	if d := Decide(statuses, req.Estimate, at); !d.Allowed {
-		return nil, &ExceededError{Decision: d}, nil
+		fit, ok := FitOutput(statuses, req.Estimate, minOutput)
+		if !ok {
+			return nil, &ExceededError{Decision: d}, nil
+		}
+		req.Estimate = fit
 	}
 	r := &Reservation{ID: NewID("rsv_"), Key: req.Key, Provider: req.Provider, Model: req.Model,
 		Estimate: req.Estimate, At: at, ExpiresAt: at.Add(ttl), OnExpiry: policy}

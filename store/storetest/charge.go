@@ -16,6 +16,7 @@ func init() {
 		suiteCase{"ChargeOnExpiryChargesOnce", testChargeOnce},
 		suiteCase{"LateCommitAfterCharge", testLateCommitAfterCharge},
 		suiteCase{"ChargeLeasesEndAtExpiry", testChargeLeases},
+		suiteCase{"FlexibleOutputExact", testFlexibleOutputExact},
 	)
 }
 
@@ -182,5 +183,53 @@ func testChargeLeases(t *testing.T, newDB NewDB) {
 	}
 	if err := tr.Release(ctx, r2.ID); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Flexible reservations (MinOutput) shrink their output to the room left,
+// decided in the writer's transaction: 64 of them at once on two handles
+// never take the limit over, and each holds at least the floor.
+func testFlexibleOutputExact(t *testing.T, newDB NewDB) {
+	open := newDB(t)
+	c := NewClock(T0)
+	a := NewTracker(t, open(), c, time.Second)
+	b := NewTracker(t, open(), c, time.Second)
+	l := SetLimit(t, a, budget.LimitSpec{Key: "k", Window: "1h"}, 5000)
+	var admitted, refused, held atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tr := a
+			if i%2 == 1 {
+				tr = b
+			}
+			r, err := tr.ReserveWith(ctx, budget.Request{Key: "k", Estimate: budget.Estimate{Input: 50, Output: 1000}},
+				budget.ReserveOptions{TTL: time.Minute, MinOutput: 16})
+			var ex *budget.ExceededError
+			switch {
+			case err == nil:
+				admitted.Add(1)
+				held.Add(r.Estimate.Input + r.Estimate.Output)
+				if r.Estimate.Output < 16 || r.Estimate.Output > 1000 {
+					t.Errorf("granted output %d; want between 16 and 1000", r.Estimate.Output)
+				}
+			case errors.As(err, &ex):
+				refused.Add(1)
+			default:
+				t.Errorf("ReserveWith: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	_, res := Used(t, a, budget.Request{Key: "k"}, T0, l.ID)
+	if res != held.Load() || res > 5000 {
+		t.Fatalf("reserved %d, granted %d in all; want equal and at most 5000", res, held.Load())
+	}
+	// 4 full estimates fit (4200), then one shrunk to output 750 (the 800
+	// left less its input), then nothing fits input + floor.
+	if admitted.Load() != 5 || res != 5000 {
+		t.Fatalf("admitted %d holding %d; want 5 holding 5000", admitted.Load(), res)
 	}
 }
