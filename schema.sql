@@ -31,10 +31,11 @@ CREATE TABLE IF NOT EXISTS usage (
     cache_read  INTEGER NOT NULL DEFAULT 0,
     cache_write INTEGER NOT NULL DEFAULT 0,
     at          INTEGER NOT NULL,
+    model_norm  TEXT    NOT NULL DEFAULT '',  -- the model normalised (budget.NormalizeModel): what limits match
     PRIMARY KEY (key, request_id)
 ) WITHOUT ROWID;
 -- Covering index: seeding a cold window reads only this index, never the table.
-CREATE INDEX IF NOT EXISTS usage_window ON usage (key, at, provider, model, input, output, reasoning);
+CREATE INDEX IF NOT EXISTS usage_window ON usage (key, at, provider, model_norm, input, output, reasoning);
 
 -- counters: a limit's usage in one window; always equal to the history's sum.
 CREATE TABLE IF NOT EXISTS counters (

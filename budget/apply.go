@@ -121,9 +121,10 @@ func (t *Tracker) applyUsage(ctx context.Context, tx Tx, events []Usage, now tim
 		if err != nil {
 			return nil, nil, err
 		}
+		model := NormalizeModel(e.Model)
 		for j := range ls {
 			l := &ls[j]
-			if l.Metric == MetricConcurrent || !l.Applies(e.Key, e.Provider, e.Model) {
+			if l.Metric == MetricConcurrent || !l.Applies(e.Key, e.Provider, model) {
 				continue
 			}
 			start, end := l.Window.Bounds(e.At)

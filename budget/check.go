@@ -44,9 +44,10 @@ func (t *Tracker) check(ctx context.Context, req Request, now time.Time, clock i
 	if err != nil {
 		return Decision{}, err
 	}
+	model := NormalizeModel(req.Model)
 	for i := range kl.limits {
 		l := &kl.limits[i]
-		if !l.Enabled || !l.Applies(req.Key, req.Provider, req.Model) {
+		if !l.Enabled || !l.Applies(req.Key, req.Provider, model) {
 			continue
 		}
 		if statuses == nil {

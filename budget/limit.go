@@ -100,6 +100,12 @@ func (l Limit) Validate() (Limit, error) {
 	if l.Scope != ScopeGlobal && l.ScopeValue == "" {
 		return l, invalid("value", l.ScopeValue, "a "+string(l.Scope)+" limit needs the "+string(l.Scope)+" name")
 	}
+	if l.Scope == ScopeModel {
+		if strings.ContainsAny(l.ScopeValue, "[]") {
+			return l, invalid("value", l.ScopeValue, "a model name or pattern takes no brackets (patterns use * and ?)")
+		}
+		l.ScopeValue = NormalizeModel(l.ScopeValue)
+	}
 	m, err := ParseMetric(string(l.Metric))
 	if err != nil {
 		return l, err
@@ -134,6 +140,9 @@ func (l Limit) Validate() (Limit, error) {
 
 // Applies reports whether the limit governs a request to provider and model.
 // It does not look at Enabled.
+//
+// model must be normalised (NormalizeModel): a model-scope limit's value is
+// a normalised name or a pattern over normalised names.
 func (l *Limit) Applies(key, provider, model string) bool {
 	if l.Key != key {
 		return false
@@ -142,7 +151,7 @@ func (l *Limit) Applies(key, provider, model string) bool {
 	case ScopeProvider:
 		return l.ScopeValue == provider
 	case ScopeModel:
-		return l.ScopeValue == model
+		return MatchModel(l.ScopeValue, model)
 	}
 	return true
 }

@@ -206,9 +206,10 @@ func (t *Tracker) addPending(o *op) {
 	}
 	kl := e.Value
 	o.contribs = make([]contrib, 0, len(kl.limits))
+	model := NormalizeModel(o.ev.Model)
 	for i := range kl.limits {
 		l := &kl.limits[i]
-		if l.Metric == MetricConcurrent || !l.Applies(o.ev.Key, o.ev.Provider, o.ev.Model) {
+		if l.Metric == MetricConcurrent || !l.Applies(o.ev.Key, o.ev.Provider, model) {
 			continue
 		}
 		w := kl.window(i, o.ev.At)

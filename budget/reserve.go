@@ -176,8 +176,9 @@ func (t *Tracker) reserveTx(ctx context.Context, tx Tx, req Request, at time.Tim
 		return nil, nil, err
 	}
 	var apply []Limit
+	model := NormalizeModel(req.Model)
 	for i := range ls {
-		if ls[i].Enabled && ls[i].Applies(req.Key, req.Provider, req.Model) {
+		if ls[i].Enabled && ls[i].Applies(req.Key, req.Provider, model) {
 			apply = append(apply, ls[i])
 		}
 	}

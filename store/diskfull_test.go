@@ -53,7 +53,7 @@ func TestDiskFullThenSpaceBack(t *testing.T) {
 	})
 	ctx := context.Background()
 	s := &flaky{Store: openStore(t, filepath.Join(dir, "b.db"))} // never fails: only to see writes land
-	t.Cleanup(func() { s.Close() }) // before the unmount
+	t.Cleanup(func() { s.Close() })                              // before the unmount
 	tr := newTracker(t, s, nil)
 	defer tr.Close(ctx)
 	max := int64(1 << 40)

@@ -25,10 +25,11 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/store/internal/sqlrow"
 )
 
 // SchemaVersion is the PRAGMA user_version this build writes and reads.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // Options configure Open. The zero value is usable.
 type Options struct {
@@ -183,12 +184,34 @@ func prepareFile(path string, create bool) error {
 // migrations[i] upgrades a schema of version i to i+1. Version 0 is an empty
 // file: migrations[0] is the whole current schema, which takes it straight
 // to the newest version (the later steps are for files made by older builds).
-func migrations(schema string) []string {
-	return []string{
-		schema,
+func migrations(schema string) []migration {
+	return []migration{
+		{sql: schema},
 		// 2: reservations carry an expiry policy.
-		`ALTER TABLE reservations ADD COLUMN on_expiry TEXT NOT NULL DEFAULT 'release' CHECK (on_expiry IN ('release', 'charge'))`,
+		{sql: `ALTER TABLE reservations ADD COLUMN on_expiry TEXT NOT NULL DEFAULT 'release' CHECK (on_expiry IN ('release', 'charge'))`},
+		// 3: events keep the normalised model, which limits match and the
+		// covering index carries.
+		{sql: `ALTER TABLE usage ADD COLUMN model_norm TEXT NOT NULL DEFAULT '';
+			DROP INDEX IF EXISTS usage_window;`,
+			fn: func(ctx context.Context, x *sqlx.Tx) error {
+				return sqlrow.NormalizeModels(ctx, x,
+					`CREATE INDEX usage_window ON usage (key, at, provider, model_norm, input, output, reasoning)`,
+					func(ctx context.Context, x *sqlx.Tx, l *budget.Limit, start, end time.Time) (int64, error) {
+						q, err := sumQuery(l)
+						if err != nil {
+							return 0, err
+						}
+						var v int64
+						return v, x.GetContext(ctx, &v, q, sumArgs(l, start, end)...)
+					})
+			}},
 	}
+}
+
+// migration is one schema step: SQL, then Go for what SQL cannot do.
+type migration struct {
+	sql string
+	fn  func(context.Context, *sqlx.Tx) error
 }
 
 func (db *DB) migrate(ctx context.Context, schema string) error {
@@ -226,8 +249,13 @@ func (db *DB) migrate(ctx context.Context, schema string) error {
 			last = 1 // the whole current schema
 		}
 		for i := v; i < last; i++ {
-			if _, err := x.ExecContext(ctx, steps[i]); err != nil {
+			if _, err := x.ExecContext(ctx, steps[i].sql); err != nil {
 				return fmt.Errorf("open %s: migrate schema %d to %d: %w", db.path, i, i+1, err)
+			}
+			if steps[i].fn != nil {
+				if err := steps[i].fn(ctx, x); err != nil {
+					return fmt.Errorf("open %s: migrate schema %d to %d: %w", db.path, i, i+1, err)
+				}
 			}
 		}
 		if v < len(steps) {

@@ -31,7 +31,7 @@ var errReadOnly = errors.New("store: write inside a read-only transaction")
 
 const (
 	// Multi-row statements: %s stands for the VALUES rows.
-	qInsertUsageN = `INSERT INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at)
+	qInsertUsageN = `INSERT INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm)
 		VALUES %s ON CONFLICT DO NOTHING`
 	qMissingCountersN = `WITH v(lid, ws, d) AS (VALUES %s)
 		SELECT lid, ws FROM v WHERE NOT EXISTS (SELECT 1 FROM counters c WHERE c.limit_id = v.lid AND c.window_start = v.ws)`
@@ -49,7 +49,7 @@ const (
 const chunk = 64
 
 var hotStatements = []string{qCounter, qHolds, qHoldsSummary, qLimitsVersion,
-	multiRow(qInsertUsageN, 10, chunk), multiRow(qInsertUsageN, 10, 1),
+	multiRow(qInsertUsageN, 11, chunk), multiRow(qInsertUsageN, 11, 1),
 	multiRow(qMissingCountersN, 3, chunk), multiRow(qAddCountersN, 3, chunk)}
 
 var multiRows sync.Map // multiRowKey -> string
@@ -195,17 +195,18 @@ func (t *tx) InsertUsage(ctx context.Context, events []budget.Usage) ([]bool, er
 	inserted := make([]bool, len(events))
 	for lo := 0; lo < len(events); lo += chunk {
 		part := events[lo:min(lo+chunk, len(events))]
-		args := make([]any, 0, len(part)*10)
+		args := make([]any, 0, len(part)*11)
 		for i := range part {
 			e := &part[i]
-			args = append(args, e.Key, e.RequestID, e.Provider, e.Model, e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, ns(e.At))
+			args = append(args, e.Key, e.RequestID, e.Provider, e.Model, e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, ns(e.At),
+				budget.NormalizeModel(e.Model))
 		}
 		// Duplicates are rare: insert the chunk in one statement and, only
 		// if some row was skipped, redo it row by row to learn which.
 		if _, err := t.tx.ExecContext(ctx, "SAVEPOINT usage_chunk"); err != nil {
 			return nil, fmt.Errorf("insert usage: %w", err)
 		}
-		n, err := t.db.exec(ctx, t.tx, multiRow(qInsertUsageN, 10, len(part)), args...)
+		n, err := t.db.exec(ctx, t.tx, multiRow(qInsertUsageN, 11, len(part)), args...)
 		if err != nil {
 			return nil, fmt.Errorf("insert usage: %w", err)
 		}
@@ -218,7 +219,7 @@ func (t *tx) InsertUsage(ctx context.Context, events []budget.Usage) ([]bool, er
 				return nil, fmt.Errorf("insert usage: %w", err)
 			}
 			for i := range part {
-				n, err := t.db.exec(ctx, t.tx, multiRow(qInsertUsageN, 10, 1), args[10*i:10*i+10]...)
+				n, err := t.db.exec(ctx, t.tx, multiRow(qInsertUsageN, 11, 1), args[11*i:11*i+11]...)
 				if err != nil {
 					return nil, fmt.Errorf("insert usage %s/%s: %w", part[i].Key, part[i].RequestID, err)
 				}
@@ -252,7 +253,11 @@ func sumQuery(l *budget.Limit) (string, error) {
 	case budget.ScopeProvider:
 		q += ` AND provider = ?`
 	case budget.ScopeModel:
-		q += ` AND model = ?`
+		if budget.IsModelPattern(l.ScopeValue) {
+			q += ` AND model_norm GLOB ?`
+		} else {
+			q += ` AND model_norm = ?`
+		}
 	}
 	return q, nil
 }
@@ -260,6 +265,8 @@ func sumQuery(l *budget.Limit) (string, error) {
 func sumArgs(l *budget.Limit, start, end time.Time) []any {
 	args := []any{l.Key, start.UnixNano(), end.UnixNano()}
 	if l.Scope != budget.ScopeGlobal {
+		// A pattern's * and ? mean in GLOB what they mean to
+		// budget.MatchModel; brackets are refused in model values.
 		args = append(args, l.ScopeValue)
 	}
 	return args

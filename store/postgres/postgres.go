@@ -41,6 +41,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/store/internal/sqlrow"
 )
 
 //go:embed migrations/*.sql
@@ -182,12 +183,34 @@ func (d *DB) migrate(ctx context.Context) error {
 			if _, err := x.ExecContext(ctx, steps[i]); err != nil {
 				return fmt.Errorf("migrate schema %d to %d: %w", i, i+1, err)
 			}
+			if fn := migrationCode[i+1]; fn != nil {
+				if err := fn(ctx, x); err != nil {
+					return fmt.Errorf("migrate schema %d to %d: %w", i, i+1, err)
+				}
+			}
 		}
 		if v < len(steps) {
 			return setVersion(ctx, x, len(steps))
 		}
 		return nil
 	})
+}
+
+// migrationCode holds the Go that follows a migration script, by the
+// version the script brings the schema to.
+var migrationCode = map[int]func(context.Context, *sqlx.Tx) error{
+	3: func(ctx context.Context, x *sqlx.Tx) error {
+		return sqlrow.NormalizeModels(ctx, x,
+			`CREATE INDEX usage_window ON usage (key, at) INCLUDE (provider, model_norm, input, output, reasoning)`,
+			func(ctx context.Context, x *sqlx.Tx, l *budget.Limit, start, end time.Time) (int64, error) {
+				q, err := sumFrom(l, 1, 2, 3)
+				if err != nil {
+					return 0, err
+				}
+				var v int64
+				return v, x.GetContext(ctx, &v, `SELECT `+q, append([]any{start.UnixNano(), end.UnixNano()}, sumArgs(l)...)...)
+			})
+	},
 }
 
 func (d *DB) readVersion(ctx context.Context, q sqlx.QueryerContext) (int, error) {

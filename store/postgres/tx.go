@@ -149,8 +149,8 @@ func (t *tx) LockLimits(ctx context.Context, ids []string) error {
 
 // qInsertUsage inserts a batch given as parallel arrays and returns the
 // rows it inserted (duplicates are skipped).
-const qInsertUsage = `INSERT INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at)
-	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[])
+const qInsertUsage = `INSERT INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm)
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::text[])
 	ON CONFLICT DO NOTHING RETURNING key, request_id`
 
 type usageKey struct{ key, id string }
@@ -179,14 +179,14 @@ func (t *tx) InsertUsage(ctx context.Context, events []budget.Usage) ([]bool, er
 		return cmp.Or(strings.Compare(events[a].Key, events[b].Key), strings.Compare(events[a].RequestID, events[b].RequestID))
 	})
 	n := len(order)
-	keys, ids, provs, models := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	keys, ids, provs, models, norms := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	in, out, reas, cr, cw, at := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	for j, i := range order {
 		e := &events[i]
-		keys[j], ids[j], provs[j], models[j] = e.Key, e.RequestID, e.Provider, e.Model
+		keys[j], ids[j], provs[j], models[j], norms[j] = e.Key, e.RequestID, e.Provider, e.Model, budget.NormalizeModel(e.Model)
 		in[j], out[j], reas[j], cr[j], cw[j], at[j] = e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, ns(e.At)
 	}
-	rows, err := t.tx.QueryContext(ctx, qInsertUsage, keys, ids, provs, models, in, out, reas, cr, cw, at)
+	rows, err := t.tx.QueryContext(ctx, qInsertUsage, keys, ids, provs, models, in, out, reas, cr, cw, at, norms)
 	if err != nil {
 		return nil, fmt.Errorf("insert usage: %w", err)
 	}
@@ -226,17 +226,28 @@ func sumFrom(l *budget.Limit, start, end, first int) (string, error) {
 	case budget.ScopeProvider:
 		q += fmt.Sprintf(` AND provider = $%d`, first+1)
 	case budget.ScopeModel:
-		q += fmt.Sprintf(` AND model = $%d`, first+1)
+		if budget.IsModelPattern(l.ScopeValue) {
+			q += fmt.Sprintf(` AND model_norm LIKE $%d ESCAPE '\'`, first+1)
+		} else {
+			q += fmt.Sprintf(` AND model_norm = $%d`, first+1)
+		}
 	}
 	return q, nil
 }
 
 func sumArgs(l *budget.Limit) []any {
-	if l.Scope != budget.ScopeGlobal {
+	switch {
+	case l.Scope == budget.ScopeModel && budget.IsModelPattern(l.ScopeValue):
+		return []any{l.Key, likePattern(l.ScopeValue)}
+	case l.Scope != budget.ScopeGlobal:
 		return []any{l.Key, l.ScopeValue}
 	}
 	return []any{l.Key}
 }
+
+// likePattern is a model pattern (* and ?, as budget.MatchModel reads
+// them) in LIKE's terms, with LIKE's own wildcards escaped.
+var likePattern = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`, `*`, `%`, `?`, `_`).Replace
 
 func (t *tx) SumUsage(ctx context.Context, l *budget.Limit, start, end time.Time) (int64, error) {
 	q, err := sumFrom(l, 1, 2, 3)

@@ -1,0 +1,70 @@
+package store_test
+
+import (
+	"context"
+	"database/sql"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+)
+
+// A database written before model normalisation (schema 2): raw model
+// names, a limit on one spelling, its counter counting that spelling only.
+// Opening it migrates: the events get their normalised model, the limit
+// value is normalised, its counter recounted, and verify is clean.
+func TestMigrateNormalisesModels(t *testing.T) {
+	ctx := context.Background()
+	path := tmpDB(t)
+	openStore(t, path).Close()
+	raw, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	day := time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC)
+	for _, q := range []string{
+		`DROP INDEX usage_window`,
+		`ALTER TABLE usage DROP COLUMN model_norm`,
+		`CREATE INDEX usage_window ON usage (key, at, provider, model, input, output, reasoning)`,
+		`INSERT INTO limits (id, key, scope, scope_value, metric, max, window, window_seconds, reset_time, timezone, enabled, created_at, updated_at)
+			VALUES ('m', 'k', 'model', 'GPT-4o', 'tokens', 1000000, 'daily', 0, 0, 'UTC', 1, 1, 1)`,
+		`INSERT INTO usage (key, request_id, provider, model, input, at) VALUES
+			('k', 'a', 'openai', 'GPT-4o', 10, ` + itoa(day.Add(time.Hour).UnixNano()) + `),
+			('k', 'b', 'openai', 'gpt-4o-2024-08-06', 20, ` + itoa(day.Add(2*time.Hour).UnixNano()) + `),
+			('k', 'c', 'openai', 'openai/gpt-4o', 30, ` + itoa(day.Add(3*time.Hour).UnixNano()) + `),
+			('k', 'd', 'openai', 'gpt-4o-mini', 40, ` + itoa(day.Add(4*time.Hour).UnixNano()) + `)`,
+		`INSERT INTO counters (limit_id, window_start, window_end, used) VALUES ('m', ` + itoa(day.UnixNano()) + `, ` + itoa(day.Add(24*time.Hour).UnixNano()) + `, 10)`,
+		`PRAGMA user_version = 2`,
+	} {
+		if _, err := raw.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	raw.Close()
+
+	s := openStore(t, path)
+	defer s.Close()
+	tr := newTracker(t, s, nil)
+	defer tr.Close(ctx)
+	ls, err := tr.Limits(ctx, "k")
+	if err != nil || len(ls) != 1 || ls[0].ScopeValue != "gpt-4o" {
+		t.Fatalf("limits after migration = %+v, %v; want one on gpt-4o", ls, err)
+	}
+	d, err := tr.CheckAt(ctx, budget.Request{Key: "k", Model: "gpt-4o"}, day.Add(5*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Limits) != 1 || d.Limits[0].Used != 60 {
+		t.Fatalf("after migration gpt-4o used %+v; want 60 (three spellings, not mini)", d.Limits)
+	}
+	if drift, err := tr.Verify(ctx); err != nil || len(drift) != 0 {
+		t.Fatalf("Verify after migration = %+v, %v; want clean", drift, err)
+	}
+	rep, err := tr.CheckStorage(ctx, true)
+	if err != nil || len(rep.Problems) != 0 {
+		t.Fatalf("CheckStorage after migration = %+v, %v", rep, err)
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
