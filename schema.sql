@@ -2,6 +2,8 @@
 -- The schema version lives in PRAGMA user_version; see the migrations in store/.
 
 -- limits: one budget rule. Its identity is (key, scope, scope_value, metric, window).
+-- key '' is a default limit: it applies to every key without an enabled limit of
+-- its own of the same scope, value, metric and window, and counts per key.
 CREATE TABLE IF NOT EXISTS limits (
     id             TEXT    PRIMARY KEY,
     key            TEXT    NOT NULL,
@@ -37,22 +39,25 @@ CREATE TABLE IF NOT EXISTS usage (
 -- Covering index: seeding a cold window reads only this index, never the table.
 CREATE INDEX IF NOT EXISTS usage_window ON usage (key, at, provider, model_norm, input, output, reasoning);
 
--- counters: a limit's usage in one window; always equal to the history's sum.
+-- counters: a limit's usage in one window for one subject (the key a default
+-- limit counts for; '' for a key's own limit); always equal to the history's sum.
 CREATE TABLE IF NOT EXISTS counters (
     limit_id     TEXT    NOT NULL REFERENCES limits (id) ON DELETE CASCADE,
+    subject      TEXT    NOT NULL DEFAULT '',
     window_start INTEGER NOT NULL,
     window_end   INTEGER NOT NULL,
     used         INTEGER NOT NULL,
-    PRIMARY KEY (limit_id, window_start)
+    PRIMARY KEY (limit_id, subject, window_start)
 ) WITHOUT ROWID;
 
 CREATE TABLE IF NOT EXISTS rollovers (
     limit_id          TEXT    NOT NULL REFERENCES limits (id) ON DELETE CASCADE,
+    subject           TEXT    NOT NULL DEFAULT '',
     window_start      INTEGER NOT NULL,
     prev_window_start INTEGER NOT NULL,
     prev_used         INTEGER NOT NULL,
     logged_at         INTEGER NOT NULL,
-    PRIMARY KEY (limit_id, window_start)
+    PRIMARY KEY (limit_id, subject, window_start)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS rollovers_logged ON rollovers (logged_at);
 
@@ -81,9 +86,10 @@ CREATE TABLE IF NOT EXISTS holds (
     window_start   INTEGER NOT NULL,
     amount         INTEGER NOT NULL,
     expires_at     INTEGER NOT NULL,
+    subject        TEXT    NOT NULL DEFAULT '',  -- the counter's subject (see counters)
     PRIMARY KEY (reservation_id, limit_id)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS holds_by_limit ON holds (limit_id, window_start, expires_at, amount);
+CREATE INDEX IF NOT EXISTS holds_by_limit ON holds (limit_id, subject, window_start, expires_at, amount);
 
 CREATE TABLE IF NOT EXISTS providers (
     provider       TEXT    PRIMARY KEY,

@@ -13,7 +13,11 @@ import (
 // its default on a create).
 type LimitSpec struct {
 	ID         string // optional: names a new limit or addresses an existing one
-	Key        string
+	Key        string // required unless Default
+	// Default makes a default limit, which applies to every key without an
+	// enabled limit of its own of the same scope, value, metric and window,
+	// and counts per key. It excludes Key.
+	Default    bool
 	Scope      string // "" is global
 	ScopeValue string
 	Metric     string // "" is tokens
@@ -34,7 +38,13 @@ func (s LimitSpec) Validate() error {
 
 // parse validates the spec's identity into a Limit without id or max.
 func (s LimitSpec) parse() (Limit, error) {
-	l := Limit{ID: strings.TrimSpace(s.ID), Key: s.Key, Scope: Scope(s.Scope), ScopeValue: s.ScopeValue, Metric: Metric(s.Metric), Max: 1, Enabled: true}
+	l := Limit{ID: strings.TrimSpace(s.ID), Key: strings.TrimSpace(s.Key), Scope: Scope(s.Scope), ScopeValue: s.ScopeValue, Metric: Metric(s.Metric), Max: 1, Enabled: true}
+	switch {
+	case s.Default && l.Key != "":
+		return l, invalid("key", l.Key, "a default limit applies to every key; give --default or --key, not both")
+	case !s.Default && l.Key == "":
+		return l, invalid("key", l.Key, "must not be empty (or make a default limit)")
+	}
 	m, err := ParseMetric(s.Metric)
 	if err != nil {
 		return l, err
@@ -86,7 +96,7 @@ func (t *Tracker) SetLimit(ctx context.Context, s LimitSpec) (Limit, bool, error
 		}
 		var same, byID *Limit
 		for i := range ls {
-			if ls[i].SameIdentity(&want) {
+			if ls[i].Key == want.Key && ls[i].SameIdentity(&want) {
 				same = &ls[i]
 			}
 		}
@@ -138,7 +148,7 @@ func (t *Tracker) SetLimit(ctx context.Context, s LimitSpec) (Limit, bool, error
 	if err != nil {
 		return Limit{}, false, err
 	}
-	t.limits.Remove(out.Key)
+	t.InvalidateLimits(out.Key) // a default ("") changes every key's limits
 	return out, created, nil
 }
 
@@ -154,7 +164,7 @@ func (t *Tracker) DeleteLimit(ctx context.Context, id string) error {
 		return tx.DeleteLimit(ctx, id)
 	})
 	if err == nil {
-		t.limits.Remove(key)
+		t.InvalidateLimits(key)
 	}
 	return err
 }
@@ -194,6 +204,13 @@ func (t *Tracker) Inspect(ctx context.Context, key string, at time.Time, rollove
 		if err != nil {
 			return err
 		}
+		if key != "" {
+			ls = Effective(ls, key) // with the defaults that apply to it, counted for it
+		} else {
+			// A default limit has no usage of its own, only each key's:
+			// inspect --key K shows it with K's.
+			ls = slices.DeleteFunc(ls, func(l Limit) bool { return l.IsDefault() })
+		}
 		sortLimits(ls)
 		r.Limits = make([]Status, 0, len(ls))
 		for i := range ls {
@@ -224,7 +241,7 @@ func storedStatus(ctx context.Context, tx Tx, l *Limit, at time.Time) (Status, e
 			return st, err
 		}
 	}
-	sum, n, next, err := tx.HoldsSummary(ctx, l.ID, st.WindowStart, at)
+	sum, n, next, err := tx.HoldsSummary(ctx, l.ID, l.Subject, st.WindowStart, at)
 	if err != nil {
 		return st, err
 	}
@@ -240,6 +257,7 @@ func storedStatus(ctx context.Context, tx Tx, l *Limit, at time.Time) (Status, e
 // Drift is a counter row that disagrees with the history of its window.
 type Drift struct {
 	LimitID     string
+	Subject     string // the key, for a default limit's counter
 	WindowStart time.Time
 	Counter     int64
 	History     int64
@@ -267,12 +285,14 @@ func (t *Tracker) Verify(ctx context.Context) ([]Drift, error) {
 			if l == nil {
 				continue
 			}
-			h, err := tx.SumUsage(ctx, l, r.WindowStart, r.WindowEnd)
+			eff := *l
+			eff.Subject = r.Subject
+			h, err := tx.SumUsage(ctx, &eff, r.WindowStart, r.WindowEnd)
 			if err != nil {
 				return err
 			}
 			if h != r.Used {
-				out = append(out, Drift{LimitID: r.LimitID, WindowStart: r.WindowStart, Counter: r.Used, History: h})
+				out = append(out, Drift{LimitID: r.LimitID, Subject: r.Subject, WindowStart: r.WindowStart, Counter: r.Used, History: h})
 			}
 		}
 		return nil

@@ -86,6 +86,7 @@ func (t *Tracker) limitsFor(ctx context.Context, tx Tx, key string) ([]Limit, er
 	if err != nil {
 		return nil, err
 	}
+	ls = Effective(ls, key)
 	w.byKey[key] = ls
 	return ls, nil
 }
@@ -128,7 +129,7 @@ func (t *Tracker) applyUsage(ctx context.Context, tx Tx, events []Usage, now tim
 				continue
 			}
 			start, end := l.Window.Bounds(e.At)
-			k := cache.Key{LimitID: l.ID, Start: start.UnixNano()}
+			k := cache.Key{LimitID: l.ID, Subject: l.Subject, Start: start.UnixNano()}
 			n, ok := index[k]
 			if !ok {
 				n = len(deltas)
@@ -146,14 +147,12 @@ func (t *Tracker) applyUsage(ctx context.Context, tx Tx, events []Usage, now tim
 	// A fixed order of row updates keeps concurrent writers on a
 	// row-locking store (PostgreSQL) from deadlocking each other.
 	slices.SortFunc(deltas, func(a, b windowDelta) int {
-		if c := strings.Compare(a.key.LimitID, b.key.LimitID); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.key.Start, b.key.Start)
+		return cmp.Or(strings.Compare(a.key.LimitID, b.key.LimitID), strings.Compare(a.key.Subject, b.key.Subject),
+			cmp.Compare(a.key.Start, b.key.Start))
 	})
 	adds := make([]CounterDelta, len(deltas))
 	for i, d := range deltas {
-		adds[i] = CounterDelta{LimitID: d.limit.ID, WindowStart: d.start, Delta: d.delta}
+		adds[i] = CounterDelta{LimitID: d.limit.ID, Subject: d.limit.Subject, WindowStart: d.start, Delta: d.delta}
 	}
 	found, err := tx.AddCounters(ctx, adds)
 	if err != nil {
@@ -178,7 +177,7 @@ func (t *Tracker) applyUsage(ctx context.Context, tx Tx, events []Usage, now tim
 // has logs a rollover when the window before it had usage (contract
 // section 8).
 func createCounter(ctx context.Context, tx Tx, l *Limit, start, end time.Time, delta int64, now time.Time) error {
-	latest, has, err := tx.LatestCounterStart(ctx, l.ID)
+	latest, has, err := tx.LatestCounterStart(ctx, l.ID, l.Subject)
 	if err != nil {
 		return err
 	}
@@ -191,5 +190,5 @@ func createCounter(ctx context.Context, tx Tx, l *Limit, start, end time.Time, d
 	if err != nil || prev == 0 {
 		return err
 	}
-	return tx.InsertRollover(ctx, Rollover{LimitID: l.ID, PrevWindowStart: ps, PrevUsed: prev, WindowStart: start, LoggedAt: now})
+	return tx.InsertRollover(ctx, Rollover{LimitID: l.ID, Subject: l.Subject, PrevWindowStart: ps, PrevUsed: prev, WindowStart: start, LoggedAt: now})
 }

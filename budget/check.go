@@ -97,7 +97,7 @@ func normalizeRequest(req Request) (Request, error) {
 func (t *Tracker) status(ctx context.Context, kl *keyLimits, i int, now time.Time, clock int64) (Status, error) {
 	l := &kl.limits[i]
 	st := Status{Limit: *l}
-	k := cache.Key{LimitID: l.ID}
+	k := cache.Key{LimitID: l.ID, Subject: l.Subject}
 	var w *curWindow
 	if l.Metric != MetricConcurrent {
 		w = kl.window(i, now)
@@ -191,7 +191,7 @@ func (t *Tracker) loadCounter(ctx context.Context, l *Limit, k cache.Key, start,
 // windowUsed is a limit window's usage: its counter row, or, for a window
 // that has none yet, the history's sum, computed without storing it.
 func windowUsed(ctx context.Context, tx Tx, l *Limit, start, end time.Time) (int64, error) {
-	v, ok, err := tx.Counter(ctx, l.ID, start)
+	v, ok, err := tx.Counter(ctx, l.ID, l.Subject, start)
 	if err != nil || ok {
 		return v, err
 	}
@@ -208,7 +208,7 @@ func readCounter(ctx context.Context, tx Tx, l *Limit, start, end, now time.Time
 			return 0, nil, err
 		}
 	}
-	hs, err := tx.Holds(ctx, l.ID, start, now)
+	hs, err := tx.Holds(ctx, l.ID, l.Subject, start, now)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -69,13 +69,68 @@ func ParseMetric(s string) (Metric, error) {
 // Scope, ScopeValue, Metric, Window); ID addresses it.
 type Limit struct {
 	ID         string
-	Key        string
+	Key        string // "" for a default limit, which applies to every key
 	Scope      Scope
 	ScopeValue string // empty for global
 	Metric     Metric
 	Max        int64  // the limit, > 0
 	Window     Window // NoWindow for concurrent limits
 	Enabled    bool
+	// Subject is the key a default limit counts for: each key has its own
+	// counters of it. The Tracker fills it when it applies a default limit
+	// to a key ("" for a key's own limit, and for a default as defined).
+	Subject string
+}
+
+// IsDefault reports whether l is a default limit (no key of its own).
+func (l *Limit) IsDefault() bool { return l.Key == "" }
+
+// Owner is the key whose usage l counts: its key, or for a default limit
+// the key it was applied to.
+func (l *Limit) Owner() string {
+	if l.Key != "" {
+		return l.Key
+	}
+	return l.Subject
+}
+
+// overrides reports whether own, a key's own enabled limit, takes the
+// place of default d for that key: the same scope, value, metric and window.
+func (own *Limit) overrides(d *Limit) bool {
+	return own.Enabled && own.Scope == d.Scope && own.ScopeValue == d.ScopeValue &&
+		own.Metric == d.Metric && own.Window.String() == d.Window.String()
+}
+
+// Effective is what applies to key out of ls, a key's own limits and the
+// default limits in any order: its own limits, and each default that no
+// enabled limit of its own overrides, with Subject set to key.
+func Effective(ls []Limit, key string) []Limit {
+	out := make([]Limit, 0, len(ls))
+	for i := range ls {
+		if ls[i].Key == key {
+			out = append(out, ls[i])
+		}
+	}
+	own := len(out)
+	for i := range ls {
+		d := &ls[i]
+		if !d.IsDefault() || key == "" {
+			continue
+		}
+		overridden := false
+		for j := range own {
+			if out[j].overrides(d) {
+				overridden = true
+				break
+			}
+		}
+		if !overridden {
+			e := *d
+			e.Subject = key
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // Validate normalises names and checks every field.
@@ -83,9 +138,6 @@ func (l Limit) Validate() (Limit, error) {
 	l.ID = strings.TrimSpace(l.ID)
 	l.Key = strings.TrimSpace(l.Key)
 	l.ScopeValue = strings.TrimSpace(l.ScopeValue)
-	if l.Key == "" {
-		return l, invalid("key", l.Key, "must not be empty")
-	}
 	if err := checkNames("id", l.ID, "key", l.Key, "value", l.ScopeValue); err != nil {
 		return l, err
 	}
@@ -144,7 +196,7 @@ func (l Limit) Validate() (Limit, error) {
 // model must be normalised (NormalizeModel): a model-scope limit's value is
 // a normalised name or a pattern over normalised names.
 func (l *Limit) Applies(key, provider, model string) bool {
-	if l.Key != key {
+	if l.Owner() != key {
 		return false
 	}
 	switch l.Scope {

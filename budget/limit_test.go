@@ -1,7 +1,9 @@
 package budget_test
 
 import (
+	"errors"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -118,8 +120,7 @@ func TestLimitValidateInvalid(t *testing.T) {
 		in           budget.Limit
 		field, value string
 	}{
-		{"empty key", with(func(l *budget.Limit) { l.Key = "" }), "key", ""},
-		{"blank key", with(func(l *budget.Limit) { l.Key = "  " }), "key", ""},
+		{"long key", with(func(l *budget.Limit) { l.Key = strings.Repeat("k", 257) }), "key", strings.Repeat("k", 64) + "..."},
 		{"unknown scope", with(func(l *budget.Limit) { l.Scope = "org" }), "scope", "org"},
 		{"scope value with global", with(func(l *budget.Limit) { l.ScopeValue = "openai" }), "value", "openai"},
 		{"scope value with default scope", with(func(l *budget.Limit) { l.Scope, l.ScopeValue = "", "openai" }), "value", "openai"},
@@ -311,4 +312,25 @@ func ids(ls []budget.Limit) string {
 		s += l.ID
 	}
 	return s
+}
+
+// A limit needs a key, or is a default limit; never both.
+func TestLimitSpecKeyOrDefault(t *testing.T) {
+	max := int64(10)
+	for _, tc := range []struct {
+		name string
+		spec budget.LimitSpec
+		ok   bool
+	}{
+		{"key", budget.LimitSpec{Key: "k", Window: "1h", Max: &max}, true},
+		{"default", budget.LimitSpec{Default: true, Window: "1h", Max: &max}, true},
+		{"neither", budget.LimitSpec{Window: "1h", Max: &max}, false},
+		{"blank key", budget.LimitSpec{Key: "  ", Window: "1h", Max: &max}, false},
+		{"both", budget.LimitSpec{Key: "k", Default: true, Window: "1h", Max: &max}, false},
+	} {
+		err := tc.spec.Validate()
+		if tc.ok != (err == nil) || err != nil && (!errors.Is(err, budget.ErrInvalid) || !strings.Contains(err.Error(), "key")) {
+			t.Errorf("%s: Validate = %v; want ok %v (errors naming key)", tc.name, err, tc.ok)
+		}
+	}
 }

@@ -213,7 +213,7 @@ func (t *Tracker) addPending(o *op) {
 			continue
 		}
 		w := kl.window(i, o.ev.At)
-		k := cache.Key{LimitID: l.ID, Start: w.start.UnixNano()}
+		k := cache.Key{LimitID: l.ID, Subject: l.Subject, Start: w.start.UnixNano()}
 		d := o.ev.Amount(l.Metric)
 		c := w.c
 		if c == nil || !c.AddPending(d) {

@@ -214,7 +214,7 @@ func (t *Tracker) reserveTx(ctx context.Context, tx Tx, req Request, at time.Tim
 		if policy == ExpireCharge && l.Metric != MetricConcurrent {
 			exp = NoExpiry
 		}
-		r.Holds = append(r.Holds, Hold{ReservationID: r.ID, LimitID: l.ID, WindowStart: statuses[i].WindowStart,
+		r.Holds = append(r.Holds, Hold{ReservationID: r.ID, LimitID: l.ID, Subject: l.Subject, WindowStart: statuses[i].WindowStart,
 			Amount: req.Estimate.Amount(l.Metric), ExpiresAt: exp})
 	}
 	row := ReservationRow{ID: r.ID, Key: r.Key, Provider: r.Provider, Model: r.Model, Estimate: r.Estimate,
@@ -522,7 +522,7 @@ func isDomainError(err error) bool {
 // counters. Adding is idempotent, as a refresh may already have read them.
 func (t *Tracker) cacheHolds(id string, holds []Hold, add bool) {
 	for _, h := range holds {
-		c := t.counters.Peek(cache.Key{LimitID: h.LimitID, Start: nsOf(h.WindowStart)})
+		c := t.counters.Peek(cache.Key{LimitID: h.LimitID, Subject: h.Subject, Start: nsOf(h.WindowStart)})
 		if c == nil {
 			continue
 		}

@@ -36,6 +36,7 @@ type StoreStats struct {
 // CounterRow is one limit's usage in one window, as stored.
 type CounterRow struct {
 	LimitID     string
+	Subject     string // the key of a default limit's counter; "" otherwise
 	WindowStart time.Time
 	WindowEnd   time.Time
 	Used        int64
@@ -44,6 +45,7 @@ type CounterRow struct {
 // CounterDelta is an amount to add to one limit window's counter.
 type CounterDelta struct {
 	LimitID     string
+	Subject     string
 	WindowStart time.Time
 	Delta       int64
 }
@@ -52,6 +54,7 @@ type CounterDelta struct {
 // usage (contract section 8).
 type Rollover struct {
 	LimitID         string
+	Subject         string
 	PrevWindowStart time.Time
 	PrevUsed        int64
 	WindowStart     time.Time
@@ -63,6 +66,7 @@ type Rollover struct {
 type Hold struct {
 	ReservationID string
 	LimitID       string
+	Subject       string // the reservation's key when the limit is a default; "" otherwise
 	WindowStart   time.Time // zero for leases
 	Amount        int64
 	ExpiresAt     time.Time
@@ -116,7 +120,8 @@ type Tx interface {
 	// LimitsVersion changes whenever any limit is created, changed or
 	// deleted, by any process.
 	LimitsVersion(ctx context.Context) (int64, error)
-	// Limits lists the limits of key, every key when key is "", unordered.
+	// Limits lists the limits of key and the default limits (Key ""), or
+	// every limit when key is "", unordered.
 	Limits(ctx context.Context, key string) ([]Limit, error)
 	Limit(ctx context.Context, id string) (Limit, error)
 	InsertLimit(ctx context.Context, l Limit, now time.Time) error
@@ -133,35 +138,39 @@ type Tx interface {
 	// InsertUsage appends events to the history; inserted[i] is false when
 	// (key, request_id) was already stored (a duplicate).
 	InsertUsage(ctx context.Context, events []Usage) (inserted []bool, err error)
-	// SumUsage is the history's total for limit l's scope and metric over
-	// [start, end).
+	// SumUsage is the history's total for limit l's owner (l.Owner()),
+	// scope and metric over [start, end).
 	SumUsage(ctx context.Context, l *Limit, start, end time.Time) (int64, error)
 
 	// Counter reads one counter row; ok is false when there is none.
-	Counter(ctx context.Context, limitID string, start time.Time) (used int64, ok bool, err error)
+	// Counters are identified by (limit, subject, window start): subject is
+	// the key of a default limit's counter, "" for a key's own limit.
+	Counter(ctx context.Context, limitID, subject string, start time.Time) (used int64, ok bool, err error)
 	// AddCounters adds each delta to its existing row; found[i] is false
 	// when deltas[i] has no row (nothing was added for it).
 	AddCounters(ctx context.Context, deltas []CounterDelta) (found []bool, err error)
-	// CreateCounter creates the row seeded from the history of [start, end)
+	// CreateCounter creates l's row (subject l.Subject) seeded from the history of [start, end)
 	// as this transaction sees it. If a concurrent transaction created it
 	// first, delta is added to that row instead and created is false.
 	CreateCounter(ctx context.Context, l *Limit, start, end time.Time, delta int64) (created bool, err error)
-	// LatestCounterStart is the newest window start the limit has a row for.
-	LatestCounterStart(ctx context.Context, limitID string) (start time.Time, ok bool, err error)
+	// LatestCounterStart is the newest window start the limit has a row
+	// for, for subject.
+	LatestCounterStart(ctx context.Context, limitID, subject string) (start time.Time, ok bool, err error)
 	// CounterRows lists every counter row, for verify.
 	CounterRows(ctx context.Context) ([]CounterRow, error)
 
-	// InsertRollover logs r unless one exists for (r.LimitID, r.WindowStart).
+	// InsertRollover logs r unless one exists for (r.LimitID, r.Subject, r.WindowStart).
 	InsertRollover(ctx context.Context, r Rollover) error
-	// Rollovers lists the newest n rollovers of key's limits ("" for all).
+	// Rollovers lists the newest n rollovers of key's limits, its default
+	// limits' counters included ("" for all).
 	Rollovers(ctx context.Context, key string, n int) ([]Rollover, error)
 
-	// Holds lists the holds on a limit's window (zero start for leases)
-	// expiring after now.
-	Holds(ctx context.Context, limitID string, start, now time.Time) ([]Hold, error)
+	// Holds lists the holds on a limit's window for subject (zero start
+	// for leases) expiring after now.
+	Holds(ctx context.Context, limitID, subject string, start, now time.Time) ([]Hold, error)
 	// HoldsSummary is Holds aggregated: the amount held, the number of
 	// holds, and the earliest expiry (zero when none).
-	HoldsSummary(ctx context.Context, limitID string, start, now time.Time) (sum, count int64, next time.Time, err error)
+	HoldsSummary(ctx context.Context, limitID, subject string, start, now time.Time) (sum, count int64, next time.Time, err error)
 	InsertReservation(ctx context.Context, r ReservationRow, holds []Hold) error
 	Reservation(ctx context.Context, id string) (ReservationRow, error)
 	// ReservationHolds lists the holds of reservation id.

@@ -252,7 +252,7 @@ func (t *Tracker) keyLimitsFor(ctx context.Context, key string, clock int64) (*k
 	if err != nil {
 		return nil, fmt.Errorf("load limits of %q: %w", key, err)
 	}
-	kl := newKeyLimits(ls, version)
+	kl := newKeyLimits(Effective(ls, key), version)
 	t.limits.Put(key, kl, loadedAt)
 	return kl, nil
 }

@@ -22,6 +22,7 @@ import (
 // nanoseconds (0 for windowless concurrent limits).
 type Key struct {
 	LimitID string
+	Subject string // the key a default limit counts for; "" otherwise
 	Start   int64
 }
 

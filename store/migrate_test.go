@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"database/sql"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -12,21 +13,24 @@ import (
 
 // A database written before model normalisation (schema 2): raw model
 // names, a limit on one spelling, its counter counting that spelling only.
-// Opening it migrates: the events get their normalised model, the limit
-// value is normalised, its counter recounted, and verify is clean.
+// Opening it migrates (to the newest schema): the events get their
+// normalised model, the limit value is normalised, its counter recounted,
+// and verify is clean.
 func TestMigrateNormalisesModels(t *testing.T) {
 	ctx := context.Background()
 	path := tmpDB(t)
-	openStore(t, path).Close()
+	v1, err := os.ReadFile("testdata/schema_v1.sql") // the schema as the first release wrote it
+	if err != nil {
+		t.Fatal(err)
+	}
 	raw, err := sql.Open("sqlite", path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	day := time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC)
 	for _, q := range []string{
-		`DROP INDEX usage_window`,
-		`ALTER TABLE usage DROP COLUMN model_norm`,
-		`CREATE INDEX usage_window ON usage (key, at, provider, model, input, output, reasoning)`,
+		string(v1),
+		`ALTER TABLE reservations ADD COLUMN on_expiry TEXT NOT NULL DEFAULT 'release' CHECK (on_expiry IN ('release', 'charge'))`,
 		`INSERT INTO limits (id, key, scope, scope_value, metric, max, window, window_seconds, reset_time, timezone, enabled, created_at, updated_at)
 			VALUES ('m', 'k', 'model', 'GPT-4o', 'tokens', 1000000, 'daily', 0, 0, 'UTC', 1, 1, 1)`,
 		`INSERT INTO usage (key, request_id, provider, model, input, at) VALUES

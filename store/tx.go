@@ -33,15 +33,16 @@ const (
 	// Multi-row statements: %s stands for the VALUES rows.
 	qInsertUsageN = `INSERT INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm)
 		VALUES %s ON CONFLICT DO NOTHING`
-	qMissingCountersN = `WITH v(lid, ws, d) AS (VALUES %s)
-		SELECT lid, ws FROM v WHERE NOT EXISTS (SELECT 1 FROM counters c WHERE c.limit_id = v.lid AND c.window_start = v.ws)`
-	qAddCountersN = `WITH v(lid, ws, d) AS (VALUES %s)
-		UPDATE counters SET used = MIN(used + v.d, 9007199254740991) FROM v WHERE counters.limit_id = v.lid AND counters.window_start = v.ws`
-	qCounter = `SELECT used FROM counters WHERE limit_id = ? AND window_start = ?`
-	qHolds   = `SELECT reservation_id, amount, expires_at FROM holds WHERE limit_id = ? AND window_start = ? AND expires_at > ?`
+	qMissingCountersN = `WITH v(lid, sub, ws, d) AS (VALUES %s)
+		SELECT lid, sub, ws FROM v WHERE NOT EXISTS (SELECT 1 FROM counters c WHERE c.limit_id = v.lid AND c.subject = v.sub AND c.window_start = v.ws)`
+	qAddCountersN = `WITH v(lid, sub, ws, d) AS (VALUES %s)
+		UPDATE counters SET used = MIN(used + v.d, 9007199254740991) FROM v
+		WHERE counters.limit_id = v.lid AND counters.subject = v.sub AND counters.window_start = v.ws`
+	qCounter = `SELECT used FROM counters WHERE limit_id = ? AND subject = ? AND window_start = ?`
+	qHolds   = `SELECT reservation_id, amount, expires_at FROM holds WHERE limit_id = ? AND subject = ? AND window_start = ? AND expires_at > ?`
 
 	qHoldsSummary = `SELECT COALESCE(SUM(amount), 0) AS s, COUNT(*) AS n, COALESCE(MIN(expires_at), 0) AS f
-		FROM holds WHERE limit_id = ? AND window_start = ? AND expires_at > ?`
+		FROM holds WHERE limit_id = ? AND subject = ? AND window_start = ? AND expires_at > ?`
 	qLimitsVersion = `SELECT value FROM meta WHERE name = 'limits_version'`
 )
 
@@ -50,7 +51,7 @@ const chunk = 64
 
 var hotStatements = []string{qCounter, qHolds, qHoldsSummary, qLimitsVersion,
 	multiRow(qInsertUsageN, 11, chunk), multiRow(qInsertUsageN, 11, 1),
-	multiRow(qMissingCountersN, 3, chunk), multiRow(qAddCountersN, 3, chunk)}
+	multiRow(qMissingCountersN, 4, chunk), multiRow(qAddCountersN, 4, chunk)}
 
 var multiRows sync.Map // multiRowKey -> string
 
@@ -130,7 +131,7 @@ func (t *tx) Limits(ctx context.Context, key string) ([]budget.Limit, error) {
 	if key == "" {
 		err = t.sel(ctx, &rows, `SELECT `+limitCols+` FROM limits`)
 	} else {
-		err = t.sel(ctx, &rows, `SELECT `+limitCols+` FROM limits WHERE key = ?`, key)
+		err = t.sel(ctx, &rows, `SELECT `+limitCols+` FROM limits WHERE key IN (?, '')`, key)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read limits: %w", err)
@@ -263,7 +264,7 @@ func sumQuery(l *budget.Limit) (string, error) {
 }
 
 func sumArgs(l *budget.Limit, start, end time.Time) []any {
-	args := []any{l.Key, start.UnixNano(), end.UnixNano()}
+	args := []any{l.Owner(), start.UnixNano(), end.UnixNano()}
 	if l.Scope != budget.ScopeGlobal {
 		// A pattern's * and ? mean in GLOB what they mean to
 		// budget.MatchModel; brackets are refused in model values.
@@ -284,9 +285,9 @@ func (t *tx) SumUsage(ctx context.Context, l *budget.Limit, start, end time.Time
 	return v, nil
 }
 
-func (t *tx) Counter(ctx context.Context, limitID string, start time.Time) (int64, bool, error) {
+func (t *tx) Counter(ctx context.Context, limitID, subject string, start time.Time) (int64, bool, error) {
 	var v int64
-	err := t.get(ctx, &v, qCounter, limitID, start.UnixNano())
+	err := t.get(ctx, &v, qCounter, limitID, subject, start.UnixNano())
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, false, nil
 	}
@@ -303,13 +304,13 @@ func (t *tx) AddCounters(ctx context.Context, deltas []budget.CounterDelta) ([]b
 	found := make([]bool, len(deltas))
 	for lo := 0; lo < len(deltas); lo += chunk {
 		part := deltas[lo:min(lo+chunk, len(deltas))]
-		args := make([]any, 0, 3*len(part))
+		args := make([]any, 0, 4*len(part))
 		for _, d := range part {
-			args = append(args, d.LimitID, d.WindowStart.UnixNano(), d.Delta)
+			args = append(args, d.LimitID, d.Subject, d.WindowStart.UnixNano(), d.Delta)
 		}
 		// Probe for the rows that are missing (usually none), then add to
 		// every row that exists in one statement.
-		rows, err := t.db.query(ctx, t.tx, multiRow(qMissingCountersN, 3, len(part)), args...)
+		rows, err := t.db.query(ctx, t.tx, multiRow(qMissingCountersN, 4, len(part)), args...)
 		if err != nil {
 			return nil, fmt.Errorf("probe counters: %w", err)
 		}
@@ -317,7 +318,7 @@ func (t *tx) AddCounters(ctx context.Context, deltas []budget.CounterDelta) ([]b
 		for rows.Next() {
 			var d budget.CounterDelta
 			var ws int64
-			if err := rows.Scan(&d.LimitID, &ws); err != nil {
+			if err := rows.Scan(&d.LimitID, &d.Subject, &ws); err != nil {
 				rows.Close()
 				return nil, err
 			}
@@ -329,12 +330,12 @@ func (t *tx) AddCounters(ctx context.Context, deltas []budget.CounterDelta) ([]b
 			return nil, err
 		}
 		for i, d := range part {
-			found[lo+i] = !missing[budget.CounterDelta{LimitID: d.LimitID, WindowStart: time.Unix(0, d.WindowStart.UnixNano()).UTC()}]
+			found[lo+i] = !missing[budget.CounterDelta{LimitID: d.LimitID, Subject: d.Subject, WindowStart: time.Unix(0, d.WindowStart.UnixNano()).UTC()}]
 		}
 		if len(missing) == len(part) {
 			continue
 		}
-		if _, err := t.db.exec(ctx, t.tx, multiRow(qAddCountersN, 3, len(part)), args...); err != nil {
+		if _, err := t.db.exec(ctx, t.tx, multiRow(qAddCountersN, 4, len(part)), args...); err != nil {
 			return nil, fmt.Errorf("add to counters: %w", err)
 		}
 	}
@@ -348,9 +349,9 @@ func (t *tx) CreateCounter(ctx context.Context, l *budget.Limit, start, end time
 	}
 	// The seed is computed in the same statement that inserts it, from the
 	// history this transaction sees (which already holds its own events).
-	q = strings.Replace(q, "SELECT ", "INSERT INTO counters (limit_id, window_start, window_end, used) SELECT ?, ?, ?, ", 1) +
-		` ON CONFLICT (limit_id, window_start) DO UPDATE SET used = MIN(used + ?, 9007199254740991)`
-	args := append([]any{l.ID, start.UnixNano(), end.UnixNano()}, sumArgs(l, start, end)...)
+	q = strings.Replace(q, "SELECT ", "INSERT INTO counters (limit_id, subject, window_start, window_end, used) SELECT ?, ?, ?, ?, ", 1) +
+		` ON CONFLICT (limit_id, subject, window_start) DO UPDATE SET used = MIN(used + ?, 9007199254740991)`
+	args := append([]any{l.ID, l.Subject, start.UnixNano(), end.UnixNano()}, sumArgs(l, start, end)...)
 	args = append(args, delta)
 	if _, err := t.exec(ctx, q, args...); err != nil {
 		return false, fmt.Errorf("create counter %s@%d: %w", l.ID, start.Unix(), err)
@@ -360,9 +361,9 @@ func (t *tx) CreateCounter(ctx context.Context, l *budget.Limit, start, end time
 	return true, nil
 }
 
-func (t *tx) LatestCounterStart(ctx context.Context, limitID string) (time.Time, bool, error) {
+func (t *tx) LatestCounterStart(ctx context.Context, limitID, subject string) (time.Time, bool, error) {
 	var v sql.NullInt64
-	if err := t.get(ctx, &v, `SELECT MAX(window_start) FROM counters WHERE limit_id = ?`, limitID); err != nil {
+	if err := t.get(ctx, &v, `SELECT MAX(window_start) FROM counters WHERE limit_id = ? AND subject = ?`, limitID, subject); err != nil {
 		return time.Time{}, false, fmt.Errorf("latest counter of %s: %w", limitID, err)
 	}
 	if !v.Valid {
@@ -374,23 +375,24 @@ func (t *tx) LatestCounterStart(ctx context.Context, limitID string) (time.Time,
 func (t *tx) CounterRows(ctx context.Context) ([]budget.CounterRow, error) {
 	var rows []struct {
 		LimitID string `db:"limit_id"`
+		Subject string `db:"subject"`
 		Start   int64  `db:"window_start"`
 		End     int64  `db:"window_end"`
 		Used    int64  `db:"used"`
 	}
-	if err := t.sel(ctx, &rows, `SELECT limit_id, window_start, window_end, used FROM counters ORDER BY limit_id, window_start`); err != nil {
+	if err := t.sel(ctx, &rows, `SELECT limit_id, subject, window_start, window_end, used FROM counters ORDER BY limit_id, subject, window_start`); err != nil {
 		return nil, fmt.Errorf("read counters: %w", err)
 	}
 	out := make([]budget.CounterRow, len(rows))
 	for i, r := range rows {
-		out[i] = budget.CounterRow{LimitID: r.LimitID, WindowStart: time.Unix(0, r.Start).UTC(), WindowEnd: time.Unix(0, r.End).UTC(), Used: r.Used}
+		out[i] = budget.CounterRow{LimitID: r.LimitID, Subject: r.Subject, WindowStart: time.Unix(0, r.Start).UTC(), WindowEnd: time.Unix(0, r.End).UTC(), Used: r.Used}
 	}
 	return out, nil
 }
 
 func (t *tx) InsertRollover(ctx context.Context, r budget.Rollover) error {
-	_, err := t.exec(ctx, `INSERT INTO rollovers (limit_id, window_start, prev_window_start, prev_used, logged_at)
-		VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`, r.LimitID, r.WindowStart.UnixNano(), r.PrevWindowStart.UnixNano(), r.PrevUsed, ns(r.LoggedAt))
+	_, err := t.exec(ctx, `INSERT INTO rollovers (limit_id, subject, window_start, prev_window_start, prev_used, logged_at)
+		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`, r.LimitID, r.Subject, r.WindowStart.UnixNano(), r.PrevWindowStart.UnixNano(), r.PrevUsed, ns(r.LoggedAt))
 	if err != nil {
 		return fmt.Errorf("log rollover of %s: %w", r.LimitID, err)
 	}
@@ -400,16 +402,17 @@ func (t *tx) InsertRollover(ctx context.Context, r budget.Rollover) error {
 func (t *tx) Rollovers(ctx context.Context, key string, n int) ([]budget.Rollover, error) {
 	var rows []struct {
 		LimitID   string `db:"limit_id"`
+		Subject   string `db:"subject"`
 		Start     int64  `db:"window_start"`
 		PrevStart int64  `db:"prev_window_start"`
 		PrevUsed  int64  `db:"prev_used"`
 		LoggedAt  int64  `db:"logged_at"`
 	}
-	q := `SELECT r.limit_id, r.window_start, r.prev_window_start, r.prev_used, r.logged_at FROM rollovers r`
+	q := `SELECT r.limit_id, r.subject, r.window_start, r.prev_window_start, r.prev_used, r.logged_at FROM rollovers r`
 	args := []any{}
 	if key != "" {
-		q += ` JOIN limits l ON l.id = r.limit_id WHERE l.key = ?`
-		args = append(args, key)
+		q += ` JOIN limits l ON l.id = r.limit_id WHERE l.key = ? OR l.key = '' AND r.subject = ?`
+		args = append(args, key, key)
 	}
 	q += ` ORDER BY r.logged_at DESC, r.window_start DESC, r.limit_id LIMIT ?`
 	args = append(args, n)
@@ -418,7 +421,7 @@ func (t *tx) Rollovers(ctx context.Context, key string, n int) ([]budget.Rollove
 	}
 	out := make([]budget.Rollover, len(rows))
 	for i, r := range rows {
-		out[i] = budget.Rollover{LimitID: r.LimitID, WindowStart: time.Unix(0, r.Start).UTC(),
+		out[i] = budget.Rollover{LimitID: r.LimitID, Subject: r.Subject, WindowStart: time.Unix(0, r.Start).UTC(),
 			PrevWindowStart: time.Unix(0, r.PrevStart).UTC(), PrevUsed: r.PrevUsed, LoggedAt: fromNs(r.LoggedAt)}
 	}
 	return out, nil

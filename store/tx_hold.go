@@ -14,8 +14,8 @@ import (
 
 // ---- reservations and holds
 
-func (t *tx) Holds(ctx context.Context, limitID string, start, now time.Time) ([]budget.Hold, error) {
-	rows, err := t.query(ctx, qHolds, limitID, ns(start), now.UnixNano())
+func (t *tx) Holds(ctx context.Context, limitID, subject string, start, now time.Time) ([]budget.Hold, error) {
+	rows, err := t.query(ctx, qHolds, limitID, subject, ns(start), now.UnixNano())
 	if err != nil {
 		return nil, fmt.Errorf("read holds of %s: %w", limitID, err)
 	}
@@ -27,18 +27,18 @@ func (t *tx) Holds(ctx context.Context, limitID string, start, now time.Time) ([
 		if err := rows.Scan(&id, &amount, &exp); err != nil {
 			return nil, fmt.Errorf("read holds of %s: %w", limitID, err)
 		}
-		out = append(out, budget.Hold{ReservationID: id, LimitID: limitID, WindowStart: start, Amount: amount, ExpiresAt: fromNs(exp)})
+		out = append(out, budget.Hold{ReservationID: id, LimitID: limitID, Subject: subject, WindowStart: start, Amount: amount, ExpiresAt: fromNs(exp)})
 	}
 	return out, rows.Err()
 }
 
-func (t *tx) HoldsSummary(ctx context.Context, limitID string, start, now time.Time) (int64, int64, time.Time, error) {
+func (t *tx) HoldsSummary(ctx context.Context, limitID, subject string, start, now time.Time) (int64, int64, time.Time, error) {
 	var r struct {
 		Sum   int64 `db:"s"`
 		N     int64 `db:"n"`
 		First int64 `db:"f"`
 	}
-	if err := t.get(ctx, &r, qHoldsSummary, limitID, ns(start), now.UnixNano()); err != nil {
+	if err := t.get(ctx, &r, qHoldsSummary, limitID, subject, ns(start), now.UnixNano()); err != nil {
 		return 0, 0, time.Time{}, fmt.Errorf("sum holds of %s: %w", limitID, err)
 	}
 	return r.Sum, r.N, fromNs(r.First), nil
@@ -52,8 +52,8 @@ func (t *tx) InsertReservation(ctx context.Context, r budget.ReservationRow, hol
 		return fmt.Errorf("insert reservation %s: %w", r.ID, err)
 	}
 	for _, h := range holds {
-		if _, err := t.exec(ctx, `INSERT INTO holds (reservation_id, limit_id, window_start, amount, expires_at) VALUES (?, ?, ?, ?, ?)`,
-			r.ID, h.LimitID, ns(h.WindowStart), h.Amount, ns(h.ExpiresAt)); err != nil {
+		if _, err := t.exec(ctx, `INSERT INTO holds (reservation_id, limit_id, subject, window_start, amount, expires_at) VALUES (?, ?, ?, ?, ?, ?)`,
+			r.ID, h.LimitID, h.Subject, ns(h.WindowStart), h.Amount, ns(h.ExpiresAt)); err != nil {
 			return fmt.Errorf("insert hold of %s on %s: %w", r.ID, h.LimitID, err)
 		}
 	}
@@ -93,16 +93,17 @@ func (t *tx) SettleReservation(ctx context.Context, id string, state budget.Rese
 func (t *tx) ReservationHolds(ctx context.Context, id string) ([]budget.Hold, error) {
 	var rows []struct {
 		LimitID string `db:"limit_id"`
+		Subject string `db:"subject"`
 		Start   int64  `db:"window_start"`
 		Amount  int64  `db:"amount"`
 		Expires int64  `db:"expires_at"`
 	}
-	if err := t.sel(ctx, &rows, `SELECT limit_id, window_start, amount, expires_at FROM holds WHERE reservation_id = ? ORDER BY limit_id`, id); err != nil {
+	if err := t.sel(ctx, &rows, `SELECT limit_id, subject, window_start, amount, expires_at FROM holds WHERE reservation_id = ? ORDER BY limit_id`, id); err != nil {
 		return nil, fmt.Errorf("read holds of %s: %w", id, err)
 	}
 	holds := make([]budget.Hold, len(rows))
 	for i, r := range rows {
-		holds[i] = budget.Hold{ReservationID: id, LimitID: r.LimitID, WindowStart: fromNs(r.Start), Amount: r.Amount, ExpiresAt: fromNs(r.Expires)}
+		holds[i] = budget.Hold{ReservationID: id, LimitID: r.LimitID, Subject: r.Subject, WindowStart: fromNs(r.Start), Amount: r.Amount, ExpiresAt: fromNs(r.Expires)}
 	}
 	return holds, nil
 }

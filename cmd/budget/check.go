@@ -85,7 +85,7 @@ func writeDecision(w0 io.Writer, d *budget.Decision, est budget.Estimate) error 
 			op = ">="
 		}
 		fmt.Fprintf(w, "  limit %s (%s %s %s %s): used %d + reserved %d + estimate %d %s limit %d; retry after %ds (%s)\n",
-			l.ID, l.Key, l.ScopeString(), l.Metric, windowText(l), b.Used, b.Reserved, e, op, l.Max,
+			l.ID, keyText(l), l.ScopeString(), l.Metric, windowText(l), b.Used, b.Reserved, e, op, l.Max,
 			b.RetryAfterSeconds, retry)
 	}
 	if p := d.Parked; p != nil {

@@ -16,7 +16,7 @@ import (
 // limitJSON is a limit object.
 type limitJSON struct {
 	ID         string  `json:"id"`
-	Key        string  `json:"key"`
+	Key        *string `json:"key"` // null for a default limit
 	Scope      string  `json:"scope"`
 	ScopeValue string  `json:"scope_value"`
 	Metric     string  `json:"metric"`
@@ -85,8 +85,11 @@ type decisionJSON struct {
 }
 
 func limitObj(l *budget.Limit) limitJSON {
-	o := limitJSON{ID: l.ID, Key: l.Key, Scope: string(l.Scope), ScopeValue: l.ScopeValue,
+	o := limitJSON{ID: l.ID, Scope: string(l.Scope), ScopeValue: l.ScopeValue,
 		Metric: string(l.Metric), Limit: l.Max, Enabled: l.Enabled}
+	if !l.IsDefault() {
+		o.Key = ptr(l.Key)
+	}
 	if l.Window.Kind != budget.NoWindow {
 		o.Window = ptr(l.Window.String())
 	}
@@ -214,6 +217,6 @@ const statusHeader = "ID\tKEY\tSCOPE\tMETRIC\tWINDOW\tLIMIT\tUSED\tRESERVED\tREM
 
 func statusLine(s *budget.Status) string {
 	l := &s.Limit
-	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s", l.ID, l.Key, l.ScopeString(), l.Metric,
+	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s", l.ID, keyText(l), l.ScopeString(), l.Metric,
 		windowText(l), l.Max, s.Used, s.Reserved, s.Remaining(), tsText(s.WindowStart), tsText(s.ResetAt), yesNo(l.Enabled))
 }

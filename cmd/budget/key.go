@@ -74,6 +74,9 @@ func (m *Main) runKeyAdd(ctx context.Context, args []string) (err error) {
 	if err != nil {
 		return err
 	}
+	if ls, err := db.Limits(ctx, name); err == nil && !anyEnabled(ls) {
+		fmt.Fprintf(m.Stderr, "budget: warning: key %q has no limits of its own and there are no default limits: it is unlimited until you set one ('budget limit set --key %s ...' or '--default')\n", name, name)
+	}
 	if *asJSON {
 		return writeJSON(m.Stdout, struct {
 			Name   string `json:"name"`
@@ -211,4 +214,13 @@ func (m *Main) runKeyRevoke(ctx context.Context, args []string) (err error) {
 	}
 	_, err = fmt.Fprintf(m.Stdout, "%s revoked\n", name)
 	return err
+}
+
+func anyEnabled(ls []budget.Limit) bool {
+	for i := range ls {
+		if ls[i].Enabled {
+			return true
+		}
+	}
+	return false
 }

@@ -35,22 +35,30 @@ func (m *Main) runLimit(ctx context.Context, args []string) error {
 	return usagef("limit", "unknown subcommand %q: want set, ls or rm", args[0])
 }
 
-const limitSetHelp = `usage: budget limit set --key K [--scope global|provider|model] [--value V] --limit N
+const limitSetHelp = `usage: budget limit set (--key K | --default) [--scope global|provider|model] [--value V] --limit N
 	[--metric tokens|input|output|requests|concurrent] --window W [--reset-time HH:MM]
 	[--tz ZONE] [--id ID] [--disabled | --enabled] [--json]
 
 Creates a limit, or updates the one with the same key, scope, value, metric
 and window (or the one --id names). An update changes only the attributes
 whose flags are given. --window is 1m, 1h, 1.5h (whole seconds) or daily,
-weekly, monthly; concurrent limits take none. Prints the limit's id, or the
-limit with --json.
+weekly, monthly; concurrent limits take none. A model --value is matched
+normalised (case, a leading vendor/, a trailing date, -latest or @tag do not
+count) and may be a pattern: * for any run of characters, ? for one.
+
+--default makes a default limit instead of one key's: it applies to every
+key that has no enabled limit of its own with the same scope, value, metric
+and window, and each key has its own counter of it. Prints the limit's id,
+or the limit with --json (a default limit's key is null). Warns on stderr
+when --key names a key that has no gateway key ('budget key add').
 
 `
 
 func (m *Main) runLimitSet(ctx context.Context, args []string) (err error) {
 	fs := newFlagSet("limit set")
 	dsn := m.dbFlag(fs)
-	key := fs.String("key", "", "API key the limit belongs to (required)")
+	key := fs.String("key", "", "API key the limit belongs to (required unless --default)")
+	isDefault := fs.Bool("default", false, "a default limit: applies to every key without an own limit of this shape")
 	scope := fs.String("scope", "global", "global, provider or model")
 	value := fs.String("value", "", "the provider or model name of a provider or model limit")
 	max := fs.Int64("limit", 0, "the limit, > 0 (required to create)")
@@ -70,7 +78,7 @@ func (m *Main) runLimitSet(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	set := visited(fs)
-	spec := budget.LimitSpec{ID: *id, Key: *key, Scope: *scope, ScopeValue: *value, Metric: *metric, Window: *window}
+	spec := budget.LimitSpec{ID: *id, Key: *key, Default: *isDefault, Scope: *scope, ScopeValue: *value, Metric: *metric, Window: *window}
 	if set["reset-time"] {
 		spec.ResetTime = resetTime
 	}
@@ -107,6 +115,9 @@ func (m *Main) runLimitSet(ctx context.Context, args []string) (err error) {
 	if err != nil {
 		return err
 	}
+	if !l.IsDefault() {
+		m.warnNoGatewayKey(ctx, db.Store(), l.Key)
+	}
 	if *asJSON {
 		return writeJSON(m.Stdout, limitObj(&l))
 	}
@@ -116,8 +127,8 @@ func (m *Main) runLimitSet(ctx context.Context, args []string) (err error) {
 
 const limitLsHelp = `usage: budget limit ls [--key K] [--json]
 
-Lists the limits (of one key with --key) in listing order: key, scope,
-value, metric, window length, id.
+Lists the limits (of one key and the default limits with --key) in listing
+order: key (default limits first), scope, value, metric, window length, id.
 
 `
 
@@ -155,7 +166,7 @@ func (m *Main) runLimitLs(ctx context.Context, args []string) (err error) {
 	fmt.Fprintln(w, "ID\tKEY\tSCOPE\tMETRIC\tWINDOW\tLIMIT\tENABLED")
 	for i := range ls {
 		l := &ls[i]
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", l.ID, l.Key, l.ScopeString(), l.Metric, windowText(l), l.Max, yesNo(l.Enabled))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", l.ID, keyText(l), l.ScopeString(), l.Metric, windowText(l), l.Max, yesNo(l.Enabled))
 	}
 	return w.Flush()
 }
@@ -187,4 +198,38 @@ func (m *Main) runLimitRm(ctx context.Context, args []string) (err error) {
 	}
 	defer closeDB(ctx, db, &err)
 	return db.DeleteLimit(ctx, id)
+}
+
+// keyText is a limit's key for tables: "(default)" for a default limit,
+// with the key it was applied to when there is one.
+func keyText(l *budget.Limit) string {
+	switch {
+	case !l.IsDefault():
+		return l.Key
+	case l.Subject != "":
+		return l.Subject + " (default)"
+	}
+	return "(default)"
+}
+
+// warnNoGatewayKey warns on stderr when key has no gateway key: a misspelt
+// --key would otherwise leave the real key unlimited without a word.
+func (m *Main) warnNoGatewayKey(ctx context.Context, s budget.Store, key string) {
+	var keys []budget.GatewayKey
+	err := s.View(ctx, func(tx budget.Tx) error {
+		var err error
+		keys, err = tx.Keys(ctx)
+		return err
+	})
+	if err != nil {
+		return // a warning only; the limit is set
+	}
+	for _, k := range keys {
+		if k.Name == key {
+			return
+		}
+	}
+	if len(keys) > 0 {
+		fmt.Fprintf(m.Stderr, "budget: warning: no gateway key is named %q (is it misspelt? 'budget key ls' lists them); the limit applies to that name only\n", key)
+	}
 }

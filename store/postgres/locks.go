@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -87,15 +88,15 @@ func (t *tx) lockHoldLimits(ctx context.Context, id string) error {
 // qFlushCounters locks the counter rows in (limit, window) order, whatever
 // plan the update gets, then adds each delta.
 const qFlushCounters = `WITH d AS (
-		SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS d(limit_id, window_start, delta)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS d(limit_id, subject, window_start, delta)
 	), lk AS MATERIALIZED (
-		SELECT c.limit_id, c.window_start, d.delta FROM counters c
-		JOIN d ON c.limit_id = d.limit_id AND c.window_start = d.window_start
-		ORDER BY c.limit_id COLLATE "C", c.window_start
+		SELECT c.limit_id, c.subject, c.window_start, d.delta FROM counters c
+		JOIN d ON c.limit_id = d.limit_id AND c.subject = d.subject AND c.window_start = d.window_start
+		ORDER BY c.limit_id COLLATE "C", c.subject COLLATE "C", c.window_start
 		FOR NO KEY UPDATE OF c
 	)
 	UPDATE counters c SET used = LEAST(c.used + lk.delta, 9007199254740991) FROM lk
-	WHERE c.limit_id = lk.limit_id AND c.window_start = lk.window_start`
+	WHERE c.limit_id = lk.limit_id AND c.subject = lk.subject AND c.window_start = lk.window_start`
 
 // flush applies the buffered counter deltas; run calls it before COMMIT.
 func (t *tx) flush(ctx context.Context) error {
@@ -109,16 +110,13 @@ func (t *tx) flush(ctx context.Context) error {
 		}
 	}
 	slices.SortFunc(keys, func(a, b counterKey) int {
-		if c := strings.Compare(a.id, b.id); c != 0 {
-			return c
-		}
-		return int(min(max(a.start-b.start, -1), 1))
+		return cmp.Or(strings.Compare(a.id, b.id), strings.Compare(a.subject, b.subject), cmp.Compare(a.start, b.start))
 	})
-	ids, starts, deltas := make([]string, len(keys)), make([]int64, len(keys)), make([]int64, len(keys))
+	ids, subjects, starts, deltas := make([]string, len(keys)), make([]string, len(keys)), make([]int64, len(keys)), make([]int64, len(keys))
 	for i, k := range keys {
-		ids[i], starts[i], deltas[i] = k.id, k.start, t.pending[k]
+		ids[i], subjects[i], starts[i], deltas[i] = k.id, k.subject, k.start, t.pending[k]
 	}
-	if _, err := t.tx.ExecContext(ctx, qFlushCounters, ids, starts, deltas); err != nil {
+	if _, err := t.tx.ExecContext(ctx, qFlushCounters, ids, subjects, starts, deltas); err != nil {
 		return fmt.Errorf("add to counters: %w", err)
 	}
 	clear(t.pending)

@@ -381,7 +381,7 @@ func TestCreateCounterRace(t *testing.T) {
 	var used int64
 	err := first.View(ctx, func(tx budget.Tx) error {
 		var err error
-		used, _, err = tx.Counter(ctx, l.ID, start)
+		used, _, err = tx.Counter(ctx, l.ID, "", start)
 		return err
 	})
 	if err != nil || nCreated != 1 || used != n*(n+1)/2 {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -83,7 +84,7 @@ func (t *tx) Limits(ctx context.Context, key string) ([]budget.Limit, error) {
 	if key == "" {
 		err = t.tx.SelectContext(ctx, &rows, `SELECT `+limitCols+` FROM limits`)
 	} else {
-		err = t.tx.SelectContext(ctx, &rows, `SELECT `+limitCols+` FROM limits WHERE key = $1`, key)
+		err = t.tx.SelectContext(ctx, &rows, `SELECT `+limitCols+` FROM limits WHERE key IN ($1, '')`, key)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read limits: %w", err)
@@ -238,11 +239,11 @@ func sumFrom(l *budget.Limit, start, end, first int) (string, error) {
 func sumArgs(l *budget.Limit) []any {
 	switch {
 	case l.Scope == budget.ScopeModel && budget.IsModelPattern(l.ScopeValue):
-		return []any{l.Key, likePattern(l.ScopeValue)}
+		return []any{l.Owner(), likePattern(l.ScopeValue)}
 	case l.Scope != budget.ScopeGlobal:
-		return []any{l.Key, l.ScopeValue}
+		return []any{l.Owner(), l.ScopeValue}
 	}
-	return []any{l.Key}
+	return []any{l.Owner()}
 }
 
 // likePattern is a model pattern (* and ?, as budget.MatchModel reads
@@ -262,21 +263,21 @@ func (t *tx) SumUsage(ctx context.Context, l *budget.Limit, start, end time.Time
 	return v, nil
 }
 
-func (t *tx) Counter(ctx context.Context, limitID string, start time.Time) (int64, bool, error) {
+func (t *tx) Counter(ctx context.Context, limitID, subject string, start time.Time) (int64, bool, error) {
 	var v int64
-	err := t.tx.GetContext(ctx, &v, `SELECT used FROM counters WHERE limit_id = $1 AND window_start = $2`, limitID, start.UnixNano())
+	err := t.tx.GetContext(ctx, &v, `SELECT used FROM counters WHERE limit_id = $1 AND subject = $2 AND window_start = $3`, limitID, subject, start.UnixNano())
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, false, nil
 	}
 	if err != nil {
 		return 0, false, fmt.Errorf("read counter %s@%d: %w", limitID, start.Unix(), err)
 	}
-	return v + t.pending[counterKey{limitID, start.UnixNano()}], true, nil
+	return v + t.pending[counterKey{limitID, subject, start.UnixNano()}], true, nil
 }
 
 type counterKey struct {
-	id    string
-	start int64
+	id, subject string
+	start       int64
 }
 
 // AddCounters finds which rows exist and buffers the deltas for those;
@@ -289,14 +290,14 @@ func (t *tx) AddCounters(ctx context.Context, deltas []budget.CounterDelta) ([]b
 	if len(deltas) == 0 {
 		return found, nil
 	}
-	ids := make([]string, len(deltas))
+	ids, subjects := make([]string, len(deltas)), make([]string, len(deltas))
 	starts := make([]int64, len(deltas))
 	for i, d := range deltas {
-		ids[i], starts[i] = d.LimitID, d.WindowStart.UnixNano()
+		ids[i], subjects[i], starts[i] = d.LimitID, d.Subject, d.WindowStart.UnixNano()
 	}
-	rows, err := t.tx.QueryContext(ctx, `SELECT c.limit_id, c.window_start FROM counters c
-		JOIN unnest($1::text[], $2::bigint[]) AS d(limit_id, window_start)
-		ON c.limit_id = d.limit_id AND c.window_start = d.window_start`, ids, starts)
+	rows, err := t.tx.QueryContext(ctx, `SELECT c.limit_id, c.subject, c.window_start FROM counters c
+		JOIN unnest($1::text[], $2::text[], $3::bigint[]) AS d(limit_id, subject, window_start)
+		ON c.limit_id = d.limit_id AND c.subject = d.subject AND c.window_start = d.window_start`, ids, subjects, starts)
 	if err != nil {
 		return nil, fmt.Errorf("find counters: %w", err)
 	}
@@ -304,7 +305,7 @@ func (t *tx) AddCounters(ctx context.Context, deltas []budget.CounterDelta) ([]b
 	exists := make(map[counterKey]bool, len(deltas))
 	for rows.Next() {
 		var k counterKey
-		if err := rows.Scan(&k.id, &k.start); err != nil {
+		if err := rows.Scan(&k.id, &k.subject, &k.start); err != nil {
 			return nil, fmt.Errorf("find counters: %w", err)
 		}
 		exists[k] = true
@@ -313,7 +314,7 @@ func (t *tx) AddCounters(ctx context.Context, deltas []budget.CounterDelta) ([]b
 		return nil, fmt.Errorf("find counters: %w", err)
 	}
 	for i, d := range deltas {
-		k := counterKey{d.LimitID, d.WindowStart.UnixNano()}
+		k := counterKey{d.LimitID, d.Subject, d.WindowStart.UnixNano()}
 		if found[i] = exists[k]; found[i] {
 			t.add(k, d.Delta)
 		}
@@ -340,14 +341,15 @@ func (t *tx) CreateCounter(ctx context.Context, l *budget.Limit, start, end time
 	if err != nil {
 		return false, err
 	}
-	q := `INSERT INTO counters (limit_id, window_start, window_end, used)
-		SELECT $1::text, $2::bigint, $3::bigint, ` + sum + `
-		ON CONFLICT (limit_id, window_start) DO NOTHING RETURNING TRUE`
+	q := `INSERT INTO counters (limit_id, window_start, window_end, subject, used)
+		SELECT $1::text, $2::bigint, $3::bigint, $` + strconv.Itoa(4+len(sumArgs(l))) + `::text, ` + sum + `
+		ON CONFLICT (limit_id, subject, window_start) DO NOTHING RETURNING TRUE`
 	args := append([]any{l.ID, start.UnixNano(), end.UnixNano()}, sumArgs(l)...)
+	args = append(args, l.Subject)
 	var created bool
 	err = t.tx.GetContext(ctx, &created, q, args...)
 	if errors.Is(err, sql.ErrNoRows) {
-		t.add(counterKey{l.ID, start.UnixNano()}, delta)
+		t.add(counterKey{l.ID, l.Subject, start.UnixNano()}, delta)
 		return false, nil
 	}
 	if err != nil {
@@ -356,9 +358,9 @@ func (t *tx) CreateCounter(ctx context.Context, l *budget.Limit, start, end time
 	return true, nil
 }
 
-func (t *tx) LatestCounterStart(ctx context.Context, limitID string) (time.Time, bool, error) {
+func (t *tx) LatestCounterStart(ctx context.Context, limitID, subject string) (time.Time, bool, error) {
 	var v sql.NullInt64
-	if err := t.tx.GetContext(ctx, &v, `SELECT MAX(window_start) FROM counters WHERE limit_id = $1`, limitID); err != nil {
+	if err := t.tx.GetContext(ctx, &v, `SELECT MAX(window_start) FROM counters WHERE limit_id = $1 AND subject = $2`, limitID, subject); err != nil {
 		return time.Time{}, false, fmt.Errorf("latest counter of %s: %w", limitID, err)
 	}
 	if !v.Valid {
@@ -370,24 +372,25 @@ func (t *tx) LatestCounterStart(ctx context.Context, limitID string) (time.Time,
 func (t *tx) CounterRows(ctx context.Context) ([]budget.CounterRow, error) {
 	var rows []struct {
 		LimitID string `db:"limit_id"`
+		Subject string `db:"subject"`
 		Start   int64  `db:"window_start"`
 		End     int64  `db:"window_end"`
 		Used    int64  `db:"used"`
 	}
-	if err := t.tx.SelectContext(ctx, &rows, `SELECT limit_id, window_start, window_end, used FROM counters
-		ORDER BY limit_id COLLATE "C", window_start`); err != nil {
+	if err := t.tx.SelectContext(ctx, &rows, `SELECT limit_id, subject, window_start, window_end, used FROM counters
+		ORDER BY limit_id COLLATE "C", subject COLLATE "C", window_start`); err != nil {
 		return nil, fmt.Errorf("read counters: %w", err)
 	}
 	out := make([]budget.CounterRow, len(rows))
 	for i, r := range rows {
-		out[i] = budget.CounterRow{LimitID: r.LimitID, WindowStart: time.Unix(0, r.Start).UTC(), WindowEnd: time.Unix(0, r.End).UTC(), Used: r.Used}
+		out[i] = budget.CounterRow{LimitID: r.LimitID, Subject: r.Subject, WindowStart: time.Unix(0, r.Start).UTC(), WindowEnd: time.Unix(0, r.End).UTC(), Used: r.Used}
 	}
 	return out, nil
 }
 
 func (t *tx) InsertRollover(ctx context.Context, r budget.Rollover) error {
-	_, err := t.exec(ctx, `INSERT INTO rollovers (limit_id, window_start, prev_window_start, prev_used, logged_at)
-		VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`, r.LimitID, r.WindowStart.UnixNano(), r.PrevWindowStart.UnixNano(), r.PrevUsed, ns(r.LoggedAt))
+	_, err := t.exec(ctx, `INSERT INTO rollovers (limit_id, subject, window_start, prev_window_start, prev_used, logged_at)
+		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`, r.LimitID, r.Subject, r.WindowStart.UnixNano(), r.PrevWindowStart.UnixNano(), r.PrevUsed, ns(r.LoggedAt))
 	if err != nil {
 		return fmt.Errorf("log rollover of %s: %w", r.LimitID, err)
 	}
@@ -397,15 +400,16 @@ func (t *tx) InsertRollover(ctx context.Context, r budget.Rollover) error {
 func (t *tx) Rollovers(ctx context.Context, key string, n int) ([]budget.Rollover, error) {
 	var rows []struct {
 		LimitID   string `db:"limit_id"`
+		Subject   string `db:"subject"`
 		Start     int64  `db:"window_start"`
 		PrevStart int64  `db:"prev_window_start"`
 		PrevUsed  int64  `db:"prev_used"`
 		LoggedAt  int64  `db:"logged_at"`
 	}
-	q := `SELECT r.limit_id, r.window_start, r.prev_window_start, r.prev_used, r.logged_at FROM rollovers r`
+	q := `SELECT r.limit_id, r.subject, r.window_start, r.prev_window_start, r.prev_used, r.logged_at FROM rollovers r`
 	args := []any{n}
 	if key != "" {
-		q += ` JOIN limits l ON l.id = r.limit_id WHERE l.key = $2`
+		q += ` JOIN limits l ON l.id = r.limit_id WHERE l.key = $2 OR l.key = '' AND r.subject = $2`
 		args = append(args, key)
 	}
 	q += ` ORDER BY r.logged_at DESC, r.window_start DESC, r.limit_id COLLATE "C" LIMIT $1`
@@ -414,7 +418,7 @@ func (t *tx) Rollovers(ctx context.Context, key string, n int) ([]budget.Rollove
 	}
 	out := make([]budget.Rollover, len(rows))
 	for i, r := range rows {
-		out[i] = budget.Rollover{LimitID: r.LimitID, WindowStart: time.Unix(0, r.Start).UTC(),
+		out[i] = budget.Rollover{LimitID: r.LimitID, Subject: r.Subject, WindowStart: time.Unix(0, r.Start).UTC(),
 			PrevWindowStart: time.Unix(0, r.PrevStart).UTC(), PrevUsed: r.PrevUsed, LoggedAt: fromNs(r.LoggedAt)}
 	}
 	return out, nil

@@ -22,9 +22,9 @@ import (
 // makes new ones wait: a Reserve that reads a counter and then its holds
 // never sees a commit's usage without its freed hold, or the reverse.
 
-func (t *tx) Holds(ctx context.Context, limitID string, start, now time.Time) ([]budget.Hold, error) {
+func (t *tx) Holds(ctx context.Context, limitID, subject string, start, now time.Time) ([]budget.Hold, error) {
 	rows, err := t.tx.QueryContext(ctx, `SELECT reservation_id, amount, expires_at FROM holds
-		WHERE limit_id = $1 AND window_start = $2 AND expires_at > $3`, limitID, ns(start), now.UnixNano())
+		WHERE limit_id = $1 AND subject = $2 AND window_start = $3 AND expires_at > $4`, limitID, subject, ns(start), now.UnixNano())
 	if err != nil {
 		return nil, fmt.Errorf("read holds of %s: %w", limitID, err)
 	}
@@ -36,15 +36,15 @@ func (t *tx) Holds(ctx context.Context, limitID string, start, now time.Time) ([
 		if err := rows.Scan(&id, &amount, &exp); err != nil {
 			return nil, fmt.Errorf("read holds of %s: %w", limitID, err)
 		}
-		out = append(out, budget.Hold{ReservationID: id, LimitID: limitID, WindowStart: start, Amount: amount, ExpiresAt: fromNs(exp)})
+		out = append(out, budget.Hold{ReservationID: id, LimitID: limitID, Subject: subject, WindowStart: start, Amount: amount, ExpiresAt: fromNs(exp)})
 	}
 	return out, rows.Err()
 }
 
-func (t *tx) HoldsSummary(ctx context.Context, limitID string, start, now time.Time) (int64, int64, time.Time, error) {
+func (t *tx) HoldsSummary(ctx context.Context, limitID, subject string, start, now time.Time) (int64, int64, time.Time, error) {
 	var sum, n, first int64
 	err := t.tx.QueryRowContext(ctx, `SELECT COALESCE(SUM(amount), 0)::bigint, COUNT(*), COALESCE(MIN(expires_at), 0)
-		FROM holds WHERE limit_id = $1 AND window_start = $2 AND expires_at > $3`, limitID, ns(start), now.UnixNano()).Scan(&sum, &n, &first)
+		FROM holds WHERE limit_id = $1 AND subject = $2 AND window_start = $3 AND expires_at > $4`, limitID, subject, ns(start), now.UnixNano()).Scan(&sum, &n, &first)
 	if err != nil {
 		return 0, 0, time.Time{}, fmt.Errorf("sum holds of %s: %w", limitID, err)
 	}
@@ -53,19 +53,19 @@ func (t *tx) HoldsSummary(ctx context.Context, limitID string, start, now time.T
 
 // InsertReservation writes the reservation and its holds in one statement.
 func (t *tx) InsertReservation(ctx context.Context, r budget.ReservationRow, holds []budget.Hold) error {
-	lids := make([]string, len(holds))
+	lids, subjects := make([]string, len(holds)), make([]string, len(holds))
 	starts, amounts, exps := make([]int64, len(holds)), make([]int64, len(holds)), make([]int64, len(holds))
 	for i, h := range holds {
-		lids[i], starts[i], amounts[i], exps[i] = h.LimitID, ns(h.WindowStart), h.Amount, ns(h.ExpiresAt)
+		lids[i], subjects[i], starts[i], amounts[i], exps[i] = h.LimitID, h.Subject, ns(h.WindowStart), h.Amount, ns(h.ExpiresAt)
 	}
 	_, err := t.exec(ctx, `WITH r AS (
 			INSERT INTO reservations (id, key, provider, model, est_tokens, est_input, est_output, at, expires_at, state, settled_at, on_expiry)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $16) RETURNING id
 		)
-		INSERT INTO holds (reservation_id, limit_id, window_start, amount, expires_at)
-		SELECT r.id, h.* FROM r, unnest($12::text[], $13::bigint[], $14::bigint[], $15::bigint[]) AS h`,
+		INSERT INTO holds (reservation_id, limit_id, window_start, amount, expires_at, subject)
+		SELECT r.id, h.* FROM r, unnest($12::text[], $13::bigint[], $14::bigint[], $15::bigint[], $17::text[]) AS h`,
 		r.ID, r.Key, r.Provider, r.Model, r.Estimate.Tokens, r.Estimate.Input, r.Estimate.Output,
-		ns(r.At), ns(r.ExpiresAt), string(r.State), ns(r.SettledAt), lids, starts, amounts, exps, sqlrow.OnExpiry(r.OnExpiry))
+		ns(r.At), ns(r.ExpiresAt), string(r.State), ns(r.SettledAt), lids, starts, amounts, exps, sqlrow.OnExpiry(r.OnExpiry), subjects)
 	if err != nil {
 		return fmt.Errorf("insert reservation %s: %w", r.ID, err)
 	}
@@ -154,9 +154,9 @@ const qSettle = `WITH u AS (
 		UPDATE reservations SET state = $1, settled_at = $2 WHERE id = $3 RETURNING id
 	), d AS (
 		DELETE FROM holds WHERE reservation_id = $3 AND EXISTS (SELECT 1 FROM u)
-		RETURNING limit_id, window_start, amount, expires_at
+		RETURNING limit_id, window_start, amount, expires_at, subject
 	)
-	SELECT d.limit_id, d.window_start, d.amount, d.expires_at FROM u LEFT JOIN d ON TRUE`
+	SELECT d.limit_id, d.window_start, d.amount, d.expires_at, d.subject FROM u LEFT JOIN d ON TRUE`
 
 func (t *tx) SettleReservation(ctx context.Context, id string, state budget.ReservationState, at time.Time) ([]budget.Hold, error) {
 	if err := t.write(); err != nil {
@@ -174,13 +174,13 @@ func (t *tx) SettleReservation(ctx context.Context, id string, state budget.Rese
 	holds := []budget.Hold{}
 	for rows.Next() {
 		found = true
-		var lid sql.NullString
+		var lid, subject sql.NullString
 		var start, amount, exp sql.NullInt64
-		if err := rows.Scan(&lid, &start, &amount, &exp); err != nil {
+		if err := rows.Scan(&lid, &start, &amount, &exp, &subject); err != nil {
 			return nil, fmt.Errorf("settle reservation %s: %w", id, err)
 		}
 		if lid.Valid {
-			holds = append(holds, budget.Hold{ReservationID: id, LimitID: lid.String, WindowStart: fromNs(start.Int64),
+			holds = append(holds, budget.Hold{ReservationID: id, LimitID: lid.String, Subject: subject.String, WindowStart: fromNs(start.Int64),
 				Amount: amount.Int64, ExpiresAt: fromNs(exp.Int64)})
 		}
 	}
@@ -195,7 +195,7 @@ func (t *tx) SettleReservation(ctx context.Context, id string, state budget.Rese
 }
 
 func (t *tx) ReservationHolds(ctx context.Context, id string) ([]budget.Hold, error) {
-	holds, err := t.scanHolds(ctx, id, `SELECT limit_id, window_start, amount, expires_at FROM holds WHERE reservation_id = $1`)
+	holds, err := t.scanHolds(ctx, id, `SELECT limit_id, window_start, amount, expires_at, subject FROM holds WHERE reservation_id = $1`)
 	if err != nil {
 		return nil, fmt.Errorf("read holds of %s: %w", id, err)
 	}
@@ -212,12 +212,12 @@ func (t *tx) scanHolds(ctx context.Context, id, q string) ([]budget.Hold, error)
 	defer rows.Close()
 	holds := []budget.Hold{}
 	for rows.Next() {
-		var lid string
+		var lid, subject string
 		var start, amount, exp int64
-		if err := rows.Scan(&lid, &start, &amount, &exp); err != nil {
+		if err := rows.Scan(&lid, &start, &amount, &exp, &subject); err != nil {
 			return nil, err
 		}
-		holds = append(holds, budget.Hold{ReservationID: id, LimitID: lid, WindowStart: fromNs(start), Amount: amount, ExpiresAt: fromNs(exp)})
+		holds = append(holds, budget.Hold{ReservationID: id, LimitID: lid, Subject: subject, WindowStart: fromNs(start), Amount: amount, ExpiresAt: fromNs(exp)})
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
