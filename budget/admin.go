@@ -12,8 +12,8 @@ import (
 // change. A nil pointer leaves the attribute as it is on an update (and takes
 // its default on a create).
 type LimitSpec struct {
-	ID         string // optional: names a new limit or addresses an existing one
-	Key        string // required unless Default
+	ID  string // optional: names a new limit or addresses an existing one
+	Key string // required unless Default
 	// Default makes a default limit, which applies to every key without an
 	// enabled limit of its own of the same scope, value, metric and window,
 	// and counts per key. It excludes Key.

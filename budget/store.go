@@ -66,7 +66,7 @@ type Rollover struct {
 type Hold struct {
 	ReservationID string
 	LimitID       string
-	Subject       string // the reservation's key when the limit is a default; "" otherwise
+	Subject       string    // the reservation's key when the limit is a default; "" otherwise
 	WindowStart   time.Time // zero for leases
 	Amount        int64
 	ExpiresAt     time.Time
