@@ -84,6 +84,7 @@ Commands:
 	proxy            serve the OpenAI/Anthropic API under the budgets (reverse proxy)
 	mock-upstream    serve a mock LLM provider, to try the proxy without an account
 	demo             run the proxy and a mock provider on a fresh database, offline
+	version          print the version this binary was built from (also --version)
 
 Every command takes --db PATH (default $BUDGET_DB, else ./budget.db).
 Exit codes: 0 ok, 1 runtime error, 2 bad usage or input, 3 refused,
@@ -187,6 +188,8 @@ func (m *Main) Run(ctx context.Context, args []string) (err error) {
 		return m.runMockUpstream(ctx, rest)
 	case "demo":
 		return m.runDemo(ctx, rest)
+	case "version", "--version", "-version":
+		return m.runVersion()
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(m.Stdout, usage)
 		return nil

@@ -233,3 +233,13 @@ func TestFlagsAfterArguments(t *testing.T) {
 		t.Errorf("import: got %s; want imported 1", r.stdout)
 	}
 }
+
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	for _, arg := range []string{"version", "--version"} {
+		r := mustRun(t, 0, arg)
+		if !strings.HasPrefix(r.stdout, "budget github.com/tokenbudget/tokenbudget ") || strings.Count(r.stdout, "\n") != 1 || r.stderr != "" {
+			t.Errorf("budget %s: got %v; want one line naming the module and its version", arg, r)
+		}
+	}
+}
