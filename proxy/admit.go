@@ -36,7 +36,9 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request, f Format, req
 	// left meanwhile must be known, to be released, not left to expire.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
-	res, err := m.t.Reserve(rctx, req, m.cfg.ReservationTTL)
+	// Charged on expiry: if this process dies, the client may already have
+	// its answer, so recovery charges the estimate rather than freeing it.
+	res, err := m.t.ReserveWith(rctx, req, budget.ReserveOptions{TTL: m.cfg.ReservationTTL, OnExpiry: budget.ExpireCharge})
 	if err == nil && ctx.Err() != nil {
 		m.cfg.Metrics.outcome(OutcomeClientClosed)
 		if err := m.t.Release(rctx, res.ID); err != nil {
@@ -116,11 +118,14 @@ func (m *Middleware) unavailable(w http.ResponseWriter, r *http.Request, f Forma
 	writeError(w, f, simpleError(f, http.StatusServiceUnavailable, CodeUnavailable, "the gateway cannot "+what+" now; retry shortly"))
 }
 
-// renewer extends a reservation at half its TTL while the response lasts.
+// renewer extends a reservation every third of its TTL while the response
+// lasts, so a live request keeps its concurrency leases while those of a
+// crashed proxy lapse within one TTL.
 type renewer struct {
 	mu      sync.Mutex
 	stopped bool
 	timer   *time.Timer
+	cancel  context.CancelFunc
 }
 
 func (m *Middleware) startRenew(res *budget.Reservation) *renewer {
@@ -128,29 +133,45 @@ func (m *Middleware) startRenew(res *budget.Reservation) *renewer {
 	if ttl <= 0 {
 		return nil
 	}
-	rn := &renewer{}
+	every := max(ttl/3, time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	rn := &renewer{cancel: cancel}
 	var tick func()
 	tick = func() {
+		// Bounded by the interval: a renewal stuck behind an unwritable
+		// database must not pile up behind the next one.
+		rctx, done := context.WithTimeout(ctx, every)
+		_, err := m.t.Renew(rctx, res.ID, ttl)
+		done()
 		rn.mu.Lock()
 		defer rn.mu.Unlock()
 		if rn.stopped {
 			return
 		}
-		if _, err := m.t.Renew(context.Background(), res.ID, ttl); err != nil {
-			m.log.Warn("proxy: renewing a reservation failed; it may lapse before the response ends", "request_id", res.ID, "err", err)
-			return
+		if err != nil {
+			// An expired reservation is charged its estimate by recovery;
+			// the commit then records only the excess. Nothing is lost.
+			if errors.Is(err, budget.ErrLeaseLost) {
+				m.log.Warn("proxy: a reservation expired before its response ended; it is charged its estimate, the commit adds any excess",
+					"request_id", res.ID)
+				return
+			}
+			m.log.Warn("proxy: renewing a reservation failed; retrying", "request_id", res.ID, "err", err)
 		}
-		rn.timer.Reset(ttl / 2)
+		rn.timer.Reset(every)
 	}
 	rn.mu.Lock()
-	rn.timer = time.AfterFunc(ttl/2, tick)
+	rn.timer = time.AfterFunc(every, tick)
 	rn.mu.Unlock()
 	return rn
 }
 
+// stop ends the renewals without waiting for one in progress: the
+// response is over and its settlement must not queue behind a renewal.
 func (rn *renewer) stop() {
 	rn.mu.Lock()
 	rn.stopped = true
 	rn.timer.Stop()
 	rn.mu.Unlock()
+	rn.cancel()
 }

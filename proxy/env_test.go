@@ -35,6 +35,7 @@ const (
 // env is a proxy in front of an httptest upstream, on a fresh database.
 type env struct {
 	t        testing.TB
+	path     string // the SQLite file
 	db       *tokenbudget.DB
 	mw       *proxy.Middleware
 	proxy    *httptest.Server
@@ -54,6 +55,7 @@ type envOptions struct {
 	mode  proxy.Mode
 	clock bool // the tracker's clock starts at testNow and moves by advance
 	cfg   func(*proxy.Config)
+	up    func(*proxy.UpstreamConfig)
 }
 
 // syncBuffer is a bytes.Buffer safe for concurrent writes (the log).
@@ -84,7 +86,8 @@ func newEnv(t testing.TB, o envOptions, upstream http.HandlerFunc) *env {
 		e.now.Store(testNow.UnixNano())
 		cfg.Now = func() time.Time { return time.Unix(0, e.now.Load()).UTC() }
 	}
-	db, err := tokenbudget.Open(ctx, filepath.Join(t.TempDir(), "budget.db"), tokenbudget.Options{Create: true, Config: &cfg})
+	e.path = filepath.Join(t.TempDir(), "budget.db")
+	db, err := tokenbudget.Open(ctx, e.path, tokenbudget.Options{Create: true, Config: &cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,11 +115,15 @@ func newEnv(t testing.TB, o envOptions, upstream http.HandlerFunc) *env {
 		t.Fatal(err)
 	}
 	u, _ := url.Parse(e.upstream.URL)
-	up, err := proxy.NewUpstream(proxy.UpstreamConfig{URL: u, OpenAIKey: upstreamOpenAIKey, AnthropicKey: upstreamAnthropicKey, Logger: pc.Logger})
+	uc := proxy.UpstreamConfig{URL: u, OpenAIKey: upstreamOpenAIKey, AnthropicKey: upstreamAnthropicKey, Logger: pc.Logger}
+	if o.up != nil {
+		o.up(&uc)
+	}
+	up, err := proxy.NewUpstream(uc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := proxy.NewHandler(proxy.HandlerConfig{Middleware: e.mw, Upstream: up, Registry: e.reg, Health: proxy.StoreHealth(db.Store())})
+	h, err := proxy.NewHandler(proxy.HandlerConfig{Middleware: e.mw, Upstream: up, Registry: e.reg, Health: proxy.TrackerHealth(db.Tracker)})
 	if err != nil {
 		t.Fatal(err)
 	}

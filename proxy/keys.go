@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/tokenbudget/tokenbudget/budget"
 )
@@ -79,14 +80,19 @@ func AddKey(ctx context.Context, s budget.Store, name string, at time.Time) (sec
 	return secret, nil
 }
 
-// ValidKeyName checks a key name: 1 to 200 characters, no spaces or
-// control characters (it is the key limits are set for).
+// ValidKeyName checks a key name: 1 to 200 bytes of valid UTF-8, no spaces
+// or control characters (it is the key limits are set for, and a name is
+// printed in tables, logs and errors). An error quotes only the name's
+// start.
 func ValidKeyName(name string) error {
+	if err := budget.CheckName("name", name); err != nil {
+		return err
+	}
 	if name == "" || len(name) > 200 {
-		return budget.Invalid("name", name, "must be 1 to 200 characters")
+		return budget.Invalid("name", name, "must be 1 to 200 bytes")
 	}
 	for _, r := range name {
-		if r <= ' ' || r == 0x7f {
+		if unicode.IsSpace(r) {
 			return budget.Invalid("name", name, "must not contain spaces or control characters")
 		}
 	}

@@ -23,6 +23,8 @@ const (
 	OutcomeUpstreamError = "upstream_error" // the upstream answered non-2xx or failed
 	OutcomeClientClosed  = "client_closed"  // the client went away before the end
 	OutcomeError         = "error"          // the budget store failed (503)
+	OutcomeBusy          = "busy"           // request bytes in flight over the bound (503)
+	OutcomeTimeout       = "timeout"        // the request body came too slowly (408)
 )
 
 // Metrics are the proxy's Prometheus metrics. Create them with NewMetrics,
@@ -47,7 +49,7 @@ type Metrics struct {
 //	tokenbudget_proxy_requests_total{outcome}
 //	tokenbudget_proxy_tokens_total{provider,kind}   kind: input, output, reasoning, cache_read, cache_write
 //	tokenbudget_proxy_refusals_total{scope}         scope: global, provider, model
-//	tokenbudget_proxy_responses_without_usage_total{provider}
+//	tokenbudget_proxy_responses_without_usage_total{provider}   no usage, or an invalid one: charged the estimate
 //	tokenbudget_proxy_parks_total{provider,kind}
 //	tokenbudget_proxy_settle_errors_total
 //	tokenbudget_recorder_queue_depth
@@ -64,7 +66,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tokenbudget_proxy_refusals_total",
 			Help: "Requests refused by a budget limit, by the scope of the limit that tripped."}, []string{"scope"}),
 		withoutUsage: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tokenbudget_proxy_responses_without_usage_total",
-			Help: "Successful responses that reported no usage and were recorded at the estimate."}, []string{"provider"}),
+			Help: "Successful responses that reported no usage, or an invalid one, and were recorded at the estimate."}, []string{"provider"}),
 		parks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tokenbudget_proxy_parks_total",
 			Help: "Providers parked by this proxy after an upstream answer, by kind."}, []string{"provider", "kind"}),
 		settleErrs: prometheus.NewCounter(prometheus.CounterOpts{Name: "tokenbudget_proxy_settle_errors_total",
@@ -79,7 +81,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		parked:     prometheus.NewDesc("tokenbudget_parked_providers", "Providers refusing requests now (parked, before resume-at).", nil, nil),
 	}
 	for _, o := range []string{OutcomeOK, OutcomeRefused, OutcomeParked, OutcomeUnauthorized, OutcomeTooLarge,
-		OutcomeBadRequest, OutcomeNotFound, OutcomeUpstreamError, OutcomeClientClosed, OutcomeError} {
+		OutcomeBadRequest, OutcomeNotFound, OutcomeUpstreamError, OutcomeClientClosed, OutcomeError, OutcomeBusy, OutcomeTimeout} {
 		m.requests.WithLabelValues(o)
 	}
 	for _, s := range []budget.Scope{budget.ScopeGlobal, budget.ScopeProvider, budget.ScopeModel} {
@@ -194,9 +196,13 @@ type timedStore struct {
 	h prometheus.Histogram
 }
 
-func (s *timedStore) Update(ctx context.Context, fn func(budget.Tx) error) error {
-	start := time.Now()
-	err := s.Store.Update(ctx, fn)
-	s.h.Observe(time.Since(start).Seconds())
-	return err
+var _ budget.HealthChecker = (*timedStore)(nil)
+
+// Health passes the store's own through: without it the tracker could not
+// see its database file deleted or replaced under it.
+func (s *timedStore) Health() error {
+	if hc, ok := s.Store.(budget.HealthChecker); ok {
+		return hc.Health()
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,6 +45,14 @@ const (
 	DefaultMaxBody         = 32 << 20
 	DefaultMaxResponseBody = 64 << 20
 	DefaultOverloadedAfter = 3
+	// DefaultReservationTTL is short so that the concurrency leases of a
+	// proxy that died are free again within it; a live request renews its
+	// reservation every third of it.
+	DefaultReservationTTL = 20 * time.Second
+	// DefaultBodyTimeout bounds reading one request body.
+	DefaultBodyTimeout = 30 * time.Second
+	// DefaultMaxInflightBytes bounds the request bodies held at once.
+	DefaultMaxInflightBytes = 256 << 20
 	// settleTimeout bounds a reservation, commit or release made on behalf
 	// of a request, whether or not its client is still there.
 	settleTimeout = 30 * time.Second
@@ -110,9 +119,22 @@ type Config struct {
 	// usage; a larger one is passed through and recorded at the estimate.
 	// (Optional; default DefaultMaxResponseBody, 64 MiB.)
 	MaxResponseBody int64
-	// ReservationTTL is the lifetime of a reservation, renewed at half of
-	// it while the response lasts. (Optional; default the tracker's.)
+	// ReservationTTL is the lifetime of a reservation, renewed every third
+	// of it while the response lasts: the concurrency leases of a proxy
+	// that dies are free within it. (Optional; default
+	// DefaultReservationTTL, 20s.)
 	ReservationTTL time.Duration
+	// BodyTimeout bounds reading a request body; a client that has not
+	// sent it all in time gets 408. It needs a ResponseWriter that supports
+	// read deadlines (net/http's do); others read without one. (Optional;
+	// default DefaultBodyTimeout, 30s.)
+	BodyTimeout time.Duration
+	// MaxInflightBytes bounds the request body bytes held by requests in
+	// progress; a request that would go over gets 503 with Retry-After
+	// (one whose Content-Length is over MaxBody gets 413 first). It should
+	// be at least MaxBody, or bodies between the two are never served.
+	// (Optional; default DefaultMaxInflightBytes, 256 MiB.)
+	MaxInflightBytes int64
 	// OverloadedAfter is how many 503s in a row park a provider as
 	// overloaded. (Optional; default DefaultOverloadedAfter.)
 	OverloadedAfter int
@@ -135,7 +157,8 @@ type Middleware struct {
 	log  *slog.Logger
 	bufs sync.Pool // *[]budget.Status
 
-	state sync.Map // provider name -> *providerState
+	state    sync.Map     // provider name -> *providerState
+	inflight atomic.Int64 // request body bytes held (MaxInflightBytes)
 }
 
 // providerState is what the middleware remembers of a provider's answers.
@@ -166,6 +189,9 @@ func New(t *budget.Tracker, cfg Config) (*Middleware, error) {
 			if r.Provider = strings.TrimSpace(r.Provider); r.Provider == "" {
 				r.Provider = r.Format.Provider()
 			}
+			if err := budget.CheckName("provider", r.Provider); err != nil {
+				return nil, err
+			}
 			routes[p] = r
 		}
 		cfg.Routes = routes
@@ -179,6 +205,13 @@ func New(t *budget.Tracker, cfg Config) (*Middleware, error) {
 	def(&cfg.ImageTokens, DefaultImageTokens)
 	def(&cfg.MaxBody, DefaultMaxBody)
 	def(&cfg.MaxResponseBody, DefaultMaxResponseBody)
+	def(&cfg.MaxInflightBytes, DefaultMaxInflightBytes)
+	if cfg.ReservationTTL <= 0 {
+		cfg.ReservationTTL = DefaultReservationTTL
+	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = DefaultBodyTimeout
+	}
 	if cfg.OverloadedAfter <= 0 {
 		cfg.OverloadedAfter = DefaultOverloadedAfter
 	}
@@ -207,6 +240,10 @@ type Info struct {
 	Route    Route
 	Request  RequestInfo
 	Estimate budget.Estimate
+
+	// stalled is set by NewUpstream's transport when the upstream went
+	// quiet mid-response for longer than its stream idle timeout.
+	stalled atomic.Bool
 }
 
 type infoKey struct{}
@@ -262,7 +299,8 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	r.Header.Del("Authorization")
 	r.Header.Del("X-Api-Key")
 
-	body, ok := m.readBody(w, r, f)
+	body, held, ok := m.readBody(w, r, f)
+	defer m.inflight.Add(-held)
 	if !ok {
 		return
 	}
@@ -270,6 +308,14 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if err != nil {
 		m.cfg.Metrics.outcome(OutcomeBadRequest)
 		writeError(w, f, simpleError(f, http.StatusBadRequest, CodeBadRequest, "the request body is not a JSON object"))
+		return
+	}
+	// Before anything is written or logged: the model is the one string a
+	// client chooses that the tracker stores (reservations, usage), and
+	// the error quotes only its start.
+	if err := budget.CheckName("model", ri.Model); err != nil {
+		m.cfg.Metrics.outcome(OutcomeBadRequest)
+		writeError(w, f, simpleError(f, http.StatusBadRequest, CodeBadRequest, err.Error()))
 		return
 	}
 	est := ri.Estimate(f, m.cfg.DefaultMaxOutput, m.cfg.ImageTokens)
@@ -299,7 +345,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	r.Header.Del("Accept-Encoding")
 	r = r.WithContext(context.WithValue(ctx, infoKey{}, info))
 
-	rec := &recorder{w: w, f: f, extra: extra, stripUsage: strip, maxJSON: m.cfg.MaxResponseBody}
+	rec := &recorder{w: w, f: f, reqID: info.RequestID, extra: extra, stripUsage: strip, maxJSON: m.cfg.MaxResponseBody}
 	var renew *renewer
 	if res != nil {
 		renew = m.startRenew(res)
@@ -327,30 +373,88 @@ func (m *Middleware) paths() string {
 	return strings.Join(ps, ", ")
 }
 
-// readBody reads the request body up to MaxBody; ok is false once it has
-// answered 413 or 400.
-func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request, f Format) ([]byte, bool) {
-	tooLarge := func() ([]byte, bool) {
-		m.cfg.Metrics.outcome(OutcomeTooLarge)
+// readBody reads the request body up to MaxBody within BodyTimeout,
+// holding its bytes against MaxInflightBytes; held is what the caller
+// gives back once the body is no longer needed. ok is false once it has
+// answered 413, 408, 503 or 400.
+func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request, f Format) (body []byte, held int64, ok bool) {
+	fail := func(outcome string, e apiError) ([]byte, int64, bool) {
+		m.cfg.Metrics.outcome(outcome)
+		// The rest of the body is not read: the connection cannot be reused.
 		w.Header().Set("Connection", "close")
-		writeError(w, f, simpleError(f, http.StatusRequestEntityTooLarge, CodeTooLarge,
+		writeError(w, f, e)
+		return nil, held, false
+	}
+	tooLarge := func() ([]byte, int64, bool) {
+		return fail(OutcomeTooLarge, simpleError(f, http.StatusRequestEntityTooLarge, CodeTooLarge,
 			"the request body exceeds the gateway's limit of "+strconv.FormatInt(m.cfg.MaxBody, 10)+" bytes"))
-		return nil, false
+	}
+	busy := func() ([]byte, int64, bool) {
+		w.Header().Set("Retry-After", "1")
+		return fail(OutcomeBusy, simpleError(f, http.StatusServiceUnavailable, CodeBusy,
+			"the gateway holds too many request bytes now; retry shortly"))
 	}
 	if r.ContentLength > m.cfg.MaxBody {
 		return tooLarge()
 	}
-	if r.Body == nil {
-		return nil, true
+	if r.Body == nil || r.ContentLength == 0 {
+		return nil, 0, true
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, m.cfg.MaxBody+1))
-	if int64(len(body)) > m.cfg.MaxBody {
-		return tooLarge()
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(time.Now().Add(m.cfg.BodyTimeout)); err == nil {
+		// For the body only: the response may stream for much longer.
+		defer rc.SetReadDeadline(time.Time{})
 	}
-	if err != nil {
-		m.cfg.Metrics.outcome(OutcomeBadRequest)
-		writeError(w, f, simpleError(f, http.StatusBadRequest, CodeBadRequest, "reading the request body failed"))
-		return nil, false
+	// With a Content-Length the whole body is held up front, before a byte
+	// is read (one more byte sees its end); without one, as it grows.
+	size := r.ContentLength + 1
+	if r.ContentLength < 0 {
+		size = min(m.cfg.MaxBody+1, 32<<10)
 	}
-	return body, true
+	if !m.hold(size) {
+		return busy()
+	}
+	held = size
+	buf := make([]byte, 0, size)
+	for {
+		if len(buf) == cap(buf) {
+			// len <= MaxBody here, so the buffer may grow to MaxBody+1.
+			grow := min(int64(cap(buf)), m.cfg.MaxBody+1-int64(cap(buf)))
+			if !m.hold(grow) {
+				return busy()
+			}
+			held += grow
+			nb := make([]byte, len(buf), int64(cap(buf))+grow)
+			copy(nb, buf)
+			buf = nb
+		}
+		n, err := r.Body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if int64(len(buf)) > m.cfg.MaxBody {
+			return tooLarge()
+		}
+		if err == io.EOF {
+			return buf, held, true
+		}
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return fail(OutcomeTimeout, simpleError(f, http.StatusRequestTimeout, CodeTimeout,
+					"the request body did not arrive within "+m.cfg.BodyTimeout.String()))
+			}
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				return tooLarge()
+			}
+			return fail(OutcomeBadRequest, simpleError(f, http.StatusBadRequest, CodeBadRequest, "reading the request body failed"))
+		}
+	}
+}
+
+// hold takes n bytes of MaxInflightBytes, or reports that they are not free.
+func (m *Middleware) hold(n int64) bool {
+	if m.inflight.Add(n) > m.cfg.MaxInflightBytes {
+		m.inflight.Add(-n)
+		return false
+	}
+	return true
 }

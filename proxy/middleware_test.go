@@ -409,7 +409,7 @@ func TestRoutes(t *testing.T) {
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	e.wait(1)
-	if resp.StatusCode != 200 || !strings.Contains(string(b), `"ok"`) {
+	if resp.StatusCode != 200 || string(b) != "ok\n" {
 		t.Errorf("/healthz: %d %s", resp.StatusCode, b)
 	}
 	e.do("/v1/chat/completions", chatBody("m", 5, false))

@@ -22,6 +22,9 @@ const (
 	CodeUnavailable    = "budget_unavailable"
 	CodeUpstream       = "upstream_error"
 	CodeUpstreamAuth   = "upstream_auth_failed"
+	CodeBusy           = "gateway_busy"     // request bytes in flight over the bound (503)
+	CodeTimeout        = "request_timeout"  // the request body came too slowly (408)
+	CodeUpstreamTime   = "upstream_timeout" // no upstream response headers in time (504)
 )
 
 // apiError is one error answer in a provider's shape.
@@ -106,8 +109,13 @@ func typeFor(f Format, status int) string {
 			return "request_too_large"
 		}
 		return "invalid_request_error"
-	case http.StatusBadRequest, http.StatusMethodNotAllowed:
+	case http.StatusBadRequest, http.StatusMethodNotAllowed, http.StatusRequestTimeout:
 		return "invalid_request_error"
+	case http.StatusGatewayTimeout:
+		if f == AnthropicMessages {
+			return "timeout_error"
+		}
+		return "server_error"
 	case http.StatusServiceUnavailable:
 		if f == AnthropicMessages {
 			return "overloaded_error"

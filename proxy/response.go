@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"mime"
 	"net/http"
 	"strconv"
@@ -19,6 +20,7 @@ import (
 type recorder struct {
 	w          http.ResponseWriter
 	f          Format
+	reqID      string      // X-Tokenbudget-Request-Id, on every answer
 	extra      http.Header // set on a 2xx response
 	stripUsage bool
 	maxJSON    int64
@@ -51,6 +53,9 @@ func (rc *recorder) WriteHeader(code int) {
 	}
 	rc.status = code
 	h := rc.w.Header()
+	// Set again here, not only at admission: the reverse proxy clears the
+	// header map after a 1xx answer and copies the upstream's headers in.
+	h[requestIDHeader] = []string{rc.reqID}
 	switch code {
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable, 529:
 		rc.retryAfter = retryAfter(h, time.Now())
@@ -134,7 +139,7 @@ func (rc *recorder) finish(provider string, parked bool) {
 	if rc.replaced {
 		h := rc.w.Header()
 		for k := range h {
-			if k != "X-Tokenbudget-Request-Id" {
+			if k != requestIDHeader {
 				delete(h, k)
 			}
 		}
@@ -146,6 +151,10 @@ func (rc *recorder) finish(provider string, parked bool) {
 		writeError(rc.w, rc.f, simpleError(rc.f, http.StatusBadGateway, CodeUpstreamAuth, msg))
 	}
 }
+
+// requestIDHeader carries the request id a response's usage is recorded
+// under (canonical form, for direct map access).
+const requestIDHeader = "X-Tokenbudget-Request-Id"
 
 // usage is what the response reported: the tokens, whether any were found,
 // and whether they are final (a stream cut short may carry only the start).
@@ -193,12 +202,19 @@ func (m *Middleware) settle(r *http.Request, rc *recorder, info *Info, route Rou
 		rc.finish(route.Provider, parked)
 	}
 	gone := panicked || rc.writeErr != nil || r.Context().Err() != nil
+	stalled := info.stalled.Load()
 	est := info.Estimate
 	u := budget.Usage{RequestID: info.RequestID, Key: info.Key, Provider: route.Provider, Model: info.Request.Model, At: info.At}
 	charge, outcome := true, OutcomeOK
 	switch {
 	case rc.status/100 == 2:
 		tok, found, final, perr := rc.usage()
+		// A count the tracker cannot store (over 2^53-1, alone or summed)
+		// makes the whole report untrustworthy: the estimate stands in.
+		invalid := errors.Is(perr, errCount)
+		if invalid {
+			found = false
+		}
 		switch {
 		case found && final:
 			tok.Fill(&u)
@@ -208,12 +224,18 @@ func (m *Middleware) settle(r *http.Request, rc *recorder, info *Info, route Rou
 		default:
 			u.Input, u.Output = est.Input, est.Output
 		}
-		if gone && !(found && final) {
+		switch {
+		case stalled:
+			outcome = OutcomeUpstreamError
+			m.log.Warn("proxy: the upstream stalled mid-response past the stream idle timeout; charged the usage known so far, the estimate for the rest",
+				"request_id", info.RequestID, "key", info.Key, "provider", route.Provider, "model", info.Request.Model,
+				"usage_found", found, "input", u.Input, "output", u.Output)
+		case gone && !(found && final) && !invalid:
 			outcome = OutcomeClientClosed
 			m.log.Info("proxy: response cut short; charged the usage known so far, the estimate for the rest",
 				"request_id", info.RequestID, "key", info.Key, "provider", route.Provider, "model", info.Request.Model,
 				"usage_found", found, "input", u.Input, "output", u.Output)
-		} else if !found {
+		case !found:
 			m.cfg.Metrics.noUsage(route.Provider)
 			args := []any{"request_id", info.RequestID, "key", info.Key, "provider", route.Provider, "model", info.Request.Model,
 				"status", rc.status, "stream", rc.sse, "estimate_input", est.Input, "estimate_output", est.Output}
@@ -224,6 +246,8 @@ func (m *Middleware) settle(r *http.Request, rc *recorder, info *Info, route Rou
 				args = append(args, "reason", "response larger than the parse cap")
 			} else if rc.encoded {
 				args = append(args, "reason", "compressed response")
+			} else if invalid {
+				args = append(args, "reason", "invalid usage")
 			}
 			m.log.Warn("proxy: response without usage; recorded at the estimate", args...)
 		}
@@ -235,12 +259,19 @@ func (m *Middleware) settle(r *http.Request, rc *recorder, info *Info, route Rou
 		charge, outcome = false, OutcomeUpstreamError
 	}
 	m.cfg.Metrics.outcome(outcome)
+	// Not cancelled with the request: the client leaving (or having its
+	// answer) must not cut the settlement short.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), settleTimeout)
 	defer cancel()
 	var err error
 	switch {
 	case res != nil && charge:
-		_, err = m.t.Commit(ctx, res.ID, u)
+		var s budget.Settlement
+		s, err = m.t.Commit(ctx, res.ID, u)
+		if err == nil && s.Charged {
+			m.log.Warn("proxy: the reservation had expired and was charged its estimate; recorded the excess only",
+				"request_id", info.RequestID, "late_request_id", s.LateRequestID)
+		}
 	case res != nil:
 		err = m.t.Release(ctx, res.ID)
 	case charge:
@@ -248,7 +279,13 @@ func (m *Middleware) settle(r *http.Request, rc *recorder, info *Info, route Rou
 	}
 	if err != nil {
 		m.cfg.Metrics.settleError()
-		m.log.Error("proxy: settling a request's usage failed", "request_id", info.RequestID, "key", info.Key,
+		msg := "proxy: settling a request's usage failed"
+		if res != nil && !errors.Is(err, budget.ErrInvalid) && !errors.Is(err, budget.ErrNotFound) && !errors.Is(err, budget.ErrSettled) {
+			// A queued commit or release is never given up: the tracker
+			// writes it once the database takes writes again.
+			msg = "proxy: settling a request's usage is not written yet; the tracker keeps retrying it"
+		}
+		m.log.Error(msg, "request_id", info.RequestID, "key", info.Key,
 			"charge", charge, "input", u.Input, "output", u.Output, "reasoning", u.Reasoning, "err", err)
 		return
 	}

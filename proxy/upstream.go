@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
@@ -30,15 +31,33 @@ type UpstreamConfig struct {
 	// Transport makes the upstream calls. (Optional; default a clone of
 	// http.DefaultTransport.)
 	Transport http.RoundTripper
+	// HeaderTimeout bounds the wait for the upstream's response headers,
+	// from the start of the call; past it the client gets 504. Reasoning
+	// models can think for minutes before a non-streamed answer's headers.
+	// (Optional; default DefaultHeaderTimeout, 10m.)
+	HeaderTimeout time.Duration
+	// StreamIdleTimeout bounds each wait for the next bytes of a response
+	// body, streamed or not (time spent writing to a slow client does not
+	// count); past it the response is cut off and charged what it reported
+	// plus the estimate of the rest. (Optional; default
+	// DefaultStreamIdleTimeout, 5m.)
+	StreamIdleTimeout time.Duration
 	// Logger gets upstream failures. (Optional; default slog.Default().)
 	Logger *slog.Logger
 }
+
+// Defaults of UpstreamConfig.
+const (
+	DefaultHeaderTimeout     = 10 * time.Minute
+	DefaultStreamIdleTimeout = 5 * time.Minute
+)
 
 // NewUpstream returns the reverse proxy behind the middleware: it sends
 // each request to the upstream's URL with the upstream credential in the
 // header of the request's route family, no gateway credential and no
 // X-Forwarded-For, flushes streamed responses as they come, and answers a
-// failed upstream call with a 502 in the route's error shape.
+// failed upstream call with a 502 in the route's error shape (504 past
+// HeaderTimeout).
 func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 	if cfg.URL == nil || cfg.URL.Scheme == "" || cfg.URL.Host == "" {
 		return nil, budget.Invalid("upstream", fmt.Sprint(cfg.URL), "want an absolute URL such as https://api.openai.com")
@@ -57,11 +76,16 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 	if tr == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConnsPerHost = 64
-		t.ResponseHeaderTimeout = 10 * time.Minute
 		tr = t
 	}
+	if cfg.HeaderTimeout <= 0 {
+		cfg.HeaderTimeout = DefaultHeaderTimeout
+	}
+	if cfg.StreamIdleTimeout <= 0 {
+		cfg.StreamIdleTimeout = DefaultStreamIdleTimeout
+	}
 	rp := &httputil.ReverseProxy{
-		Transport:     tr,
+		Transport:     &timeoutTransport{rt: tr, header: cfg.HeaderTimeout, idle: cfg.StreamIdleTimeout},
 		FlushInterval: -1,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(&target)
@@ -89,6 +113,12 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 			if info, ok := InfoFrom(r.Context()); ok {
 				f = info.Route.Format
 			}
+			if errors.Is(err, errHeaderTimeout) {
+				log.Warn("proxy: upstream sent no response headers in time", "path", r.URL.Path, "timeout", cfg.HeaderTimeout)
+				writeError(w, f, simpleError(f, http.StatusGatewayTimeout, CodeUpstreamTime,
+					"the upstream provider did not answer within "+cfg.HeaderTimeout.String()))
+				return
+			}
 			log.Warn("proxy: upstream call failed", "path", r.URL.Path, "err", err)
 			writeError(w, f, simpleError(f, http.StatusBadGateway, CodeUpstream, "the upstream provider could not be reached"))
 		},
@@ -105,7 +135,8 @@ type HandlerConfig struct {
 	Upstream http.Handler
 	// Registry is served at /metrics. (Optional; nil: no /metrics.)
 	Registry *prometheus.Registry
-	// Health is called by /healthz; an error answers 503. (Optional.)
+	// Health is called by /healthz; an error answers 503 with its text.
+	// (Optional; TrackerHealth is the one to use.)
 	Health func(context.Context) error
 }
 
@@ -122,23 +153,37 @@ func NewHandler(cfg HandlerConfig) (http.Handler, error) {
 		mux.Handle(p, api)
 	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
 		if cfg.Health != nil {
 			ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 			defer cancel()
 			if err := cfg.Health(ctx); err != nil {
 				w.WriteHeader(http.StatusServiceUnavailable)
-				fmt.Fprintf(w, "{\"status\":\"unavailable\"}\n")
+				fmt.Fprintf(w, "unavailable: %v\n", err)
 				return
 			}
 		}
-		fmt.Fprintf(w, "{\"status\":\"ok\"}\n")
+		fmt.Fprintf(w, "ok\n")
 	})
 	if cfg.Registry != nil {
 		mux.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
 	}
 	mux.Handle("/", api) // the middleware answers 404 in the API's shape
 	return mux, nil
+}
+
+// TrackerHealth is a Health function: t can write (its writer's last
+// attempt did not fail, its database file is the one it opened; see
+// budget.Tracker.Health) and its store answers a read.
+func TrackerHealth(t *budget.Tracker) func(context.Context) error {
+	read := StoreHealth(t.Store())
+	return func(ctx context.Context) error {
+		if err := t.Health(); err != nil {
+			return err
+		}
+		return read(ctx)
+	}
 }
 
 // StoreHealth is a Health function: the store answers a read.
@@ -149,4 +194,75 @@ func StoreHealth(s budget.Store) func(context.Context) error {
 			return err
 		})
 	}
+}
+
+// The causes timeoutTransport cancels an upstream call with.
+var (
+	errHeaderTimeout = errors.New("proxy: no upstream response headers within the header timeout")
+	errStreamIdle    = errors.New("proxy: no upstream response bytes within the stream idle timeout")
+)
+
+// timeoutTransport bounds the wait for an upstream's response headers and
+// each wait for more of its body, by cancelling the call's context.
+type timeoutTransport struct {
+	rt           http.RoundTripper
+	header, idle time.Duration
+}
+
+func (t *timeoutTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx, cancel := context.WithCancelCause(req.Context())
+	timer := time.AfterFunc(t.header, func() { cancel(errHeaderTimeout) })
+	resp, err := t.rt.RoundTrip(req.WithContext(ctx))
+	fired := !timer.Stop()
+	if err == nil && fired {
+		resp.Body.Close()
+		err = context.Cause(ctx)
+	}
+	if err != nil {
+		if cause := context.Cause(ctx); errors.Is(cause, errHeaderTimeout) && !errors.Is(err, errHeaderTimeout) {
+			err = fmt.Errorf("%w: %w", errHeaderTimeout, err)
+		}
+		cancel(nil)
+		return nil, err
+	}
+	b := &idleBody{ReadCloser: resp.Body, ctx: ctx, cancel: cancel, idle: t.idle}
+	if info, ok := InfoFrom(req.Context()); ok {
+		b.info = info
+	}
+	b.timer = time.AfterFunc(time.Hour, func() { cancel(errStreamIdle) })
+	b.timer.Stop()
+	resp.Body = b
+	return resp, nil
+}
+
+// idleBody cancels its call when one Read waits longer than idle. Only the
+// wait inside Read counts: the reverse proxy blocked writing to a slow
+// client is not the upstream stalling.
+type idleBody struct {
+	io.ReadCloser
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	idle   time.Duration
+	timer  *time.Timer
+	info   *Info
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	b.timer.Reset(b.idle)
+	n, err := b.ReadCloser.Read(p)
+	b.timer.Stop()
+	if err != nil && err != io.EOF && errors.Is(context.Cause(b.ctx), errStreamIdle) {
+		if b.info != nil {
+			b.info.stalled.Store(true)
+		}
+		err = fmt.Errorf("%w: %w", errStreamIdle, err)
+	}
+	return n, err
+}
+
+func (b *idleBody) Close() error {
+	b.timer.Stop()
+	err := b.ReadCloser.Close()
+	b.cancel(nil)
+	return err
 }

@@ -22,7 +22,8 @@ import (
 
 const proxyHelp = `usage: budget proxy (--upstream URL | --mock-upstream) [--listen ADDR] [--provider NAME]
 	[--upstream-key-env VAR] [--mode reserve|check] [--max-body N] [--default-max-output N]
-	[--image-tokens N]
+	[--image-tokens N] [--reservation-ttl D] [--body-timeout D] [--header-timeout D]
+	[--stream-idle-timeout D] [--max-inflight-bytes N]
 
 Serves POST /v1/chat/completions, /v1/responses, /v1/embeddings and
 /v1/messages (other paths: 404) on --listen (default 127.0.0.1:8080),
@@ -37,9 +38,24 @@ Authorization: Bearer) and $ANTHROPIC_API_KEY (/v1/messages, sent as
 x-api-key), or from --upstream-key-env VAR for every route.
 --mock-upstream answers with the built-in mock provider instead (no account).
 
-Also serves GET /healthz and GET /metrics (Prometheus). SIGINT or SIGTERM
-stops accepting requests, waits for those in flight (up to 30s), writes
-the queued usage and exits 0.
+Every proxied response carries X-Tokenbudget-Request-Id: the request id its
+usage is recorded under (the reservation id in reserve mode). In reserve
+mode a reservation lasts --reservation-ttl and is renewed every third of it
+while the request runs; if the proxy dies, recovery charges its estimate
+(a request that was never served may be charged; one that was is never
+missed) and its concurrency leases are free within --reservation-ttl.
+
+Bounds: a request body must arrive within --body-timeout (else 408); the
+upstream must send its response headers within --header-timeout (else
+504) and never go quiet for --stream-idle-timeout mid-response (else the
+response is cut off and charged what it reported plus the estimate of the
+rest); request bodies held at once are capped by --max-inflight-bytes (503
+with Retry-After past it; a body over --max-body gets 413 first).
+
+Also serves GET /healthz (200 "ok", or 503 with the reason while the
+database cannot be written, was deleted or replaced, or cannot be read)
+and GET /metrics (Prometheus). SIGINT or SIGTERM stops accepting requests,
+waits for those in flight (up to 30s), writes the queued usage and exits 0.
 
 `
 
@@ -62,7 +78,13 @@ type proxyOptions struct {
 	maxBody     int64
 	maxOutput   int64
 	imageTokens int64
-	log         *slog.Logger
+	// zero: the proxy package's defaults
+	reservationTTL time.Duration
+	bodyTimeout    time.Duration
+	headerTimeout  time.Duration
+	idleTimeout    time.Duration
+	maxInflight    int64
+	log            *slog.Logger
 }
 
 func (m *Main) runProxy(ctx context.Context, args []string) (err error) {
@@ -78,6 +100,11 @@ func (m *Main) runProxy(ctx context.Context, args []string) (err error) {
 	fs.Int64Var(&o.maxBody, "max-body", proxy.DefaultMaxBody, "largest request body in bytes; larger ones get 413")
 	fs.Int64Var(&o.maxOutput, "default-max-output", proxy.DefaultMaxOutput, "output estimate of a request without max tokens")
 	fs.Int64Var(&o.imageTokens, "image-tokens", proxy.DefaultImageTokens, "estimate of one image or file part")
+	fs.DurationVar(&o.reservationTTL, "reservation-ttl", proxy.DefaultReservationTTL, "lifetime of a reservation, renewed every third of it while its request runs (at least 1s)")
+	fs.DurationVar(&o.bodyTimeout, "body-timeout", proxy.DefaultBodyTimeout, "time allowed to receive a request body; slower ones get 408")
+	fs.DurationVar(&o.headerTimeout, "header-timeout", proxy.DefaultHeaderTimeout, "time allowed for the upstream's response headers; past it 504")
+	fs.DurationVar(&o.idleTimeout, "stream-idle-timeout", proxy.DefaultStreamIdleTimeout, "longest the upstream may go quiet mid-response before it is cut off")
+	fs.Int64Var(&o.maxInflight, "max-inflight-bytes", proxy.DefaultMaxInflightBytes, "request body bytes held at once; past it 503 with Retry-After")
 	pos, err := m.parseArgs(fs, proxyHelp, args)
 	if err != nil {
 		return err
@@ -135,6 +162,23 @@ func (o *proxyOptions) validate() error {
 	}
 	if o.imageTokens < 0 || o.imageTokens > budget.MaxTokens {
 		return budget.Invalid("image-tokens", o.imageTokens, "must be between 0 and 2^53-1")
+	}
+	if o.reservationTTL < time.Second {
+		return budget.Invalid("reservation-ttl", o.reservationTTL, "must be at least 1s")
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"body-timeout", o.bodyTimeout}, {"header-timeout", o.headerTimeout}, {"stream-idle-timeout", o.idleTimeout}} {
+		if d.v <= 0 {
+			return budget.Invalid(d.name, d.v, "must be greater than 0")
+		}
+	}
+	if o.maxInflight <= 0 {
+		return budget.Invalid("max-inflight-bytes", o.maxInflight, "must be greater than 0")
+	}
+	if err := budget.CheckName("provider", strings.TrimSpace(o.provider)); err != nil {
+		return err
 	}
 	if strings.ContainsAny(o.keyEnv, "= \t") {
 		return budget.Invalid("upstream-key-env", o.keyEnv, "want an environment variable name")
@@ -199,7 +243,7 @@ func (m *Main) startProxy(ctx context.Context, o proxyOptions) (_ *runningProxy,
 	if err != nil {
 		return nil, budget.Invalid("upstream", p.upstream, err.Error())
 	}
-	uc := proxy.UpstreamConfig{URL: u, Logger: o.log,
+	uc := proxy.UpstreamConfig{URL: u, Logger: o.log, HeaderTimeout: o.headerTimeout, StreamIdleTimeout: o.idleTimeout,
 		OpenAIKey: m.Getenv("OPENAI_API_KEY"), AnthropicKey: m.Getenv("ANTHROPIC_API_KEY")}
 	if o.keyEnv != "" {
 		uc.OpenAIKey = m.Getenv(o.keyEnv)
@@ -214,11 +258,13 @@ func (m *Main) startProxy(ctx context.Context, o proxyOptions) (_ *runningProxy,
 		return nil, err
 	}
 	mw, err := proxy.New(p.tracker, proxy.Config{Mode: o.mode, Routes: proxy.DefaultRoutes(strings.TrimSpace(o.provider)),
-		DefaultMaxOutput: o.maxOutput, ImageTokens: o.imageTokens, MaxBody: o.maxBody, Metrics: metrics, Logger: o.log})
+		DefaultMaxOutput: o.maxOutput, ImageTokens: o.imageTokens, MaxBody: o.maxBody,
+		ReservationTTL: o.reservationTTL, BodyTimeout: o.bodyTimeout, MaxInflightBytes: o.maxInflight,
+		Metrics: metrics, Logger: o.log})
 	if err != nil {
 		return nil, err
 	}
-	h, err := proxy.NewHandler(proxy.HandlerConfig{Middleware: mw, Upstream: up, Registry: reg, Health: proxy.StoreHealth(s)})
+	h, err := proxy.NewHandler(proxy.HandlerConfig{Middleware: mw, Upstream: up, Registry: reg, Health: proxy.TrackerHealth(p.tracker)})
 	if err != nil {
 		return nil, err
 	}

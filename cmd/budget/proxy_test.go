@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +24,13 @@ func TestProxyFlags(t *testing.T) {
 		{"--mock-upstream", "--max-body", "0"},
 		{"--mock-upstream", "--default-max-output", "-1"},
 		{"--mock-upstream", "stray"},
+		{"--mock-upstream", "--reservation-ttl", "500ms"},
+		{"--mock-upstream", "--body-timeout", "0s"},
+		{"--mock-upstream", "--header-timeout", "-1s"},
+		{"--mock-upstream", "--stream-idle-timeout", "0s"},
+		{"--mock-upstream", "--max-inflight-bytes", "0"},
+		{"--mock-upstream", "--provider", "open\nai"},
+		{"--mock-upstream", "--provider", strings.Repeat("p", 300)},
 	} {
 		db := tempDB(t)
 		mustRun(t, 2, append([]string{"proxy", "--db", db}, args...)...)
@@ -31,9 +39,94 @@ func TestProxyFlags(t *testing.T) {
 		}
 	}
 	mustRun(t, 2, "mock-upstream", "--chunk-delay", "-1s")
-	if r := mustRun(t, 0, "proxy", "-h"); !strings.Contains(r.stdout, "--upstream-key-env") {
-		t.Errorf("proxy -h: %s", r.stdout)
+	help := mustRun(t, 0, "proxy", "-h").stdout
+	for _, want := range []string{"--upstream-key-env", "X-Tokenbudget-Request-Id",
+		"-reservation-ttl duration", "(default 20s)", "-body-timeout duration", "(default 30s)",
+		"-header-timeout duration", "(default 10m0s)", "-stream-idle-timeout duration", "(default 5m0s)",
+		"-max-inflight-bytes int", "(default 268435456)"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("proxy -h lacks %q:\n%s", want, help)
+		}
 	}
+}
+
+// TestProxyKeyNames: key add refuses a name with control characters or
+// over the bound with exit 2, quoting only its start, before any database
+// is created.
+func TestProxyKeyNames(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"a\tb", "a\x00b", "a\u0085b", strings.Repeat("k", 100<<10)} {
+		db := tempDB(t)
+		r := mustRun(t, 2, "key", "add", name, "--db", db)
+		if len(r.stderr) > 1024 {
+			t.Errorf("key add %.20q: %d bytes on stderr", name, len(r.stderr))
+		}
+		if exists(db) {
+			t.Errorf("key add %.20q created the database", name)
+		}
+	}
+}
+
+// TestProxyRequestID: in both modes the usage of a proxied request is
+// recorded under the X-Tokenbudget-Request-Id its response carries.
+func TestProxyRequestID(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"reserve", "check"} {
+		db := tempDB(t)
+		secret := strings.TrimSpace(mustRun(t, 0, "key", "add", "app", "--db", db).stdout)
+		ctx, cancel := context.WithCancel(context.Background())
+		line, done := startCLI(t, ctx, nil, "proxy", "--db", db, "--mock-upstream", "--listen", "127.0.0.1:0", "--mode", mode)
+		base := listenURL(t, line)
+		var ids []string
+		for _, stream := range []string{"false", "true"} {
+			req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions",
+				strings.NewReader(`{"model":"m","max_tokens":5,"stream":`+stream+`,"messages":[]}`))
+			req.Header.Set("Authorization", "Bearer "+secret)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if id := resp.Header.Get("X-Tokenbudget-Request-Id"); resp.StatusCode != 200 || id == "" {
+				t.Errorf("%s, stream %s: status %d, request id %q", mode, stream, resp.StatusCode, id)
+			} else {
+				ids = append(ids, id)
+			}
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("%s: proxy exited with %v", mode, err)
+		}
+		for id, n := range usageCounts(t, db, "app", ids) {
+			if n != 1 {
+				t.Errorf("%s: %d usage rows under %s; want 1", mode, n, id)
+			}
+		}
+	}
+}
+
+// TestProxyHealthz: /healthz is 200 "ok", and 503 with the reason once the
+// database file is deleted under the running proxy.
+func TestProxyHealthz(t *testing.T) {
+	t.Parallel()
+	db := tempDB(t)
+	mustRun(t, 0, "key", "add", "app", "--db", db)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	line, done := startCLI(t, ctx, nil, "proxy", "--db", db, "--mock-upstream", "--listen", "127.0.0.1:0")
+	base := listenURL(t, line)
+	if code, body := getURL(http.DefaultClient, base+"/healthz"); code != 200 || body != "ok\n" {
+		t.Errorf("/healthz: %d %q; want 200 ok", code, body)
+	}
+	if err := os.Remove(db); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := getURL(http.DefaultClient, base+"/healthz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "deleted") {
+		t.Errorf("/healthz after the database file was deleted: %d %q; want 503 naming the deletion", code, body)
+	}
+	cancel()
+	<-done
 }
 
 // startCLI runs the budget command line args until ctx ends and returns
@@ -100,7 +193,7 @@ func TestProxyCommand(t *testing.T) {
 	if code, _ := post(t, base+"/v1/chat/completions", "tbk_wrong", `{}`); code != 401 {
 		t.Errorf("wrong key: %d", code)
 	}
-	for path, want := range map[string]string{"/healthz": `"ok"`, "/metrics": `tokenbudget_proxy_requests_total{outcome="ok"} 1`} {
+	for path, want := range map[string]string{"/healthz": "ok\n", "/metrics": `tokenbudget_proxy_requests_total{outcome="ok"} 1`} {
 		resp, err := http.Get(base + path)
 		if err != nil {
 			t.Fatal(err)
