@@ -447,9 +447,6 @@ func TestProxyDiskFull(t *testing.T) {
 		code, body := getURL(client, p.url+"/healthz")
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "disk full"), fmt.Sprint(code, " ", body)
 	})
-	if counts := usageCounts(t, db, "app", ids); rowTotal(counts) != 0 {
-		t.Logf("charged while the disk was full: %v", counts)
-	}
 
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
@@ -470,14 +467,6 @@ func TestProxyDiskFull(t *testing.T) {
 	if code, out := exitOf(t, bin, "verify", "--db", db); code != 0 {
 		t.Errorf("budget verify: exit %d\n%s", code, out)
 	}
-}
-
-func rowTotal(m map[string]int) int {
-	n := 0
-	for _, v := range m {
-		n += v
-	}
-	return n
 }
 
 // fillDisk writes path until the file system is full.
