@@ -108,8 +108,12 @@ CREATE TABLE IF NOT EXISTS gateway_keys (
     name       TEXT    PRIMARY KEY,
     hash       TEXT    NOT NULL UNIQUE,
     created_at INTEGER NOT NULL,
-    revoked_at INTEGER NOT NULL DEFAULT 0
+    revoked_at INTEGER NOT NULL DEFAULT 0,
+    prev_hash    TEXT    NOT NULL DEFAULT '',  -- the secret a rotation replaced, accepted until prev_until
+    prev_until   INTEGER NOT NULL DEFAULT 0,
+    last_used_at INTEGER NOT NULL DEFAULT 0   -- to within a minute
 );
+CREATE INDEX IF NOT EXISTS gateway_keys_prev ON gateway_keys (prev_hash) WHERE prev_hash <> '';
 
 -- meta: limits_version moves on every change to limits, so a writer can
 -- confirm inside its transaction that the definitions it holds are current.

@@ -29,7 +29,7 @@ import (
 )
 
 // SchemaVersion is the PRAGMA user_version this build writes and reads.
-const SchemaVersion = 4
+const SchemaVersion = 5
 
 // Options configure Open. The zero value is usable.
 type Options struct {
@@ -236,6 +236,12 @@ func migrations(schema string) []migration {
 			ALTER TABLE holds ADD COLUMN subject TEXT NOT NULL DEFAULT '';
 			DROP INDEX holds_by_limit;
 			CREATE INDEX holds_by_limit ON holds (limit_id, subject, window_start, expires_at, amount);`},
+		// 5: gateway keys can be rotated (with a grace period) and record
+		// their last use.
+		{sql: `ALTER TABLE gateway_keys ADD COLUMN prev_hash TEXT NOT NULL DEFAULT '';
+			ALTER TABLE gateway_keys ADD COLUMN prev_until INTEGER NOT NULL DEFAULT 0;
+			ALTER TABLE gateway_keys ADD COLUMN last_used_at INTEGER NOT NULL DEFAULT 0;
+			CREATE INDEX gateway_keys_prev ON gateway_keys (prev_hash) WHERE prev_hash <> '';`},
 	}
 }
 

@@ -232,20 +232,33 @@ func (t *tx) InsertKey(ctx context.Context, k budget.GatewayKey) error {
 }
 
 func (t *tx) KeyByHash(ctx context.Context, hash string) (budget.GatewayKey, error) {
-	var r sqlrow.GatewayKey
-	err := t.get(ctx, &r, `SELECT name, hash, created_at, revoked_at FROM gateway_keys WHERE hash = ?`, hash)
-	if errors.Is(err, sql.ErrNoRows) {
-		return budget.GatewayKey{}, fmt.Errorf("gateway key: %w", budget.ErrNotFound)
+	return sqlrow.KeyByHash(ctx, t.tx, hash)
+}
+
+func (t *tx) RotateKey(ctx context.Context, name, hash string, graceUntil time.Time) error {
+	if err := t.write(); err != nil {
+		return err
 	}
-	if err != nil {
-		return budget.GatewayKey{}, fmt.Errorf("read gateway key: %w", err)
+	return sqlrow.RotateKey(ctx, t.tx, name, hash, graceUntil)
+}
+
+func (t *tx) ReuseKey(ctx context.Context, k budget.GatewayKey) error {
+	if err := t.write(); err != nil {
+		return err
 	}
-	return r.Decode(), nil
+	return sqlrow.ReuseKey(ctx, t.tx, k)
+}
+
+func (t *tx) TouchKey(ctx context.Context, name string, at time.Time) error {
+	if err := t.write(); err != nil {
+		return err
+	}
+	return sqlrow.TouchKey(ctx, t.tx, name, at)
 }
 
 func (t *tx) Keys(ctx context.Context) ([]budget.GatewayKey, error) {
 	var rows []sqlrow.GatewayKey
-	if err := t.sel(ctx, &rows, `SELECT name, hash, created_at, revoked_at FROM gateway_keys ORDER BY name`); err != nil {
+	if err := t.sel(ctx, &rows, `SELECT `+sqlrow.KeyCols+` FROM gateway_keys ORDER BY name`); err != nil {
 		return nil, fmt.Errorf("read gateway keys: %w", err)
 	}
 	out := make([]budget.GatewayKey, len(rows))

@@ -173,11 +173,18 @@ type GatewayKey struct {
 	Hash      string `db:"hash"`
 	CreatedAt int64  `db:"created_at"`
 	RevokedAt int64  `db:"revoked_at"`
+	PrevHash  string `db:"prev_hash"`
+	PrevUntil int64  `db:"prev_until"`
+	LastUsed  int64  `db:"last_used_at"`
 }
+
+// KeyCols are the columns of a GatewayKey, in order.
+const KeyCols = `name, hash, created_at, revoked_at, prev_hash, prev_until, last_used_at`
 
 // Decode is the row as a budget.GatewayKey.
 func (r *GatewayKey) Decode() budget.GatewayKey {
-	return budget.GatewayKey{Name: r.Name, Hash: r.Hash, CreatedAt: FromNs(r.CreatedAt), RevokedAt: FromNs(r.RevokedAt)}
+	return budget.GatewayKey{Name: r.Name, Hash: r.Hash, CreatedAt: FromNs(r.CreatedAt), RevokedAt: FromNs(r.RevokedAt),
+		PrevHash: r.PrevHash, PrevUntil: FromNs(r.PrevUntil), LastUsedAt: FromNs(r.LastUsed)}
 }
 
 // OnExpiry is the stored form of a reservation's expiry policy.
