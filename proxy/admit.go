@@ -10,9 +10,12 @@ import (
 	"github.com/tokenbudget/tokenbudget/budget"
 )
 
-// admit reserves (or checks) req. It fills info.RequestID and the success
-// headers into extra, or answers the refusal and returns false.
-func (m *Middleware) admit(w http.ResponseWriter, r *http.Request, f Format, req budget.Request, info *Info, extra http.Header) (*budget.Reservation, bool) {
+// admit reserves (or checks) req. minOutput > 0 lets the output estimate
+// shrink to fit the room left, down to minOutput (a request that gets an
+// injected cap): the estimate admitted is in info.Estimate. It fills
+// info.RequestID and the success headers into extra, or answers the
+// refusal and returns false.
+func (m *Middleware) admit(w http.ResponseWriter, r *http.Request, f Format, req budget.Request, minOutput int64, info *Info, extra http.Header) (*budget.Reservation, bool) {
 	ctx := r.Context()
 	bp := m.statusBuf()
 	defer m.bufs.Put(bp)
@@ -24,12 +27,28 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request, f Format, req
 			m.admitError(w, r, f, err)
 			return nil, false
 		}
+		if !d.Allowed && minOutput > 0 {
+			// The same rule as reserve mode's MinOutput, on the statuses
+			// Check read: only a budget refusal can be helped by a
+			// smaller output (not a park, nor anything else Err names).
+			var ee *budget.ExceededError
+			if errors.As(d.Err(), &ee) {
+				if fit, ok := budget.FitOutput(d.Limits, req.Estimate, minOutput); ok {
+					req.Estimate, d.Allowed, d.Breach = fit, true, nil
+				}
+			}
+		}
 		if !d.Allowed {
 			m.refuse(w, f, &d, req.Estimate, now)
 			return nil, false
 		}
-		info.RequestID, info.At = budget.NewID("req_"), now
+		if m.cfg.RequireLimits && len(d.Limits) == 0 {
+			m.noBudget(w, f, req.Key)
+			return nil, false
+		}
+		info.RequestID, info.At, info.Estimate = budget.NewID("req_"), now, req.Estimate
 		setRateLimitHeaders(extra, d.Limits, req.Estimate, now, true)
+		setMatchedHeaders(extra, d.Limits, req.Estimate)
 		return nil, true
 	}
 	// Not cancelled with the request: a reservation made for a client that
@@ -38,12 +57,18 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request, f Format, req
 	defer cancel()
 	// Charged on expiry: if this process dies, the client may already have
 	// its answer, so recovery charges the estimate rather than freeing it.
-	res, err := m.t.ReserveWith(rctx, req, budget.ReserveOptions{TTL: m.cfg.ReservationTTL, OnExpiry: budget.ExpireCharge})
-	if err == nil && ctx.Err() != nil {
-		m.cfg.Metrics.outcome(OutcomeClientClosed)
+	res, err := m.t.ReserveWith(rctx, req, budget.ReserveOptions{TTL: m.cfg.ReservationTTL, OnExpiry: budget.ExpireCharge, MinOutput: minOutput})
+	if err == nil && (ctx.Err() != nil || m.cfg.RequireLimits && len(res.Holds) == 0) {
+		if ctx.Err() != nil {
+			m.outcome(w, OutcomeClientClosed)
+		} else {
+			// Decided on the reservation, not on a cached check before it:
+			// it is the answer that saw every limit, default ones included.
+			m.noBudget(w, f, req.Key)
+		}
 		if err := m.t.Release(rctx, res.ID); err != nil {
 			m.cfg.Metrics.settleError()
-			m.log.Error("proxy: releasing the reservation of a client that left failed", "request_id", res.ID, "err", err)
+			m.log.Error("proxy: releasing a reservation that was not used failed", "request_id", res.ID, "err", err)
 		}
 		return nil, false
 	}
@@ -54,21 +79,32 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request, f Format, req
 		case errors.As(err, &ee):
 			m.refuse(w, f, &ee.Decision, req.Estimate, m.t.Now())
 		case errors.As(err, &pe):
-			m.cfg.Metrics.outcome(OutcomeParked)
-			writeError(w, f, parkedError(w.Header(), f, pe.Provider, ceilSeconds(pe.RetryAfter)))
+			m.outcome(w, OutcomeParked)
+			writeError(w, f, parkedError(w.Header(), f, pe.Provider, ceilSeconds(pe.RetryAfter), m.cfg.MaxClientWait))
 		default:
 			m.admitError(w, r, f, err)
 		}
 		return nil, false
 	}
-	info.RequestID, info.At = res.ID, res.At
+	info.RequestID, info.At, info.Estimate = res.ID, res.At, res.Estimate
 	// The statuses for the headers: the cache holds the reservation now.
 	now := m.t.Now()
 	if d, err := m.t.CheckInto(ctx, req, now, *bp); err == nil {
 		setRateLimitHeaders(extra, d.Limits, budget.Estimate{}, now, true)
+		setMatchedHeaders(extra, d.Limits, budget.Estimate{})
 		*bp = d.Limits[:0]
 	}
 	return res, true
+}
+
+// noBudget answers a request that no enabled limit applies to while
+// Config.RequireLimits is set: 403, never retried.
+func (m *Middleware) noBudget(w http.ResponseWriter, f Format, key string) {
+	m.outcome(w, OutcomeNoBudget)
+	w.Header().Set("X-Should-Retry", "false")
+	writeError(w, f, simpleError(f, http.StatusForbidden, CodeNoBudget,
+		"no budget: no limit applies to gateway key "+key+" for this request, and this gateway refuses unbudgeted requests; "+
+			"ask its operator for a limit ('budget limit set --key "+key+" ...' or a default limit)"))
 }
 
 func (m *Middleware) statusBuf() *[]budget.Status {
@@ -83,22 +119,22 @@ func (m *Middleware) statusBuf() *[]budget.Status {
 // helps), else the breach.
 func (m *Middleware) refuse(w http.ResponseWriter, f Format, d *budget.Decision, est budget.Estimate, now time.Time) {
 	if d.Parked != nil {
-		m.cfg.Metrics.outcome(OutcomeParked)
-		writeError(w, f, parkedError(w.Header(), f, d.Parked.ProviderState, d.Parked.RetryAfterSeconds))
+		m.outcome(w, OutcomeParked)
+		writeError(w, f, parkedError(w.Header(), f, d.Parked.ProviderState, d.Parked.RetryAfterSeconds, m.cfg.MaxClientWait))
 		return
 	}
-	m.cfg.Metrics.outcome(OutcomeRefused)
+	m.outcome(w, OutcomeRefused)
 	if d.Breach != nil {
 		m.cfg.Metrics.refused(d.Breach.Limit.Scope)
 	}
-	writeError(w, f, exceededError(w.Header(), f, d, est, now))
+	writeError(w, f, exceededError(w.Header(), f, d, est, now, m.cfg.MaxClientWait))
 }
 
 // admitError answers a failed check or reservation: 400 for input the
 // tracker rejects, else 503.
 func (m *Middleware) admitError(w http.ResponseWriter, r *http.Request, f Format, err error) {
 	if errors.Is(err, budget.ErrInvalid) {
-		m.cfg.Metrics.outcome(OutcomeBadRequest)
+		m.outcome(w, OutcomeBadRequest)
 		writeError(w, f, simpleError(f, http.StatusBadRequest, CodeBadRequest, err.Error()))
 		return
 	}
@@ -109,10 +145,10 @@ func (m *Middleware) admitError(w http.ResponseWriter, r *http.Request, f Format
 // client has left: that is why the call failed).
 func (m *Middleware) unavailable(w http.ResponseWriter, r *http.Request, f Format, what string, err error) {
 	if r.Context().Err() != nil {
-		m.cfg.Metrics.outcome(OutcomeClientClosed)
+		m.outcome(w, OutcomeClientClosed)
 		return
 	}
-	m.cfg.Metrics.outcome(OutcomeError)
+	m.outcome(w, OutcomeError)
 	m.log.Error("proxy: cannot "+what+"; refusing the request", "err", err)
 	w.Header().Set("Retry-After", "1")
 	writeError(w, f, simpleError(f, http.StatusServiceUnavailable, CodeUnavailable, "the gateway cannot "+what+" now; retry shortly"))

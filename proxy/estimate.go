@@ -31,8 +31,16 @@ type RequestInfo struct {
 	Stream bool
 	// IncludeUsage is stream_options.include_usage as the client sent it.
 	IncludeUsage bool
-	// MaxOutput is the output cap the request sets (0: none).
+	// MaxOutput is the largest output cap the request sets in any of
+	// max_tokens, max_completion_tokens and max_output_tokens (0: none).
+	// The largest, because an upstream may honour any one of them: an
+	// OpenAI-compatible server that reads only max_tokens generates up to
+	// it whatever max_output_tokens says.
 	MaxOutput int64
+	// HasCap is true when the body names any of those fields with a value
+	// other than null: the client chose its cap, which the proxy never
+	// changes (a cap is injected only when HasCap is false).
+	HasCap bool
 	// Choices is chat's n (1 when absent).
 	Choices int64
 	// TextBytes, Messages, Parts and PreTokens are the counts the input
@@ -47,8 +55,8 @@ type RequestInfo struct {
 //
 //	input  = ceil(text bytes / 4) + 4 per message + imageTokens per image or
 //	         file part + 1 per token id of a pre-tokenized embeddings input
-//	output = max_completion_tokens | max_output_tokens | max_tokens (the
-//	         first present; times n for chat), else defaultMaxOutput
+//	output = the largest of max_tokens, max_completion_tokens and
+//	         max_output_tokens (times n for chat), else defaultMaxOutput
 //
 // Text bytes are the bytes of every JSON string value in the prompt fields
 // (messages, system, instructions, input) plus the raw JSON of the tool
@@ -119,10 +127,12 @@ func ParseRequest(f Format, body []byte) (RequestInfo, error) {
 		ri.IncludeUsage = so.IncludeUsage
 	}
 	for _, raw := range [...]json.RawMessage{r.MaxCompletionTokens, r.MaxOutputTokens, r.MaxTokens} {
+		if raw = bytes.TrimSpace(raw); len(raw) > 0 && string(raw) != "null" {
+			ri.HasCap = true
+		}
 		var v int64
 		if json.Unmarshal(raw, &v) == nil && v > 0 {
-			ri.MaxOutput = min(v, budget.MaxTokens)
-			break
+			ri.MaxOutput = max(ri.MaxOutput, min(v, budget.MaxTokens))
 		}
 	}
 	if f == OpenAIChat {

@@ -24,9 +24,15 @@ func TestEstimate(t *testing.T) {
 		{"chat: default output, n choices", proxy.OpenAIChat,
 			`{"model":"m","n":3,"messages":[{"role":"user","content":"hi"}]}`,
 			budget.Estimate{Input: 2 + 4, Output: 3 * proxy.DefaultMaxOutput}},
-		{"chat: max_completion_tokens wins over max_tokens", proxy.OpenAIChat,
+		{"chat: the largest cap wins", proxy.OpenAIChat,
 			`{"model":"m","max_tokens":9,"max_completion_tokens":70,"messages":[]}`,
 			budget.Estimate{Input: 1, Output: 70}},
+		{"chat: the largest cap wins, whatever field holds it", proxy.OpenAIChat,
+			`{"model":"m","max_output_tokens":1,"max_tokens":5000,"n":2,"messages":[]}`,
+			budget.Estimate{Input: 1, Output: 10000}},
+		{"responses: max_tokens counts too", proxy.OpenAIResponses,
+			`{"model":"m","max_output_tokens":1,"max_tokens":300,"input":[]}`,
+			budget.Estimate{Input: 1, Output: 300}},
 		{"chat: image parts cost a fixed amount, their data is not text", proxy.OpenAIChat,
 			`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":[{"type":"text","text":"what is it"},` +
 				`{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}}]}]}`,
@@ -74,12 +80,21 @@ func TestEstimate(t *testing.T) {
 	}
 }
 
-// TestParseRequestFlags: model, stream and include_usage.
+// TestParseRequestFlags: model, stream, include_usage, and whether the
+// client set a cap of its own (any of the three fields, not null).
 func TestParseRequestFlags(t *testing.T) {
 	t.Parallel()
 	ri, err := proxy.ParseRequest(proxy.OpenAIChat, []byte(`{"model":" gpt-4o ","stream":true,"stream_options":{"include_usage":true}}`))
-	if err != nil || ri.Model != " gpt-4o " || !ri.Stream || !ri.IncludeUsage {
+	if err != nil || ri.Model != " gpt-4o " || !ri.Stream || !ri.IncludeUsage || ri.HasCap {
 		t.Errorf("got %+v %v", ri, err)
+	}
+	for body, want := range map[string]bool{
+		`{}`: false, `{"max_tokens":null}`: false, `{"max_tokens":5}`: true, `{"max_completion_tokens":0}`: true,
+		`{"max_output_tokens":"x"}`: true, `{"max_tokens":null,"max_output_tokens":7}`: true,
+	} {
+		if ri, err := proxy.ParseRequest(proxy.OpenAIChat, []byte(body)); err != nil || ri.HasCap != want {
+			t.Errorf("%s: HasCap %v (%v); want %v", body, ri.HasCap, err, want)
+		}
 	}
 }
 

@@ -11,8 +11,11 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
+
+	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/tokenbudget/tokenbudget/budget"
 )
@@ -21,12 +24,25 @@ import (
 // (and to scan for in leaked text).
 const KeyPrefix = "tbk_"
 
-// DefaultKeyTTL is how long Keys trusts a lookup: a revoked key stops
-// working within it, in every process on the database.
+// DefaultKeyTTL is how long Keys trusts a lookup, found or not: a revoked
+// key stops working within it, in every process on the database.
 const DefaultKeyTTL = 5 * time.Second
 
-// defaultKeyCacheSize bounds Keys' cache; past it the cache starts over.
-const defaultKeyCacheSize = 10_000
+// Bounds of Keys' caches. Known keys and unknown secrets are cached apart,
+// each evicting its least recently used entry when full, so a flood of
+// made-up secrets never pushes a real key out (nor empties the cache).
+const (
+	defaultKeyCacheSize     = 10_000
+	defaultUnknownCacheSize = 4_096
+)
+
+// DefaultTouchInterval is how often at most Keys records a key's use
+// (GatewayKey.LastUsedAt): a write a minute per key, off the request path.
+const DefaultTouchInterval = time.Minute
+
+// DefaultRotateGrace is how long 'budget key rotate' keeps the old secret
+// working by default: time to roll the new one out.
+const DefaultRotateGrace = time.Hour
 
 // ErrUnknownKey is returned by a KeyLookup for a secret that names no
 // usable key: unknown, revoked, or absent. The proxy answers 401.
@@ -64,8 +80,19 @@ func HashKey(secret string) string {
 
 // AddKey creates the gateway key name in s with a new secret, stored only
 // as its hash, and returns the secret: it cannot be read back later. A name
-// that exists (revoked ones included) is invalid input.
+// that exists (revoked ones included) is invalid input; see ReuseKey.
 func AddKey(ctx context.Context, s budget.Store, name string, at time.Time) (secret string, err error) {
+	return addKey(ctx, s, name, at, false)
+}
+
+// ReuseKey is AddKey that also takes the name of a revoked key: the name,
+// and so its limits and their windows, get a new secret (the revoked one
+// stays refused). A live key's name is invalid input: rotate it instead.
+func ReuseKey(ctx context.Context, s budget.Store, name string, at time.Time) (secret string, err error) {
+	return addKey(ctx, s, name, at, true)
+}
+
+func addKey(ctx context.Context, s budget.Store, name string, at time.Time, reuse bool) (secret string, err error) {
 	name = strings.TrimSpace(name)
 	if err := ValidKeyName(name); err != nil {
 		return "", err
@@ -74,7 +101,39 @@ func AddKey(ctx context.Context, s budget.Store, name string, at time.Time) (sec
 		return "", err
 	}
 	k := budget.GatewayKey{Name: name, Hash: HashKey(secret), CreatedAt: at.UTC()}
-	if err := s.Update(ctx, func(tx budget.Tx) error { return tx.InsertKey(ctx, k) }); err != nil {
+	err = s.Update(ctx, func(tx budget.Tx) error {
+		if reuse {
+			if err := tx.ReuseKey(ctx, k); !errors.Is(err, budget.ErrNotFound) {
+				return err
+			}
+		}
+		return tx.InsertKey(ctx, k)
+	})
+	if err != nil {
+		return "", err
+	}
+	return secret, nil
+}
+
+// RotateKey gives the live key name a new secret and returns it; the old
+// secret keeps working until at + grace (a grace of 0 refuses it at once,
+// give or take the DefaultKeyTTL a running proxy trusts a lookup). The
+// name, its limits and their windows are unchanged. A secret replaced by
+// an earlier rotation stops working now. An unknown name is
+// budget.ErrNotFound; a revoked one invalid input.
+func RotateKey(ctx context.Context, s budget.Store, name string, grace time.Duration, at time.Time) (secret string, err error) {
+	name = strings.TrimSpace(name)
+	if err := ValidKeyName(name); err != nil {
+		return "", err
+	}
+	if grace < 0 {
+		return "", budget.Invalid("grace", grace, "must not be negative")
+	}
+	if secret, err = NewKeySecret(); err != nil {
+		return "", err
+	}
+	until := at.UTC().Add(grace)
+	if err := s.Update(ctx, func(tx budget.Tx) error { return tx.RotateKey(ctx, name, HashKey(secret), until) }); err != nil {
 		return "", err
 	}
 	return secret, nil
@@ -111,28 +170,43 @@ func Secret(h http.Header) string {
 }
 
 // Keys looks gateway secrets up by their hash in a Store and caches each
-// answer (the name, or that the secret is unknown or revoked) for TTL: a
-// key added by another process works at once, a revoked one stops within
-// TTL. Keys is safe for concurrent use.
+// answer (the key found, or that there is none) for TTL: a key added by
+// another process works at once, a revoked one stops within TTL. Whether a
+// key found opens for a secret is decided at every lookup with the current
+// time (budget.GatewayKey.Accepts), so a rotated key's old secret stops at
+// the end of its grace period exactly, cached or not. Known keys and
+// unknown secrets are cached apart, each bounded and evicting its least
+// recently used entry. A key's use is recorded in the store at most once
+// per DefaultTouchInterval, by a goroutine of its own: never on the
+// request's path. Keys is safe for concurrent use.
 type Keys struct {
 	// TTL is how long an answer is trusted. (Optional; default DefaultKeyTTL.)
 	TTL time.Duration
 	// Now is the clock. (Optional; default time.Now.)
 	Now func() time.Time
+	// OnTouchError is called when recording a key's use fails (the use is
+	// not retried: the next one a minute later records it). (Optional.)
+	OnTouchError func(name string, err error)
 
-	store budget.Store
-	mu    sync.RWMutex
-	cache map[string]keyEntry // by hash
+	store   budget.Store
+	known   *lru.Cache[string, *keyEntry] // by hash
+	unknown *lru.Cache[string, time.Time] // by hash: when it was found missing
+	touches sync.WaitGroup
 }
 
+// keyEntry is a key found by a hash: the key's row as loaded, and when its
+// use was last recorded (Unix ns; shared by reloads of the same key).
 type keyEntry struct {
-	name     string // "" for unknown or revoked
+	key      budget.GatewayKey
 	loadedAt time.Time
+	touched  *atomic.Int64
 }
 
 // NewKeys returns a lookup over s with the default TTL.
 func NewKeys(s budget.Store) *Keys {
-	return &Keys{store: s, cache: make(map[string]keyEntry)}
+	known, _ := lru.New[string, *keyEntry](defaultKeyCacheSize)
+	unknown, _ := lru.New[string, time.Time](defaultUnknownCacheSize)
+	return &Keys{store: s, known: known, unknown: unknown}
 }
 
 // Lookup returns the name of the usable key whose secret is secret, or
@@ -151,10 +225,12 @@ func (k *Keys) Lookup(ctx context.Context, secret string) (string, error) {
 	}
 	hash := HashKey(secret)
 	t := now()
-	k.mu.RLock()
-	e, ok := k.cache[hash]
-	k.mu.RUnlock()
-	if !ok || t.Sub(e.loadedAt) >= ttl || t.Before(e.loadedAt) {
+	fresh := func(at time.Time) bool { return !t.Before(at) && t.Sub(at) < ttl }
+	e, ok := k.known.Get(hash)
+	if !ok || !fresh(e.loadedAt) {
+		if at, ok := k.unknown.Get(hash); ok && fresh(at) {
+			return "", ErrUnknownKey
+		}
 		var gk budget.GatewayKey
 		err := k.store.View(ctx, func(tx budget.Tx) error {
 			var err error
@@ -163,23 +239,47 @@ func (k *Keys) Lookup(ctx context.Context, secret string) (string, error) {
 		})
 		switch {
 		case errors.Is(err, budget.ErrNotFound):
-			gk = budget.GatewayKey{}
+			k.known.Remove(hash)
+			k.unknown.Add(hash, t)
+			return "", ErrUnknownKey
 		case err != nil:
 			return "", fmt.Errorf("proxy: look up gateway key: %w", err)
 		}
-		e = keyEntry{loadedAt: t}
-		if gk.Name != "" && gk.RevokedAt.IsZero() {
-			e.name = gk.Name
+		ne := &keyEntry{key: gk, loadedAt: t, touched: new(atomic.Int64)}
+		if e != nil && e.key.Name == gk.Name {
+			ne.touched = e.touched
 		}
-		k.mu.Lock()
-		if len(k.cache) >= defaultKeyCacheSize {
-			clear(k.cache)
-		}
-		k.cache[hash] = e
-		k.mu.Unlock()
+		e = ne
+		k.unknown.Remove(hash)
+		k.known.Add(hash, e)
 	}
-	if e.name == "" {
+	if !e.key.Accepts(hash, t) {
 		return "", ErrUnknownKey
 	}
-	return e.name, nil
+	k.touch(e, t)
+	return e.key.Name, nil
 }
+
+// touch records the key's use at t unless this process did within the
+// last DefaultTouchInterval. It runs the write on its own goroutine.
+func (k *Keys) touch(e *keyEntry, t time.Time) {
+	last := e.touched.Load()
+	if last != 0 && t.UnixNano()-last < int64(DefaultTouchInterval) || !e.touched.CompareAndSwap(last, t.UnixNano()) {
+		return
+	}
+	name := e.key.Name
+	k.touches.Add(1)
+	go func() {
+		defer k.touches.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		err := k.store.Update(ctx, func(tx budget.Tx) error { return tx.TouchKey(ctx, name, t) })
+		if err != nil && k.OnTouchError != nil {
+			k.OnTouchError(name, err)
+		}
+	}()
+}
+
+// Wait waits for the key uses being recorded: call it before closing the
+// store.
+func (k *Keys) Wait() { k.touches.Wait() }

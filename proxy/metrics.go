@@ -25,6 +25,7 @@ const (
 	OutcomeError         = "error"          // the budget store failed (503)
 	OutcomeBusy          = "busy"           // request bytes in flight over the bound (503)
 	OutcomeTimeout       = "timeout"        // the request body came too slowly (408)
+	OutcomeNoBudget      = "no_budget"      // no limit applies and RequireLimits is set (403)
 )
 
 // Metrics are the proxy's Prometheus metrics. Create them with NewMetrics,
@@ -39,6 +40,10 @@ type Metrics struct {
 	settleErrs   prometheus.Counter
 	storeWrite   prometheus.Histogram
 	tracker      atomic.Pointer[budget.Tracker]
+	// commits counts the events the middleware's commits wrote: they are
+	// written on the tracker's transaction, not by its recorder, so the
+	// tracker's Stats.Written leaves them out.
+	commits atomic.Int64
 
 	queueDepth, parked          *prometheus.Desc
 	written, duplicates, failed *prometheus.Desc
@@ -54,7 +59,8 @@ type Metrics struct {
 //	tokenbudget_proxy_settle_errors_total
 //	tokenbudget_recorder_queue_depth
 //	tokenbudget_recorder_flush_seconds              write transactions (InstrumentStore)
-//	tokenbudget_recorder_events_written_total, _duplicates_total, _failures_total
+//	tokenbudget_recorder_events_written_total       recorded and committed (reserve mode) events
+//	tokenbudget_recorder_duplicates_total, _failures_total
 //	tokenbudget_parked_providers                    providers refusing now
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
@@ -75,13 +81,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Duration of the store's write transactions: recorder batches, reservations, commits.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
 		queueDepth: prometheus.NewDesc("tokenbudget_recorder_queue_depth", "Operations waiting for the recorder's writer.", nil, nil),
-		written:    prometheus.NewDesc("tokenbudget_recorder_events_written_total", "Usage events committed to the history.", nil, nil),
+		written: prometheus.NewDesc("tokenbudget_recorder_events_written_total",
+			"Usage events written to the history by this process: recorded ones (check mode) and reservations committed (reserve mode).", nil, nil),
 		duplicates: prometheus.NewDesc("tokenbudget_recorder_duplicates_total", "Usage events ignored as duplicates.", nil, nil),
 		failed:     prometheus.NewDesc("tokenbudget_recorder_failures_total", "Failed write attempts (each is retried).", nil, nil),
 		parked:     prometheus.NewDesc("tokenbudget_parked_providers", "Providers refusing requests now (parked, before resume-at).", nil, nil),
 	}
 	for _, o := range []string{OutcomeOK, OutcomeRefused, OutcomeParked, OutcomeUnauthorized, OutcomeTooLarge,
-		OutcomeBadRequest, OutcomeNotFound, OutcomeUpstreamError, OutcomeClientClosed, OutcomeError, OutcomeBusy, OutcomeTimeout} {
+		OutcomeBadRequest, OutcomeNotFound, OutcomeUpstreamError, OutcomeClientClosed, OutcomeError, OutcomeBusy, OutcomeTimeout, OutcomeNoBudget} {
 		m.requests.WithLabelValues(o)
 	}
 	for _, s := range []budget.Scope{budget.ScopeGlobal, budget.ScopeProvider, budget.ScopeModel} {
@@ -144,6 +151,12 @@ func (m *Metrics) parkedProvider(provider string, kind budget.ParkKind) {
 	}
 }
 
+func (m *Metrics) committed() {
+	if m != nil {
+		m.commits.Add(1)
+	}
+}
+
 func (m *Metrics) settleError() {
 	if m != nil {
 		m.settleErrs.Inc()
@@ -168,7 +181,7 @@ func (c trackerCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	s := t.Stats()
 	ch <- prometheus.MustNewConstMetric(c.m.queueDepth, prometheus.GaugeValue, float64(s.QueueDepth))
-	ch <- prometheus.MustNewConstMetric(c.m.written, prometheus.CounterValue, float64(s.Written))
+	ch <- prometheus.MustNewConstMetric(c.m.written, prometheus.CounterValue, float64(s.Written+c.m.commits.Load()))
 	ch <- prometheus.MustNewConstMetric(c.m.duplicates, prometheus.CounterValue, float64(s.Duplicates))
 	ch <- prometheus.MustNewConstMetric(c.m.failed, prometheus.CounterValue, float64(s.Failures))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -53,6 +53,11 @@ const (
 	DefaultBodyTimeout = 30 * time.Second
 	// DefaultMaxInflightBytes bounds the request bodies held at once.
 	DefaultMaxInflightBytes = 256 << 20
+	// DefaultMaxClientWait is the longest wait a refusal lets clients
+	// retry after: what the official SDKs cap their own waits at. A
+	// longer one would have an SDK sleep for hours (some honour any
+	// Retry-After) or retry at once in vain (others ignore a long one).
+	DefaultMaxClientWait = 60 * time.Second
 	// settleTimeout bounds a reservation, commit or release made on behalf
 	// of a request, whether or not its client is still there.
 	settleTimeout = 30 * time.Second
@@ -107,8 +112,33 @@ type Config struct {
 	// (Optional; default DefaultRoutes("").)
 	Routes map[string]Route
 	// DefaultMaxOutput is the output estimate of a request without a max
-	// tokens field. (Optional; default DefaultMaxOutput.)
+	// tokens field, and the largest cap injected into one (see CapField).
+	// (Optional; default DefaultMaxOutput.)
 	DefaultMaxOutput int64
+	// CapField is where a request without an output cap of its own
+	// (max_tokens, max_completion_tokens, max_output_tokens) gets one:
+	// CapAuto (the field the route's API reads), a field name, or CapNone
+	// (no cap is injected). The cap injected is the largest up to
+	// DefaultMaxOutput that the room left admits, at least
+	// MinInjectedOutput, decided with the admission (inside the
+	// reservation's transaction in reserve mode): the upstream can then
+	// never generate more than was admitted. Embeddings and Anthropic
+	// requests get none (Anthropic's API requires max_tokens). A client's
+	// own cap is never changed. (Optional; default CapAuto.)
+	CapField string
+	// MaxClientWait is the longest Retry-After a refusal lets clients
+	// retry after: a budget or park refusal whose wait is longer carries
+	// x-should-retry: false, which the official SDKs obey, so the caller
+	// gets the 429 at once instead of an SDK sleeping until a daily window
+	// resets. Shorter waits (a requests-per-minute window, a concurrency
+	// lease) stay retryable. Negative: every refusal says not to retry.
+	// (Optional; default DefaultMaxClientWait, 60s.)
+	MaxClientWait time.Duration
+	// RequireLimits refuses a request that no enabled limit of its key
+	// (its own or a default one) applies to: 403 with code no_budget,
+	// before any upstream call. (Optional; default false: such a request
+	// is unlimited.)
+	RequireLimits bool
 	// ImageTokens is the fixed estimate of one image or file part.
 	// (Optional; default DefaultImageTokens.)
 	ImageTokens int64
@@ -146,6 +176,11 @@ type Config struct {
 	// Logger gets a line for every response without usage, every park and
 	// every store failure; never a secret. (Optional; default slog.Default().)
 	Logger *slog.Logger
+	// AccessLog gets one line per request the middleware answers (see
+	// Middleware.Wrap): key name, provider, model, status, outcome, the
+	// estimate, the tokens charged and the latency; never a secret, never
+	// a prompt. (Optional; nil: no access log.)
+	AccessLog *slog.Logger
 }
 
 // Middleware enforces token budgets around an upstream handler; see Wrap.
@@ -215,6 +250,13 @@ func New(t *budget.Tracker, cfg Config) (*Middleware, error) {
 	if cfg.OverloadedAfter <= 0 {
 		cfg.OverloadedAfter = DefaultOverloadedAfter
 	}
+	if cfg.MaxClientWait == 0 {
+		cfg.MaxClientWait = DefaultMaxClientWait
+	}
+	var err error
+	if cfg.CapField, err = ParseCapField(cfg.CapField); err != nil {
+		return nil, err
+	}
 	m := &Middleware{t: t, cfg: cfg, keys: cfg.Keys, log: cfg.Logger}
 	if m.keys == nil {
 		m.keys = NewKeys(t.Store())
@@ -235,11 +277,16 @@ type Info struct {
 	RequestID string
 	// At is when the request was admitted: its usage counts in the windows
 	// holding At (a reservation's instant in reserve mode).
-	At       time.Time
-	Key      string // the gateway key's name
-	Route    Route
-	Request  RequestInfo
+	At      time.Time
+	Key     string // the gateway key's name
+	Route   Route
+	Request RequestInfo
+	// Estimate is what was admitted: the request's estimate, its output
+	// part shrunk to the injected cap when one was (InjectedCap).
 	Estimate budget.Estimate
+	// InjectedCap is the output cap the proxy put in the request, in the
+	// field CapField says, because the client set none (0: none).
+	InjectedCap int64
 
 	// stalled is set by NewUpstream's transport when the upstream went
 	// quiet mid-response for longer than its stream idle timeout.
@@ -259,45 +306,52 @@ func InfoFrom(ctx context.Context) (*Info, bool) {
 // otherwise) and removes it, caps the body (413), estimates the request
 // (RequestInfo.Estimate), reserves or checks the estimate against the key's limits
 // for the request's provider and model (429 with rate-limit headers when
-// refused; 429 or 503 when the provider is parked), then calls next with
-// the body (stream_options.include_usage added to a streamed chat request)
-// and without Accept-Encoding. It reads the usage of next's response as it
+// refused; 429 or 503 when the provider is parked; 403 no_budget when
+// RequireLimits and no limit applies), injects an output cap into a
+// request without one (CapField), then calls next with the body
+// (stream_options.include_usage added to a streamed chat request) and
+// without Accept-Encoding. It reads the usage of next's response as it
 // passes through, streamed or not, and commits it (records it in check
 // mode), or the estimate when the response reports none; it releases the
 // reservation when next answers an error. Upstream 429, 529, repeated 503,
-// 401 and 403 answers park the provider.
+// 401 and 403 answers park the provider. GET /v1/models (and
+// /v1/models/ID) needs a valid key, costs no budget and goes to next as
+// it is. Every request gets one AccessLog line.
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		x := &exchange{ResponseWriter: w, start: time.Now()}
+		if m.cfg.AccessLog != nil {
+			defer m.logExchange(x, r)
+		}
+		m.serve(x, r, next)
+	})
 }
 
-func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
+	var w http.ResponseWriter = x
 	ctx := r.Context()
+	if isModels(r.URL.Path) {
+		m.models(x, r, next)
+		return
+	}
 	route, ok := m.cfg.Routes[r.URL.Path]
 	if !ok {
-		m.cfg.Metrics.outcome(OutcomeNotFound)
+		m.outcome(w, OutcomeNotFound)
 		writeError(w, Unknown, simpleError(Unknown, http.StatusNotFound, CodeNotFound, "no route "+r.URL.Path+": this proxy serves "+m.paths()))
 		return
 	}
 	f := route.Format
+	x.provider = route.Provider
 	if r.Method != http.MethodPost {
-		m.cfg.Metrics.outcome(OutcomeBadRequest)
+		m.outcome(w, OutcomeBadRequest)
 		w.Header().Set("Allow", http.MethodPost)
 		writeError(w, f, simpleError(f, http.StatusMethodNotAllowed, CodeBadRequest, r.Method+" is not allowed on "+r.URL.Path+": use POST"))
 		return
 	}
-	key, err := m.keys.Lookup(ctx, Secret(r.Header))
-	if err != nil {
-		if errors.Is(err, ErrUnknownKey) {
-			m.cfg.Metrics.outcome(OutcomeUnauthorized)
-			writeError(w, f, simpleError(f, http.StatusUnauthorized, CodeInvalidKey,
-				"invalid gateway key: send a key from 'budget key add' as Authorization: Bearer or x-api-key"))
-			return
-		}
-		m.unavailable(w, r, f, "look up the gateway key", err)
+	key, ok := m.authenticate(x, r, f)
+	if !ok {
 		return
 	}
-	r.Header.Del("Authorization")
-	r.Header.Del("X-Api-Key")
 
 	body, held, ok := m.readBody(w, r, f)
 	defer m.inflight.Add(-held)
@@ -306,7 +360,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	ri, err := ParseRequest(f, body)
 	if err != nil {
-		m.cfg.Metrics.outcome(OutcomeBadRequest)
+		m.outcome(w, OutcomeBadRequest)
 		writeError(w, f, simpleError(f, http.StatusBadRequest, CodeBadRequest, "the request body is not a JSON object"))
 		return
 	}
@@ -314,28 +368,50 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	// client chooses that the tracker stores (reservations, usage), and
 	// the error quotes only its start.
 	if err := budget.CheckName("model", ri.Model); err != nil {
-		m.cfg.Metrics.outcome(OutcomeBadRequest)
+		m.outcome(w, OutcomeBadRequest)
 		writeError(w, f, simpleError(f, http.StatusBadRequest, CodeBadRequest, err.Error()))
 		return
 	}
+	x.model = ri.Model
 	est := ri.Estimate(f, m.cfg.DefaultMaxOutput, m.cfg.ImageTokens)
+	// A request without a cap gets one: the output estimate may shrink to
+	// the room left, down to the floor, and the upstream is told the
+	// result, so no answer can outgrow what was admitted.
+	field, choices, minOutput := "", int64(1), int64(0)
+	if !ri.HasCap {
+		if field = capField(m.cfg.CapField, f); field != "" {
+			if f == OpenAIChat {
+				choices = max(1, min(ri.Choices, maxChoices))
+			}
+			minOutput = min(MinInjectedOutput, m.cfg.DefaultMaxOutput) * choices
+		}
+	}
 	strip := false
 	if f == OpenAIChat && ri.Stream && !ri.IncludeUsage {
 		if body, err = WithIncludeUsage(body); err != nil {
-			m.cfg.Metrics.outcome(OutcomeBadRequest)
+			m.outcome(w, OutcomeBadRequest)
 			writeError(w, f, simpleError(f, http.StatusBadRequest, CodeBadRequest, "the request body is not a JSON object"))
 			return
 		}
 		strip = true
 	}
 	info := &Info{Key: key, Route: route, Request: ri, Estimate: est}
+	x.est = &info.Estimate
 	req := budget.Request{Key: key, Provider: route.Provider, Model: ri.Model, Estimate: est}
 	extra := make(http.Header, 8)
-	res, ok := m.admit(w, r, f, req, info, extra)
+	res, ok := m.admit(w, r, f, req, minOutput, info, extra)
 	if !ok {
 		return
 	}
+	x.requestID = info.RequestID
 	w.Header().Set("X-Tokenbudget-Request-Id", info.RequestID)
+	if field != "" {
+		info.InjectedCap = info.Estimate.Output / choices
+		info.Estimate.Output = info.InjectedCap * choices
+		// The body parsed as a JSON object above, so this cannot fail.
+		body, _ = withCap(body, field, info.InjectedCap)
+		extra.Set("X-Tokenbudget-Max-Output", strconv.FormatInt(info.InjectedCap, 10))
+	}
 
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
@@ -363,6 +439,35 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	next.ServeHTTP(rec, r)
 }
 
+// authenticate looks the request's gateway key up and removes it from the
+// request; it answers 401 (or 503) and returns false when there is none.
+func (m *Middleware) authenticate(x *exchange, r *http.Request, f Format) (string, bool) {
+	key, err := m.keys.Lookup(r.Context(), Secret(r.Header))
+	if err != nil {
+		if errors.Is(err, ErrUnknownKey) {
+			m.outcome(x, OutcomeUnauthorized)
+			writeError(x, f, simpleError(f, http.StatusUnauthorized, CodeInvalidKey,
+				"invalid gateway key: send a key from 'budget key add' as Authorization: Bearer or x-api-key"))
+			return "", false
+		}
+		m.unavailable(x, r, f, "look up the gateway key", err)
+		return "", false
+	}
+	x.key = key
+	r.Header.Del("Authorization")
+	r.Header.Del("X-Api-Key")
+	return key, true
+}
+
+// outcome counts a request's outcome in the metrics and, when w is the
+// request's exchange, keeps it for the access log.
+func (m *Middleware) outcome(w http.ResponseWriter, o string) {
+	m.cfg.Metrics.outcome(o)
+	if x, ok := w.(*exchange); ok {
+		x.outcome = o
+	}
+}
+
 // paths lists the served paths, for a 404's message.
 func (m *Middleware) paths() string {
 	var ps []string
@@ -379,7 +484,7 @@ func (m *Middleware) paths() string {
 // answered 413, 408, 503 or 400.
 func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request, f Format) (body []byte, held int64, ok bool) {
 	fail := func(outcome string, e apiError) ([]byte, int64, bool) {
-		m.cfg.Metrics.outcome(outcome)
+		m.outcome(w, outcome)
 		// The rest of the body is not read: the connection cannot be reused.
 		w.Header().Set("Connection", "close")
 		writeError(w, f, e)

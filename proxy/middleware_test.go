@@ -47,7 +47,9 @@ func TestRefusal(t *testing.T) {
 				"X-Ratelimit-Reset-Tokens":     "1h0m0s",
 				"Ratelimit-Policy":             fmt.Sprintf(`%q;q=100;qu="tokens";w=3600`, id),
 				"Ratelimit":                    fmt.Sprintf(`%q;r=30;t=3600`, id),
-				"X-Should-Retry":               "",
+				"X-Should-Retry":               "false", // an hour is longer than the default max client wait
+				"X-Tokenbudget-Limit":          id,
+				"X-Tokenbudget-Limit-Scope":    "global",
 				"Content-Type":                 "application/json",
 			} {
 				if got := h.Get(k); got != want {

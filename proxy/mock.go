@@ -26,6 +26,8 @@ var mockReply = strings.Fields("Hello! This is the tokenbudget mock upstream. Ev
 // and reports a dated model name (the request's plus "-2026-01-01"), as
 // real providers do. A request header X-Mock-Status: N makes it answer
 // status N with an error body (and X-Mock-Retry-After: S a Retry-After).
+// GET /v1/models lists a few models, in Anthropic's shape when the
+// request carries anthropic-version, else OpenAI's (/v1/models/ID: one).
 // It accepts any credential. Safe for concurrent use.
 type MockUpstream struct {
 	// ChunkDelay is slept between streamed events. (Optional; default 0.)
@@ -36,6 +38,10 @@ type MockUpstream struct {
 
 // ServeHTTP answers one request.
 func (mu *MockUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if isModels(r.URL.Path) && r.Method == http.MethodGet {
+		mockModels(w, r)
+		return
+	}
 	f, ok := FormatForPath(r.URL.Path)
 	if !ok {
 		writeError(w, Unknown, simpleError(Unknown, http.StatusNotFound, CodeNotFound, "mock upstream: no route "+r.URL.Path))
@@ -280,4 +286,44 @@ func (c *mockCall) streamAnthropic(w http.ResponseWriter) {
 		return
 	}
 	s.event("message_stop", map[string]any{"type": "message_stop"})
+}
+
+// mockModelIDs are the models the mock lists.
+var mockModelIDs = map[Format][]string{
+	OpenAIChat:        {"gpt-4o", "gpt-4o-mini", "gpt-4.1-mini", "text-embedding-3-small"},
+	AnthropicMessages: {"claude-sonnet-4-5", "claude-haiku-4-5"},
+}
+
+// mockModels answers GET /v1/models and /v1/models/ID.
+func mockModels(w http.ResponseWriter, r *http.Request) {
+	f := OpenAIChat
+	if r.Header.Get("Anthropic-Version") != "" {
+		f = AnthropicMessages
+	}
+	const created = 1767225600 // 2026-01-01
+	model := func(id string) map[string]any {
+		if f == AnthropicMessages {
+			return map[string]any{"type": "model", "id": id, "display_name": id, "created_at": "2026-01-01T00:00:00Z"}
+		}
+		return map[string]any{"id": id, "object": "model", "created": created, "owned_by": "tokenbudget-mock"}
+	}
+	var v any
+	if id, ok := strings.CutPrefix(r.URL.Path, modelsPath+"/"); ok {
+		v = model(id)
+	} else {
+		ids := mockModelIDs[f]
+		data := make([]any, len(ids))
+		for i, id := range ids {
+			data[i] = model(id)
+		}
+		if f == AnthropicMessages {
+			v = map[string]any{"data": data, "has_more": false, "first_id": ids[0], "last_id": ids[len(ids)-1]}
+		} else {
+			v = map[string]any{"object": "list", "data": data}
+		}
+	}
+	b, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.Write(b)
 }

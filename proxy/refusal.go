@@ -25,6 +25,13 @@ const (
 	CodeBusy           = "gateway_busy"     // request bytes in flight over the bound (503)
 	CodeTimeout        = "request_timeout"  // the request body came too slowly (408)
 	CodeUpstreamTime   = "upstream_timeout" // no upstream response headers in time (504)
+	CodeNoBudget       = "no_budget"        // no limit applies and the gateway requires one (403)
+)
+
+// Headers naming the limit that bound a request (see setMatchedHeaders).
+const (
+	limitHeader      = "X-Tokenbudget-Limit"
+	limitScopeHeader = "X-Tokenbudget-Limit-Scope"
 )
 
 // apiError is one error answer in a provider's shape.
@@ -109,6 +116,11 @@ func typeFor(f Format, status int) string {
 			return "request_too_large"
 		}
 		return "invalid_request_error"
+	case http.StatusForbidden:
+		if f == AnthropicMessages {
+			return "permission_error"
+		}
+		return "invalid_request_error"
 	case http.StatusBadRequest, http.StatusMethodNotAllowed, http.StatusRequestTimeout:
 		return "invalid_request_error"
 	case http.StatusGatewayTimeout:
@@ -133,8 +145,17 @@ func simpleError(f Format, status int, code, msg string) apiError {
 	return apiError{status: status, typ: typeFor(f, status), code: code, message: msg}
 }
 
-// exceededError builds the 429 of a budget refusal and sets its headers.
-func exceededError(h http.Header, f Format, d *budget.Decision, est budget.Estimate, now time.Time) apiError {
+// tooLongToWait reports whether a refusal's wait of retry seconds is
+// longer than a client should be asked to wait (Config.MaxClientWait;
+// negative: any wait is).
+func tooLongToWait(retry int64, maxWait time.Duration) bool {
+	return maxWait < 0 || time.Duration(retry)*time.Second > maxWait
+}
+
+// exceededError builds the 429 of a budget refusal and sets its headers:
+// x-should-retry: false when the request can never fit or its wait is
+// longer than maxWait, so that an SDK hands the 429 to its caller at once.
+func exceededError(h http.Header, f Format, d *budget.Decision, est budget.Estimate, now time.Time, maxWait time.Duration) apiError {
 	b := d.Breach
 	setRateLimitHeaders(h, d.Limits, budget.Estimate{}, now, false)
 	if b == nil { // cannot happen: a refusal without a breach or a park
@@ -144,7 +165,9 @@ func exceededError(h http.Header, f Format, d *budget.Decision, est budget.Estim
 	e := est.Amount(l.Metric)
 	h.Set("Retry-After", strconv.FormatInt(b.RetryAfterSeconds, 10))
 	setLimitHeaders(h, l.Metric, l.Max, l.Max-b.Used-b.Reserved, time.Duration(b.RetryAfterSeconds)*time.Second)
-	if !b.Retryable {
+	h.Set(limitHeader, l.ID)
+	h.Set(limitScopeHeader, l.ScopeString())
+	if !b.Retryable || tooLongToWait(b.RetryAfterSeconds, maxWait) {
 		h.Set("X-Should-Retry", "false")
 	}
 	win := "-"
@@ -174,13 +197,17 @@ func exceededError(h http.Header, f Format, d *budget.Decision, est budget.Estim
 }
 
 // parkedError builds the answer to a request for a parked provider: 429,
-// or 503 when it is overloaded.
-func parkedError(h http.Header, f Format, p budget.ProviderState, retry int64) apiError {
+// or 503 when it is overloaded; x-should-retry: false when the wait is
+// longer than maxWait.
+func parkedError(h http.Header, f Format, p budget.ProviderState, retry int64, maxWait time.Duration) apiError {
 	status := http.StatusTooManyRequests
 	if p.Kind == budget.Overloaded {
 		status = http.StatusServiceUnavailable
 	}
 	h.Set("Retry-After", strconv.FormatInt(retry, 10))
+	if tooLongToWait(retry, maxWait) {
+		h.Set("X-Should-Retry", "false")
+	}
 	msg := fmt.Sprintf("provider %s is parked (%s) until %s: the gateway is not sending it requests; retry in %ds",
 		p.Provider, p.Kind, p.ResumeAt.UTC().Format(time.RFC3339), retry)
 	return apiError{status: status, typ: typeFor(f, status), code: CodeProviderParked, message: msg}
@@ -266,6 +293,34 @@ func setRateLimitHeaders(h http.Header, limits []budget.Status, sub budget.Estim
 	}
 	if req != nil {
 		setLimitHeaders(h, req.Limit.Metric, req.Limit.Max, reqRem, resetOf(req, now))
+	}
+}
+
+// setMatchedHeaders names the applicable limit with the least room left,
+// as a fraction of the limit, after sub (the estimate, when the statuses do
+// not hold it yet): X-Tokenbudget-Limit is its id, X-Tokenbudget-Limit-Scope
+// its scope and value as the limit states them ("global",
+// "provider=openai", "model=gpt-4o*"), so a client sees which limit, a
+// default or a pattern included, its request counted against. Ties go to
+// the smaller limit, then to the first in listing order. Nothing is set
+// when no limit applies.
+func setMatchedHeaders(h http.Header, limits []budget.Status, sub budget.Estimate) {
+	var best *budget.Status
+	var bestFrac float64
+	for i := range limits {
+		s := &limits[i]
+		rem := s.Limit.Max - s.Used - s.Reserved - sub.Amount(s.Limit.Metric)
+		if sub == (budget.Estimate{}) {
+			rem = s.Limit.Max - s.Used - s.Reserved
+		}
+		frac := float64(max(0, rem)) / float64(s.Limit.Max)
+		if best == nil || frac < bestFrac || frac == bestFrac && s.Limit.Max < best.Limit.Max {
+			best, bestFrac = s, frac
+		}
+	}
+	if best != nil {
+		h.Set(limitHeader, best.Limit.ID)
+		h.Set(limitScopeHeader, best.Limit.ScopeString())
 	}
 }
 

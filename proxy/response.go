@@ -55,7 +55,9 @@ func (rc *recorder) WriteHeader(code int) {
 	h := rc.w.Header()
 	// Set again here, not only at admission: the reverse proxy clears the
 	// header map after a 1xx answer and copies the upstream's headers in.
-	h[requestIDHeader] = []string{rc.reqID}
+	if rc.reqID != "" {
+		h[requestIDHeader] = []string{rc.reqID}
+	}
 	switch code {
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable, 529:
 		rc.retryAfter = retryAfter(h, time.Now())
@@ -215,9 +217,23 @@ func (m *Middleware) settle(r *http.Request, rc *recorder, info *Info, route Rou
 		if invalid {
 			found = false
 		}
+		// A client that left mid-stream stopped the generation when the
+		// proxy hung up on the upstream: it is charged what streamed, not
+		// the cap it never got. An upstream that cut its own stream short
+		// (or stalled) may have generated more than it sent: the estimate
+		// of the rest is charged.
+		cancelled := gone && !stalled && rc.parser != nil && !(found && final) && !invalid
 		switch {
 		case found && final:
 			tok.Fill(&u)
+		case cancelled:
+			streamed := ceilDiv(rc.parser.TextBytes(), BytesPerToken)
+			if found { // what the upstream reported so far: the input is known
+				tok.Output = max(tok.Output, streamed)
+				tok.Fill(&u)
+			} else {
+				u.Input, u.Output = est.Input, streamed
+			}
 		case found: // a stream cut short: the input is known, the output is not
 			tok.Output = max(tok.Output, est.Output)
 			tok.Fill(&u)
@@ -228,6 +244,11 @@ func (m *Middleware) settle(r *http.Request, rc *recorder, info *Info, route Rou
 		case stalled:
 			outcome = OutcomeUpstreamError
 			m.log.Warn("proxy: the upstream stalled mid-response past the stream idle timeout; charged the usage known so far, the estimate for the rest",
+				"request_id", info.RequestID, "key", info.Key, "provider", route.Provider, "model", info.Request.Model,
+				"usage_found", found, "input", u.Input, "output", u.Output)
+		case cancelled:
+			outcome = OutcomeClientClosed
+			m.log.Info("proxy: client left mid-stream; charged the usage reported so far, else the input estimate and the text streamed",
 				"request_id", info.RequestID, "key", info.Key, "provider", route.Provider, "model", info.Request.Model,
 				"usage_found", found, "input", u.Input, "output", u.Output)
 		case gone && !(found && final) && !invalid:
@@ -258,7 +279,7 @@ func (m *Middleware) settle(r *http.Request, rc *recorder, info *Info, route Rou
 	default:
 		charge, outcome = false, OutcomeUpstreamError
 	}
-	m.cfg.Metrics.outcome(outcome)
+	m.outcome(rc.w, outcome)
 	// Not cancelled with the request: the client leaving (or having its
 	// answer) must not cut the settlement short.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), settleTimeout)
@@ -268,14 +289,29 @@ func (m *Middleware) settle(r *http.Request, rc *recorder, info *Info, route Rou
 	case res != nil && charge:
 		var s budget.Settlement
 		s, err = m.t.Commit(ctx, res.ID, u)
-		if err == nil && s.Charged {
-			m.log.Warn("proxy: the reservation had expired and was charged its estimate; recorded the excess only",
-				"request_id", info.RequestID, "late_request_id", s.LateRequestID)
+		if err == nil {
+			// A commit writes its event on the tracker's transaction, which
+			// the tracker's written count does not see (it counts what the
+			// recorder writes).
+			if s.Charged {
+				if s.LateRequestID != "" {
+					m.cfg.Metrics.committed()
+				}
+				m.log.Warn("proxy: the reservation had expired and was charged its estimate; recorded the excess only",
+					"request_id", info.RequestID, "late_request_id", s.LateRequestID)
+			} else if u.Billable() > 0 {
+				m.cfg.Metrics.committed()
+			}
 		}
 	case res != nil:
 		err = m.t.Release(ctx, res.ID)
 	case charge:
 		err = m.t.Record(ctx, u)
+	}
+	if charge {
+		if x, ok := rc.w.(*exchange); ok {
+			x.charged = &u
+		}
 	}
 	if err != nil {
 		m.cfg.Metrics.settleError()
@@ -293,6 +329,9 @@ func (m *Middleware) settle(r *http.Request, rc *recorder, info *Info, route Rou
 		m.cfg.Metrics.recorded(route.Provider, &u)
 	}
 }
+
+// ceilDiv is ceil(a / b) for a >= 0, b > 0.
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
 // observe parks the provider after an upstream 429, 529, repeated 503, 401
 // or 403, and unparks one this middleware parked once it answers 2xx

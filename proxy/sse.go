@@ -81,6 +81,7 @@ type StreamParser struct {
 	final bool
 	anth  [4]count // Anthropic input, cache read, cache write, output
 	err   error
+	text  int64 // generated text bytes of the events dispatched (streamedText)
 
 	// StripUsageChunks mode: raw bytes held until their event ends
 	strip      bool
@@ -116,6 +117,11 @@ func (p *StreamParser) Result() (t Tokens, found bool) { return p.tok, p.found }
 // known but the output count is a placeholder (typically 1), so a caller
 // charging a stream cut short should add its output estimate.
 func (p *StreamParser) Final() bool { return p.final }
+
+// TextBytes is how many bytes of generated text the events dispatched so
+// far carried (the string literals of the text deltas as written; see
+// streamedText): what a client that left mid-stream was sent.
+func (p *StreamParser) TextBytes() int64 { return p.text }
 
 // Err returns the first problem met: ErrEventTooLarge, or why an event
 // carrying usage could not be decoded (bad JSON, a count that is not an

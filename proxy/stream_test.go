@@ -103,32 +103,66 @@ func TestStreamPassesThrough(t *testing.T) {
 	}
 }
 
-// TestClientDisconnect: a client that leaves mid-stream is charged what was
-// streamed when the usage is known (Anthropic's message_start: the input;
-// the output at its estimate), else the whole estimate; the reservation is
-// settled either way.
-func TestClientDisconnect(t *testing.T) {
+// TestCancelledStreamCharged: a client that leaves mid-stream is charged
+// the usage the upstream reported so far (Anthropic's message_start: the
+// input; the output no less than the text streamed), else the input
+// estimate plus ceil(streamed text bytes / 4), exactly; an upstream that
+// cuts its own stream short is charged what it reported plus the estimate
+// for the rest. The reservation is settled either way, in both modes.
+func TestCancelledStreamCharged(t *testing.T) {
 	t.Parallel()
+	const (
+		chatRole  = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n"
+		chatHello = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hello\"}}]}\n\n"                 // 5
+		chatWor   = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\" wor\",\"refusal\":null}}]}\n\n" // 4
+		chatTool  = "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"{\\\"a\\\":1}\"}}]}}]}\n\n"
+		respStart = "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"status\":\"in_progress\",\"usage\":null}}\n\n"
+		respText  = "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"Hello there\"}\n\n" // 11
+		respAudio = "event: response.audio.delta\ndata: {\"type\":\"response.audio.delta\",\"delta\":\"QUJDREVGR0g=\"}\n\n"           // not text
+		anthText  = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi there, friend\"}}\n\n" // 16
+	)
+	respBody := `{"model":"o","stream":true,"max_output_tokens":100,"input":"hi"}`
+	anthBody := `{"model":"claude-x","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"hi"}]}`
 	cases := []struct {
 		name, path, body, first string
+		events                  int  // in first, as the client sees them
+		upstreamCuts            bool // the upstream ends the stream after first; the client stays
 		wantInput, wantOutput   int64
 	}{
-		{"anthropic: input known", "/v1/messages", `{"model":"claude-x","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"hi"}]}`,
-			anthropicStart + anthropicDelta, 20, 100},
-		// estimate: ceil((4+2)/4) + 4 = 6 input, 50 output
-		{"chat: usage unknown", "/v1/chat/completions", chatBody("gpt-4o", 50, true), chatChunk, 6, 50},
+		// estimate: ceil((4+2)/4) + 4 = 6 input; text 5 + 4 + 9 (the
+		// arguments as written, escapes included) = 18 bytes -> 5 tokens (decoded, 16 -> 4)
+		{"chat: no usage yet", "/v1/chat/completions", chatBody("gpt-4o", 50, true), chatRole + chatHello + chatWor + chatTool, 4, false, 6, 5},
+		// estimate: ceil(2/4) + 4 = 5 input; 11 bytes of text -> 3
+		{"responses: no usage yet", "/v1/responses", respBody, respStart + respText + respAudio, 3, false, 5, 3},
+		// reported: 17 + 3 cache read input, output 1; 2 + 16 bytes -> 5
+		{"anthropic: input reported", "/v1/messages", anthBody, anthropicStart + anthropicDelta + anthText, 3, false, 20, 5},
+		{"anthropic: reported output larger", "/v1/messages", anthBody,
+			strings.Replace(anthropicStart, `"output_tokens":1`, `"output_tokens":9`, 1) + anthropicDelta, 2, false, 20, 9},
+		{"chat: the upstream cuts it short", "/v1/chat/completions", chatBody("gpt-4o", 50, true), chatHello, 1, true, 6, 50},
+		{"anthropic: the upstream cuts it short", "/v1/messages", anthBody, anthropicStart + anthText, 2, true, 20, 100},
 	}
 	for _, mode := range []proxy.Mode{proxy.ModeReserve, proxy.ModeCheck} {
 		for _, c := range cases {
 			t.Run(string(mode)+"/"+c.name, func(t *testing.T) {
 				t.Parallel()
-				release := make(chan struct{}) // never closed: the upstream waits for the cancel
-				e := newEnv(t, envOptions{mode: mode}, sseUpstream(c.first, anthropicEnd, release))
+				release := make(chan struct{}) // the upstream waits for it, or for the cancel
+				if c.upstreamCuts {
+					close(release)
+				}
+				e := newEnv(t, envOptions{mode: mode}, sseUpstream(c.first, "", release))
 				in := e.limit("", "", "input", "1h", 1000)
 				out := e.limit("", "", "output", "1h", 1000)
 				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
 				resp := e.openStream(ctx, c.path, c.body)
-				readEvent(t, bufio.NewReader(resp.Body))
+				br := bufio.NewReader(resp.Body)
+				// Every event of first has passed the proxy before the client leaves.
+				for range c.events {
+					readEvent(t, br)
+				}
+				if c.upstreamCuts {
+					io.Copy(io.Discard, br)
+				}
 				cancel()
 				resp.Body.Close()
 				e.wait(1)

@@ -5,22 +5,25 @@ import (
 	"fmt"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
 	"github.com/tokenbudget/tokenbudget/proxy"
 )
 
-const keyHelp = `usage: budget key <add|ls|revoke> [flags]
+const keyHelp = `usage: budget key <add|ls|rotate|revoke> [flags]
 
 	key add NAME     create a gateway key; prints its secret, shown only this once
-	key ls           list gateway keys
+	                 (--reuse: take the name of a revoked key again)
+	key ls           list gateway keys: state and last use
+	key rotate NAME  give a key a new secret; the old one works for --grace (1h)
 	key revoke NAME  revoke a key (the proxy refuses it within 5s)
 `
 
 func (m *Main) runKey(ctx context.Context, args []string) error {
 	if len(args) == 0 {
 		fmt.Fprint(m.Stderr, keyHelp)
-		return usagef("key", "missing subcommand: add, ls or revoke")
+		return usagef("key", "missing subcommand: add, ls, rotate or revoke")
 	}
 	switch args[0] {
 	case "add":
@@ -29,21 +32,26 @@ func (m *Main) runKey(ctx context.Context, args []string) error {
 		return m.runKeyLs(ctx, args[1:])
 	case "revoke":
 		return m.runKeyRevoke(ctx, args[1:])
+	case "rotate":
+		return m.runKeyRotate(ctx, args[1:])
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(m.Stdout, keyHelp)
 		return nil
 	}
-	return usagef("key", "unknown subcommand %q: want add, ls or revoke", args[0])
+	return usagef("key", "unknown subcommand %q: want add, ls, rotate or revoke", args[0])
 }
 
-const keyAddHelp = `usage: budget key add NAME [--at T] [--json]
+const keyAddHelp = `usage: budget key add NAME [--reuse] [--at T] [--json]
 
 Creates the gateway key NAME for 'budget proxy' and prints its secret: give
 it to the application, which sends it as "Authorization: Bearer SECRET" or
 "x-api-key: SECRET". Only the SHA-256 of the secret is stored: it is shown
 here once and never again. Limits set for --key NAME apply to its requests.
-A name that exists, revoked or not, is invalid. With --json prints
-{"name", "secret"}.
+A name that exists is invalid (exit 2), revoked or not, unless --reuse is
+given and the key of that name is revoked: the name then gets a new secret
+and keeps its limits and their windows (the revoked secret stays refused).
+A live key's name is never taken: 'budget key rotate' gives it a new
+secret. With --json prints {"name", "secret"}.
 
 `
 
@@ -52,6 +60,7 @@ func (m *Main) runKeyAdd(ctx context.Context, args []string) (err error) {
 	dsn := m.dbFlag(fs)
 	at := m.atFlag(fs)
 	asJSON := fs.Bool("json", false, `print {"name", "secret"}`)
+	reuse := fs.Bool("reuse", false, "take the name of a revoked key again")
 	pos, err := m.parseArgs(fs, keyAddHelp, args)
 	if err != nil {
 		return err
@@ -70,7 +79,11 @@ func (m *Main) runKeyAdd(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	defer closeDB(ctx, db, &err)
-	secret, err := proxy.AddKey(ctx, db.Store(), name, now)
+	add := proxy.AddKey
+	if *reuse {
+		add = proxy.ReuseKey
+	}
+	secret, err := add(ctx, db.Store(), name, now)
 	if err != nil {
 		return err
 	}
@@ -101,23 +114,55 @@ func keyName(cmd string, pos []string) (string, error) {
 	return name, proxy.ValidKeyName(name)
 }
 
-const keyLsHelp = `usage: budget key ls [--json]
+const keyLsHelp = `usage: budget key ls [--at T] [--json]
 
-Lists the gateway keys by name: when each was created and whether it is
-revoked. Secrets are never shown. With --json prints
-{"keys": [{"name", "created_at", "revoked"}]}.
+Lists the gateway keys by name: when each was created, its state at --at
+(default now): active, rotating (its previous secret still works, until
+the time shown), or revoked; and when it was last used, to within a
+minute (a proxy records a key's use at most once a minute). Secrets are
+never shown. With --json prints {"keys": [{"name", "created_at",
+"revoked", "state", "revoked_at", "rotating_until", "last_used_at"}]}
+(times null when they do not apply).
 
 `
+
+// keyJSON is a gateway key in 'key ls --json'.
+type keyJSON struct {
+	Name          string  `json:"name"`
+	CreatedAt     string  `json:"created_at"`
+	Revoked       bool    `json:"revoked"`
+	State         string  `json:"state"` // active, rotating or revoked
+	RevokedAt     *string `json:"revoked_at"`
+	RotatingUntil *string `json:"rotating_until"`
+	LastUsedAt    *string `json:"last_used_at"`
+}
+
+// keyState is a key's state at now and, while rotating, until when its
+// previous secret works.
+func keyState(k *budget.GatewayKey, now time.Time) (string, time.Time) {
+	switch {
+	case !k.RevokedAt.IsZero():
+		return "revoked", time.Time{}
+	case k.PrevHash != "" && now.Before(k.PrevUntil):
+		return "rotating", k.PrevUntil
+	}
+	return "active", time.Time{}
+}
 
 func (m *Main) runKeyLs(ctx context.Context, args []string) (err error) {
 	fs := newFlagSet("key ls")
 	dsn := m.dbFlag(fs)
+	at := m.atFlag(fs)
 	asJSON := fs.Bool("json", false, `print {"keys": [...]}`)
 	pos, err := m.parseArgs(fs, keyLsHelp, args)
 	if err != nil {
 		return err
 	}
 	if err := noArgs("key ls", pos); err != nil {
+		return err
+	}
+	now, err := at()
+	if err != nil {
 		return err
 	}
 	db, err := m.openDB(ctx, *dsn, dbOptions{})
@@ -134,14 +179,12 @@ func (m *Main) runKeyLs(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	if *asJSON {
-		type keyJSON struct {
-			Name      string `json:"name"`
-			CreatedAt string `json:"created_at"`
-			Revoked   bool   `json:"revoked"`
-		}
 		out := make([]keyJSON, len(keys))
-		for i, k := range keys {
-			out[i] = keyJSON{k.Name, ts(k.CreatedAt), !k.RevokedAt.IsZero()}
+		for i := range keys {
+			k := &keys[i]
+			state, until := keyState(k, now)
+			out[i] = keyJSON{Name: k.Name, CreatedAt: ts(k.CreatedAt), Revoked: !k.RevokedAt.IsZero(), State: state,
+				RevokedAt: tsp(k.RevokedAt), RotatingUntil: tsp(until), LastUsedAt: tsp(k.LastUsedAt)}
 		}
 		return writeJSON(m.Stdout, struct {
 			Keys []keyJSON `json:"keys"`
@@ -152,11 +195,73 @@ func (m *Main) runKeyLs(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	w := tabwriter.NewWriter(m.Stdout, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(w, "NAME\tCREATED AT\tREVOKED AT")
-	for _, k := range keys {
-		fmt.Fprintf(w, "%s\t%s\t%s\n", k.Name, ts(k.CreatedAt), tsText(k.RevokedAt))
+	fmt.Fprintln(w, "NAME\tCREATED AT\tSTATE\tLAST USED\tREVOKED AT")
+	for i := range keys {
+		k := &keys[i]
+		state, until := keyState(k, now)
+		if state == "rotating" {
+			state = "rotating until " + ts(until)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", k.Name, ts(k.CreatedAt), state, tsText(k.LastUsedAt), tsText(k.RevokedAt))
 	}
 	return w.Flush()
+}
+
+const keyRotateHelp = `usage: budget key rotate NAME [--grace D] [--at T] [--json]
+
+Gives the gateway key NAME a new secret and prints it, shown only this once
+(with --json {"name", "secret"}, as 'key add'). The name keeps its limits
+and their windows. The old secret keeps working for --grace (default 1h),
+time to roll the new one out; --grace 0s refuses it at once (a running
+proxy trusts a lookup for up to 5 seconds, so allow that much). A secret
+an earlier rotation replaced stops working now. An unknown name exits 4,
+a revoked one 2 ('key add --reuse' takes a revoked name again).
+
+`
+
+func (m *Main) runKeyRotate(ctx context.Context, args []string) (err error) {
+	fs := newFlagSet("key rotate")
+	dsn := m.dbFlag(fs)
+	at := m.atFlag(fs)
+	grace := fs.Duration("grace", proxy.DefaultRotateGrace, "how long the old secret keeps working (0s: not at all)")
+	asJSON := fs.Bool("json", false, `print {"name", "secret"}`)
+	pos, err := m.parseArgs(fs, keyRotateHelp, args)
+	if err != nil {
+		return err
+	}
+	name, err := keyName("key rotate", pos)
+	if err != nil {
+		return err
+	}
+	if *grace < 0 {
+		return budget.Invalid("grace", *grace, "must not be negative")
+	}
+	now, err := at()
+	if err != nil {
+		return err
+	}
+	db, err := m.openDB(ctx, *dsn, dbOptions{})
+	if err != nil {
+		return err
+	}
+	defer closeDB(ctx, db, &err)
+	secret, err := proxy.RotateKey(ctx, db.Store(), name, *grace, now)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(m.Stdout, struct {
+			Name   string `json:"name"`
+			Secret string `json:"secret"`
+		}{name, secret})
+	}
+	if *grace > 0 {
+		fmt.Fprintf(m.Stderr, "gateway key %s rotated; its old secret works until %s. Store the new secret now, it is not shown again:\n", name, ts(now.Add(*grace)))
+	} else {
+		fmt.Fprintf(m.Stderr, "gateway key %s rotated; its old secret no longer works. Store the new secret now, it is not shown again:\n", name)
+	}
+	_, err = fmt.Fprintln(m.Stdout, secret)
+	return err
 }
 
 const keyRevokeHelp = `usage: budget key revoke NAME [--at T]

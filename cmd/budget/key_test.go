@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tokenbudget/tokenbudget"
 	"github.com/tokenbudget/tokenbudget/proxy"
@@ -48,8 +49,9 @@ func TestKeyCommands(t *testing.T) {
 	if len(ks) != 2 {
 		t.Fatalf("key ls --json: got %s", body)
 	}
-	wantKeys(t, "key ls --json key", ks[0], "name", "created_at", "revoked")
-	if k := ks[0].(map[string]any); k["name"] != "team-a" || k["created_at"] != ts(testNow) || k["revoked"] != false {
+	wantKeys(t, "key ls --json key", ks[0], keyFields...)
+	if k := ks[0].(map[string]any); k["name"] != "team-a" || k["created_at"] != ts(testNow) || k["revoked"] != false ||
+		k["state"] != "active" || k["last_used_at"] != nil || k["rotating_until"] != nil || k["revoked_at"] != nil {
 		t.Errorf("key ls --json: got %v", k)
 	}
 
@@ -81,7 +83,129 @@ func TestKeyCommands(t *testing.T) {
 		t.Errorf("lookup of a revoked key: %v", err)
 	}
 	if out := mustRun(t, 0, "key", "ls", "--db", db).stdout; !strings.Contains(out, "team-a") || !strings.Contains(out, ts(testNow)) ||
-		!strings.Contains(out, "REVOKED AT") {
+		!strings.Contains(out, "REVOKED AT") || !strings.Contains(out, "revoked") {
 		t.Errorf("key ls: %s", out)
+	}
+}
+
+var keyFields = []string{"name", "created_at", "revoked", "state", "revoked_at", "rotating_until", "last_used_at"}
+
+// lookupAt opens db and looks secret up as a proxy would at now: the key's
+// name, or the error.
+func lookupAt(t *testing.T, db, secret string, now time.Time) (string, error) {
+	t.Helper()
+	ctx := context.Background()
+	d, err := tokenbudget.Open(ctx, db, tokenbudget.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close(ctx)
+	keys := proxy.NewKeys(d.Store())
+	keys.Now = func() time.Time { return now }
+	defer keys.Wait()
+	return keys.Lookup(ctx, secret)
+}
+
+// TestKeyRotate: rotate prints a new secret (JSON as key add's); the old
+// one works until the grace ends (default 1h; 0s: at once), the new one at
+// once; the name keeps its limits and the usage counted in their windows;
+// key ls shows the key rotating until then. Unknown name exit 4, revoked 2,
+// negative grace 2.
+func TestKeyRotate(t *testing.T) {
+	t.Parallel()
+	db := tempDB(t)
+	old := strings.TrimSpace(mustRun(t, 0, "key", "add", "app", "--db", db).stdout)
+	mustRun(t, 0, "limit", "set", "--key", "app", "--limit", "1000", "--window", "daily", "--db", db)
+	mustRun(t, 0, "record", "--key", "app", "--provider", "openai", "--model", "gpt-4o", "--input", "300", "--db", db)
+	r := mustRun(t, 0, "key", "rotate", "app", "--db", db)
+	fresh := strings.TrimSpace(r.stdout)
+	if !strings.HasPrefix(fresh, proxy.KeyPrefix) || fresh == old || strings.Count(r.stdout, "\n") != 1 ||
+		!strings.Contains(r.stderr, ts(testNow.Add(time.Hour))) {
+		t.Errorf("key rotate: stdout %q stderr %q; want only the new secret, the grace's end on stderr", r.stdout, r.stderr)
+	}
+	for _, c := range []struct {
+		secret string
+		at     time.Time
+		ok     bool
+	}{
+		{old, testNow, true}, {fresh, testNow, true},
+		{old, testNow.Add(time.Hour - time.Second), true},
+		{old, testNow.Add(time.Hour), false}, {fresh, testNow.Add(time.Hour), true},
+	} {
+		name, err := lookupAt(t, db, c.secret, c.at)
+		if ok := err == nil && name == "app"; ok != c.ok {
+			t.Errorf("secret %s at %s: got %q %v; want usable %v", c.secret[:8], c.at.Format(time.RFC3339), name, err, c.ok)
+		}
+	}
+	ks, _ := decode(t, mustRun(t, 0, "key", "ls", "--json", "--db", db).stdout)["keys"].([]any)
+	if k := ks[0].(map[string]any); k["state"] != "rotating" || k["rotating_until"] != ts(testNow.Add(time.Hour)) {
+		t.Errorf("key ls while rotating: %v", k)
+	}
+	if out := mustRun(t, 0, "key", "ls", "--db", db).stdout; !strings.Contains(out, "rotating until "+ts(testNow.Add(time.Hour))) {
+		t.Errorf("key ls: %s", out)
+	}
+	if k := decode(t, mustRunAt(t, testNow.Add(2*time.Hour), 0, "key", "ls", "--json", "--db", db).stdout)["keys"].([]any)[0].(map[string]any); k["state"] != "active" {
+		t.Errorf("key ls after the grace: %v", k)
+	}
+
+	// --grace 0s: the old secret stops at once; --json as key add's.
+	v := decode(t, mustRun(t, 0, "key", "rotate", "app", "--grace", "0s", "--json", "--db", db).stdout)
+	wantKeys(t, "key rotate --json", v, "name", "secret")
+	newest, _ := v["secret"].(string)
+	if _, err := lookupAt(t, db, fresh, testNow); err != proxy.ErrUnknownKey {
+		t.Errorf("old secret after --grace 0s: %v; want ErrUnknownKey", err)
+	}
+	if name, err := lookupAt(t, db, newest, testNow); name != "app" || err != nil {
+		t.Errorf("new secret: %q %v", name, err)
+	}
+	// Same name, same limit, same window: the usage before the rotation counts.
+	st := decode(t, mustRun(t, 0, "inspect", "--key", "app", "--json", "--db", db).stdout)
+	if lim := st["limits"].([]any)[0].(map[string]any); lim["used"] != 300.0 || lim["key"] != "app" {
+		t.Errorf("after rotation: limit %v; want the key's limit with its 300 used", lim)
+	}
+
+	mustRun(t, 4, "key", "rotate", "nobody", "--db", db)
+	mustRun(t, 2, "key", "rotate", "app", "--grace", "-1s", "--db", db)
+	mustRun(t, 0, "key", "revoke", "app", "--db", db)
+	if r := mustRun(t, 2, "key", "rotate", "app", "--db", db); !strings.Contains(r.stderr, "--reuse") {
+		t.Errorf("rotate a revoked key: stderr %q; want a hint at key add --reuse", r.stderr)
+	}
+}
+
+// TestKeyReuse: a revoked name is refused by key add (exit 2) and taken
+// again with --reuse: a new secret, the revoked one still refused, the
+// name's limits and counted usage kept. --reuse on a live key's name is
+// exit 2; on a new name it creates the key.
+func TestKeyReuse(t *testing.T) {
+	t.Parallel()
+	db := tempDB(t)
+	old := strings.TrimSpace(mustRun(t, 0, "key", "add", "app", "--db", db).stdout)
+	mustRun(t, 0, "limit", "set", "--key", "app", "--limit", "1000", "--window", "daily", "--db", db)
+	mustRun(t, 0, "record", "--key", "app", "--provider", "openai", "--model", "gpt-4o", "--input", "300", "--db", db)
+	if r := mustRun(t, 2, "key", "add", "app", "--reuse", "--db", db); !strings.Contains(r.stderr, "app") {
+		t.Errorf("--reuse of a live name: stderr %q", r.stderr)
+	}
+	mustRun(t, 0, "key", "revoke", "app", "--db", db)
+	mustRun(t, 2, "key", "add", "app", "--db", db)
+	v := decode(t, mustRun(t, 0, "key", "add", "app", "--reuse", "--json", "--db", db).stdout)
+	fresh, _ := v["secret"].(string)
+	if v["name"] != "app" || !strings.HasPrefix(fresh, proxy.KeyPrefix) {
+		t.Fatalf("key add --reuse --json: %v", v)
+	}
+	if name, err := lookupAt(t, db, fresh, testNow); name != "app" || err != nil {
+		t.Errorf("reused name, new secret: %q %v", name, err)
+	}
+	if _, err := lookupAt(t, db, old, testNow); err != proxy.ErrUnknownKey {
+		t.Errorf("the revoked secret: %v; want ErrUnknownKey", err)
+	}
+	if k := decode(t, mustRun(t, 0, "key", "ls", "--json", "--db", db).stdout)["keys"].([]any)[0].(map[string]any); k["state"] != "active" || k["revoked"] != false {
+		t.Errorf("key ls after reuse: %v", k)
+	}
+	st := decode(t, mustRun(t, 0, "inspect", "--key", "app", "--json", "--db", db).stdout)
+	if lim := st["limits"].([]any)[0].(map[string]any); lim["used"] != 300.0 {
+		t.Errorf("after reuse: limit %v; want its 300 used", lim)
+	}
+	if r := mustRun(t, 0, "key", "add", "other", "--reuse", "--db", db); !strings.HasPrefix(r.stdout, proxy.KeyPrefix) {
+		t.Errorf("--reuse of a new name: %q", r.stdout)
 	}
 }

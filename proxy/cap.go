@@ -1,0 +1,93 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"strings"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+)
+
+// Output cap fields, the values of Config.CapField.
+const (
+	// CapAuto puts an injected cap in the field the route's API reads:
+	// max_completion_tokens on chat completions (max_tokens is deprecated
+	// there and refused by reasoning models), max_output_tokens on
+	// Responses, max_tokens elsewhere.
+	CapAuto = "auto"
+	// CapNone injects no cap: a request without one is estimated at
+	// DefaultMaxOutput and refused when that does not fit.
+	CapNone             = "none"
+	CapMaxTokens        = "max_tokens"
+	CapMaxCompletion    = "max_completion_tokens"
+	CapMaxOutputTokens  = "max_output_tokens"
+	defaultCapFieldName = CapAuto
+)
+
+// MinInjectedOutput is the smallest output cap the proxy injects: a
+// request without a cap of its own is admitted with the largest cap up to
+// DefaultMaxOutput that fits the room left, and refused only when not even
+// this many output tokens fit. Fewer would make answers too short to be of
+// use while still charging the prompt.
+const MinInjectedOutput = 16
+
+// ParseCapField validates a Config.CapField value ("" is CapAuto).
+func ParseCapField(s string) (string, error) {
+	switch f := strings.TrimSpace(s); f {
+	case "":
+		return defaultCapFieldName, nil
+	case CapAuto, CapNone, CapMaxTokens, CapMaxCompletion, CapMaxOutputTokens:
+		return f, nil
+	}
+	return "", budget.Invalid("cap-field", s, "want auto, none, max_tokens, max_completion_tokens or max_output_tokens")
+}
+
+// capField is the field a cap is injected in on format f's route, or ""
+// when none is: embeddings have no output, and an Anthropic request always
+// carries its own max_tokens (the API refuses one without it, so there is
+// nothing to decide for the client).
+func capField(setting string, f Format) string {
+	switch f {
+	case OpenAIEmbeddings, AnthropicMessages, Unknown:
+		return ""
+	}
+	switch setting {
+	case CapNone:
+		return ""
+	case CapAuto, "":
+		switch f {
+		case OpenAIChat:
+			return CapMaxCompletion
+		case OpenAIResponses:
+			return CapMaxOutputTokens
+		}
+		return CapMaxTokens
+	}
+	return setting
+}
+
+// withCap returns body with the top-level member field set to n, every
+// other member kept. A body without the member gets it inserted first,
+// byte for byte otherwise; one that has it (null: the client gave no cap)
+// has it replaced, so no parser can read a duplicate.
+func withCap(body []byte, field string, n int64) ([]byte, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(body, &top); err != nil || top == nil {
+		return nil, errBody
+	}
+	val := strconv.FormatInt(n, 10)
+	if _, ok := top[field]; ok {
+		top[field] = json.RawMessage(val)
+		return json.Marshal(top)
+	}
+	i := bytes.IndexByte(body, '{')
+	ins := `"` + field + `":` + val
+	out := make([]byte, 0, len(body)+len(ins)+1)
+	out = append(out, body[:i+1]...)
+	out = append(out, ins...)
+	if len(top) > 0 {
+		out = append(out, ',')
+	}
+	return append(out, body[i+1:]...), nil
+}
