@@ -27,6 +27,7 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request, f Format, req
 			m.admitError(w, r, f, err)
 			return nil, false
 		}
+		est := req.Estimate
 		if !d.Allowed && minOutput > 0 {
 			// The same rule as reserve mode's MinOutput, on the statuses
 			// Check read: only a budget refusal can be helped by a
@@ -35,11 +36,13 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request, f Format, req
 			if errors.As(d.Err(), &ee) {
 				if fit, ok := budget.FitOutput(d.Limits, req.Estimate, minOutput); ok {
 					req.Estimate, d.Allowed, d.Breach = fit, true, nil
+				} else {
+					d, est = atFloor(d, req.Estimate, minOutput, now)
 				}
 			}
 		}
 		if !d.Allowed {
-			m.refuse(w, f, &d, req.Estimate, now)
+			m.refuse(w, f, &d, est, now)
 			return nil, false
 		}
 		if m.cfg.RequireLimits && len(d.Limits) == 0 {
@@ -77,7 +80,12 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request, f Format, req
 		var pe *budget.ParkedError
 		switch {
 		case errors.As(err, &ee):
-			m.refuse(w, f, &ee.Decision, req.Estimate, m.t.Now())
+			now := m.t.Now()
+			d, est := ee.Decision, req.Estimate
+			if minOutput > 0 {
+				d, est = atFloor(d, est, minOutput, now)
+			}
+			m.refuse(w, f, &d, est, now)
 		case errors.As(err, &pe):
 			m.outcome(w, OutcomeParked)
 			writeError(w, f, parkedError(w.Header(), f, pe.Provider, ceilSeconds(pe.RetryAfter), m.cfg.MaxClientWait))
@@ -95,6 +103,23 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request, f Format, req
 		*bp = d.Limits[:0]
 	}
 	return res, true
+}
+
+// atFloor is the refusal d of estimate est, whose output could have shrunk
+// to minOutput, decided again at that floor: the request needed only its
+// input and the floor to be admitted, so that is what its breach, its
+// wait and whether it can ever fit are about. (Decided on the full
+// estimate, a request without a cap would be told it can never fit a limit
+// smaller than the default max output, and not to retry.)
+func atFloor(d budget.Decision, est budget.Estimate, minOutput int64, now time.Time) (budget.Decision, budget.Estimate) {
+	floor := est
+	floor.Output = min(est.Output, minOutput)
+	fd := budget.Decide(d.Limits, floor, now)
+	if fd.Allowed || fd.Breach == nil {
+		return d, est // cannot happen: FitOutput found no room for the floor
+	}
+	fd.Parked = d.Parked
+	return fd, floor
 }
 
 // noBudget answers a request that no enabled limit applies to while

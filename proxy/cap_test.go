@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
 	"github.com/tokenbudget/tokenbudget/proxy"
@@ -160,7 +161,9 @@ func TestCapInjectionFloor(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []proxy.Mode{proxy.ModeReserve, proxy.ModeCheck} {
 		up := &honouring{field: "max_completion_tokens"}
-		e := newEnv(t, envOptions{mode: mode}, up.serve)
+		// A max client wait over the hour: whether to retry is then the
+		// refusal's own answer.
+		e := newEnv(t, envOptions{mode: mode, cfg: func(pc *proxy.Config) { pc.MaxClientWait = 2 * time.Hour }}, up.serve)
 		id := e.limit("", "", "tokens", "1h", 1000)
 		if _, err := e.db.RecordSync(context.Background(), budget.Usage{Key: "team", Provider: "openai", Model: "gpt-4o", Input: 978}); err != nil {
 			t.Fatal(err)
@@ -170,9 +173,13 @@ func TestCapInjectionFloor(t *testing.T) {
 		if r.status != 200 || up.last()["max_completion_tokens"] != 16.0 {
 			t.Errorf("%s: at the floor: status %d, cap %v; want 200 16", mode, r.status, up.last()["max_completion_tokens"])
 		}
+		// Refused at the floor: it needs 6 + 16, which fits the limit once
+		// the window resets, so it may be retried (decided on the default
+		// max output of 4096 it could never fit).
 		r = e.do("/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`)
-		if r.status != http.StatusTooManyRequests {
-			t.Errorf("%s: nothing left: status %d; want 429", mode, r.status)
+		lim, _ := errorObject(t, r.body)["limit"].(map[string]any)
+		if r.status != http.StatusTooManyRequests || r.header.Get("X-Should-Retry") != "" || lim["estimate"] != 22.0 || lim["retryable"] != true {
+			t.Errorf("%s: nothing left: status %d x-should-retry %q limit %v; want 429, retryable, estimate 22", mode, r.status, r.header.Get("X-Should-Retry"), lim)
 		}
 		if used, _ := e.used(id); used != 1000 {
 			t.Errorf("%s: used %d; want 1000", mode, used)

@@ -117,8 +117,8 @@ func TestCancelledStreamCharged(t *testing.T) {
 		chatWor   = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\" wor\",\"refusal\":null}}]}\n\n" // 4
 		chatTool  = "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"{\\\"a\\\":1}\"}}]}}]}\n\n"
 		respStart = "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"status\":\"in_progress\",\"usage\":null}}\n\n"
-		respText  = "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"Hello there\"}\n\n" // 11
-		respAudio = "event: response.audio.delta\ndata: {\"type\":\"response.audio.delta\",\"delta\":\"QUJDREVGR0g=\"}\n\n"           // not text
+		respText  = "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"Hello there\"}\n\n"                                       // 11
+		respAudio = "event: response.audio.delta\ndata: {\"type\":\"response.audio.delta\",\"delta\":\"QUJDREVGR0g=\"}\n\n"                                                  // not text
 		anthText  = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi there, friend\"}}\n\n" // 16
 	)
 	respBody := `{"model":"o","stream":true,"max_output_tokens":100,"input":"hi"}`

@@ -22,16 +22,36 @@ import (
 
 const proxyHelp = `usage: budget proxy (--upstream URL | --mock-upstream) [--listen ADDR] [--provider NAME]
 	[--upstream-key-env VAR] [--mode reserve|check] [--max-body N] [--default-max-output N]
-	[--image-tokens N] [--reservation-ttl D] [--body-timeout D] [--header-timeout D]
-	[--stream-idle-timeout D] [--max-inflight-bytes N]
+	[--cap-field auto|none|max_tokens|max_completion_tokens|max_output_tokens]
+	[--max-client-wait D] [--require-limits] [--image-tokens N] [--reservation-ttl D]
+	[--body-timeout D] [--header-timeout D] [--stream-idle-timeout D]
+	[--max-inflight-bytes N] [--log-format text|json]
 
 Serves POST /v1/chat/completions, /v1/responses, /v1/embeddings and
-/v1/messages (other paths: 404) on --listen (default 127.0.0.1:8080),
-forwarding them to --upstream with the upstream credential, under the
-token budgets of the database. Clients authenticate with a gateway key
-('budget key add NAME') as "Authorization: Bearer KEY" or "x-api-key: KEY";
-limits apply to the key's name, the provider (openai for the OpenAI routes,
-anthropic for /v1/messages, or --provider) and the request's model.
+/v1/messages, and GET /v1/models (other paths: 404) on --listen (default
+127.0.0.1:8080), forwarding them to --upstream with the upstream
+credential, under the token budgets of the database. Clients authenticate
+with a gateway key ('budget key add NAME') as "Authorization: Bearer KEY" or
+"x-api-key: KEY"; limits apply to the key's name, the provider (openai for
+the OpenAI routes, anthropic for /v1/messages, or --provider) and the
+request's model. GET /v1/models costs no budget; it goes upstream with
+Anthropic's credential when it carries anthropic-version, else OpenAI's.
+With --require-limits a key that no enabled limit (its own or a default)
+applies to gets 403 no_budget.
+
+Output caps: a request is estimated at the largest of its max_tokens,
+max_completion_tokens and max_output_tokens (times n). A request with none
+gets one: the largest up to --default-max-output that the room left
+admits, at least 16, put in the field --cap-field names (auto:
+max_completion_tokens on chat completions, max_output_tokens on responses;
+Anthropic requests always carry max_tokens; none: inject nothing). A
+client's own cap is never changed.
+
+Refusals are 429s with Retry-After; one whose wait is longer than
+--max-client-wait (default 60s; 0: every refusal) also carries
+x-should-retry: false, so SDKs return it at once instead of sleeping until
+the window resets. A client that leaves mid-stream is charged the usage
+reported so far, else the input estimate plus ceil(streamed text bytes / 4).
 
 The upstream credential is read from $OPENAI_API_KEY (OpenAI routes, sent as
 Authorization: Bearer) and $ANTHROPIC_API_KEY (/v1/messages, sent as
@@ -51,6 +71,10 @@ upstream must send its response headers within --header-timeout (else
 response is cut off and charged what it reported plus the estimate of the
 rest); request bodies held at once are capped by --max-inflight-bytes (503
 with Retry-After past it; a body over --max-body gets 413 first).
+
+One line per request goes to stderr (--log-format text or json): key
+name, provider, model, status, outcome, estimate, tokens charged, latency;
+never a secret or a prompt.
 
 Also serves GET /healthz (200 "ok", or 503 with the reason while the
 database cannot be written, was deleted or replaced, or cannot be read)
@@ -84,7 +108,11 @@ type proxyOptions struct {
 	headerTimeout  time.Duration
 	idleTimeout    time.Duration
 	maxInflight    int64
+	maxClientWait  time.Duration // 0: the default; negative: every refusal
+	capField       string        // "": auto
+	requireLimits  bool
 	log            *slog.Logger
+	accessLog      bool // one line per request on log
 }
 
 func (m *Main) runProxy(ctx context.Context, args []string) (err error) {
@@ -105,6 +133,10 @@ func (m *Main) runProxy(ctx context.Context, args []string) (err error) {
 	fs.DurationVar(&o.headerTimeout, "header-timeout", proxy.DefaultHeaderTimeout, "time allowed for the upstream's response headers; past it 504")
 	fs.DurationVar(&o.idleTimeout, "stream-idle-timeout", proxy.DefaultStreamIdleTimeout, "longest the upstream may go quiet mid-response before it is cut off")
 	fs.Int64Var(&o.maxInflight, "max-inflight-bytes", proxy.DefaultMaxInflightBytes, "request body bytes held at once; past it 503 with Retry-After")
+	fs.DurationVar(&o.maxClientWait, "max-client-wait", proxy.DefaultMaxClientWait, "a refusal with a longer wait says x-should-retry: false (0s: every refusal)")
+	fs.StringVar(&o.capField, "cap-field", proxy.CapAuto, "field an injected output cap goes in: auto, none, max_tokens, max_completion_tokens or max_output_tokens")
+	fs.BoolVar(&o.requireLimits, "require-limits", false, "refuse (403 no_budget) a request that no enabled limit applies to")
+	logFormat := fs.String("log-format", "text", "stderr log lines as text or json")
 	pos, err := m.parseArgs(fs, proxyHelp, args)
 	if err != nil {
 		return err
@@ -119,7 +151,18 @@ func (m *Main) runProxy(ctx context.Context, args []string) (err error) {
 	if err := o.validate(); err != nil {
 		return err
 	}
-	o.log = slog.New(slog.NewTextHandler(m.Stderr, nil))
+	switch strings.TrimSpace(*logFormat) {
+	case "text":
+		o.log = slog.New(slog.NewTextHandler(m.Stderr, nil))
+	case "json":
+		o.log = slog.New(slog.NewJSONHandler(m.Stderr, nil))
+	default:
+		return budget.Invalid("log-format", *logFormat, "want text or json")
+	}
+	o.accessLog = true
+	if o.maxClientWait == 0 {
+		o.maxClientWait = -1 // the library's "every refusal"; its 0 is the default
+	}
 
 	p, err := m.startProxy(ctx, o)
 	if err != nil {
@@ -177,6 +220,12 @@ func (o *proxyOptions) validate() error {
 	if o.maxInflight <= 0 {
 		return budget.Invalid("max-inflight-bytes", o.maxInflight, "must be greater than 0")
 	}
+	if o.maxClientWait < 0 {
+		return budget.Invalid("max-client-wait", o.maxClientWait, "must not be negative")
+	}
+	if _, err := proxy.ParseCapField(o.capField); err != nil {
+		return err
+	}
 	if err := budget.CheckName("provider", strings.TrimSpace(o.provider)); err != nil {
 		return err
 	}
@@ -193,6 +242,7 @@ type runningProxy struct {
 	upstream string
 	tracker  *budget.Tracker
 	store    budget.Store
+	keys     *proxy.Keys
 	srv      *http.Server
 	mock     *http.Server
 	served   chan error // Serve's error, if it stops by itself
@@ -257,10 +307,22 @@ func (m *Main) startProxy(ctx context.Context, o proxyOptions) (_ *runningProxy,
 	if err != nil {
 		return nil, err
 	}
-	mw, err := proxy.New(p.tracker, proxy.Config{Mode: o.mode, Routes: proxy.DefaultRoutes(strings.TrimSpace(o.provider)),
-		DefaultMaxOutput: o.maxOutput, ImageTokens: o.imageTokens, MaxBody: o.maxBody,
+	// The key lookup records each key's last use; stop waits for those
+	// writes before it closes the database.
+	p.keys = proxy.NewKeys(p.tracker.Store())
+	p.keys.Now = m.Now
+	p.keys.OnTouchError = func(name string, err error) {
+		o.log.Warn("proxy: recording a gateway key's last use failed", "key", name, "err", err)
+	}
+	pc := proxy.Config{Mode: o.mode, Keys: p.keys, Routes: proxy.DefaultRoutes(strings.TrimSpace(o.provider)),
+		DefaultMaxOutput: o.maxOutput, CapField: o.capField, MaxClientWait: o.maxClientWait, RequireLimits: o.requireLimits,
+		ImageTokens: o.imageTokens, MaxBody: o.maxBody,
 		ReservationTTL: o.reservationTTL, BodyTimeout: o.bodyTimeout, MaxInflightBytes: o.maxInflight,
-		Metrics: metrics, Logger: o.log})
+		Metrics: metrics, Logger: o.log}
+	if o.accessLog {
+		pc.AccessLog = o.log
+	}
+	mw, err := proxy.New(p.tracker, pc)
 	if err != nil {
 		return nil, err
 	}
@@ -313,6 +375,9 @@ func (p *runningProxy) stop(ctx context.Context) error {
 	}
 	if p.mock != nil {
 		p.mock.Close()
+	}
+	if p.keys != nil {
+		p.keys.Wait()
 	}
 	if p.tracker != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)

@@ -31,6 +31,9 @@ func TestProxyFlags(t *testing.T) {
 		{"--mock-upstream", "--max-inflight-bytes", "0"},
 		{"--mock-upstream", "--provider", "open\nai"},
 		{"--mock-upstream", "--provider", strings.Repeat("p", 300)},
+		{"--mock-upstream", "--cap-field", "max_words"},
+		{"--mock-upstream", "--max-client-wait", "-1s"},
+		{"--mock-upstream", "--log-format", "xml"},
 	} {
 		db := tempDB(t)
 		mustRun(t, 2, append([]string{"proxy", "--db", db}, args...)...)
@@ -43,7 +46,8 @@ func TestProxyFlags(t *testing.T) {
 	for _, want := range []string{"--upstream-key-env", "X-Tokenbudget-Request-Id",
 		"-reservation-ttl duration", "(default 20s)", "-body-timeout duration", "(default 30s)",
 		"-header-timeout duration", "(default 10m0s)", "-stream-idle-timeout duration", "(default 5m0s)",
-		"-max-inflight-bytes int", "(default 268435456)"} {
+		"-max-inflight-bytes int", "(default 268435456)", "-max-client-wait duration", "(default 1m0s)",
+		"-cap-field string", `(default "auto")`, "-require-limits", "-log-format string", "GET /v1/models"} {
 		if !strings.Contains(help, want) {
 			t.Errorf("proxy -h lacks %q:\n%s", want, help)
 		}
@@ -133,8 +137,14 @@ func TestProxyHealthz(t *testing.T) {
 // the first line it prints and a channel with Run's error.
 func startCLI(t *testing.T, ctx context.Context, env map[string]string, args ...string) (string, <-chan error) {
 	t.Helper()
+	return startCLIStderr(t, ctx, env, io.Discard, args...)
+}
+
+// startCLIStderr is startCLI writing the command's stderr to stderr.
+func startCLIStderr(t *testing.T, ctx context.Context, env map[string]string, stderr io.Writer, args ...string) (string, <-chan error) {
+	t.Helper()
 	pr, pw := io.Pipe()
-	m := &Main{Stdout: pw, Stderr: io.Discard, Getenv: func(k string) string { return env[k] },
+	m := &Main{Stdout: pw, Stderr: stderr, Getenv: func(k string) string { return env[k] },
 		Now: func() time.Time { return testNow }}
 	done := make(chan error, 1)
 	go func() {
