@@ -6,43 +6,72 @@
 //
 // The middleware (New, Middleware.Wrap) takes a request through:
 //
-//  1. its route (Config.Routes: path -> Format and provider; others 404);
+//  1. its route (Config.Routes: path -> Format and provider; others 404;
+//     GET /v1/models and /v1/models/ID, see below);
 //  2. the gateway key, "Authorization: Bearer" or "x-api-key", looked up
-//     by its SHA-256 (Keys, cached for DefaultKeyTTL; 401 when unknown or
-//     revoked); the secret is removed before forwarding and never logged;
+//     by its SHA-256 (Keys: found or not, an answer is trusted for
+//     DefaultKeyTTL; the key opens for its secret, or for the secret a
+//     rotation replaced until the grace period ends, decided at each
+//     request with the current time; 401 otherwise); the secret is removed
+//     before forwarding and never logged. Keys records a key's last use at
+//     most once a minute, on a goroutine of its own;
 //  3. the body: over MaxBody 413 (from its Content-Length, before a byte
 //     is read); not all there within BodyTimeout 408; its bytes held
 //     against MaxInflightBytes, 503 with Retry-After when they would go
 //     over; then read for the model, the output cap and the prompt
-//     estimate (RequestInfo.Estimate). A model the tracker could not store
-//     (budget.CheckName: over budget.MaxNameLen bytes, control characters)
-//     is 400 before anything is written or logged, quoted only in part;
+//     estimate (RequestInfo.Estimate; the output at the largest of
+//     max_tokens, max_completion_tokens and max_output_tokens, since an
+//     upstream may honour any of them). A model the tracker could not
+//     store (budget.CheckName: over budget.MaxNameLen bytes, control
+//     characters) is 400 before anything is written or logged, quoted
+//     only in part;
 //  4. admission: Tracker.ReserveWith (ModeReserve, exact) or Tracker.Check
-//     (ModeCheck, fast) for key name, provider and the request's model;
-//     a refusal is a 429 with Retry-After, x-ratelimit-*-tokens, the IETF
-//     RateLimit-Policy and RateLimit fields and an OpenAI- or
-//     Anthropic-shaped body (code token_budget_exceeded, or
-//     provider_parked: 429, 503 when overloaded). A reservation is charged
-//     on expiry (budget.ExpireCharge) and lasts ReservationTTL (20s),
-//     renewed every third of it while the request runs: if the process
-//     dies, recovery charges the estimate (the client may have had its
-//     answer; a request never served may be charged, a served one is never
-//     missed) and the concurrency leases are free within the TTL;
+//     (ModeCheck, fast) for key name, provider and the request's model.
+//     A request without a cap of its own (Config.CapField) is admitted
+//     with the largest output up to DefaultMaxOutput that the room left
+//     allows, at least MinInjectedOutput (budget.ReserveOptions.MinOutput
+//     inside the reservation's transaction; budget.FitOutput on Check's
+//     statuses), and forwarded with that cap in the field its API reads,
+//     so no answer outgrows its admission. A refusal is a 429 with
+//     Retry-After, x-ratelimit-*-tokens, the IETF RateLimit-Policy and
+//     RateLimit fields, X-Tokenbudget-Limit and -Limit-Scope, and an
+//     OpenAI- or Anthropic-shaped body (code token_budget_exceeded, or
+//     provider_parked: 429, 503 when overloaded); x-should-retry: false
+//     when it can never fit or its wait is over MaxClientWait (60s), so
+//     SDKs do not sleep until a window resets. With RequireLimits a
+//     request no enabled limit applies to is 403 no_budget. A reservation
+//     is charged on expiry (budget.ExpireCharge) and lasts ReservationTTL
+//     (20s), renewed every third of it while the request runs: if the
+//     process dies, recovery charges the estimate (the client may have had
+//     its answer; a request never served may be charged, a served one is
+//     never missed) and the concurrency leases are free within the TTL;
 //  5. the wrapped handler, with stream_options.include_usage added to a
 //     streamed chat request and no Accept-Encoding, whose response passes
 //     through as it comes, each SSE event flushed (a usage-only chunk the
-//     client did not ask for is dropped), its usage read on the way. Every
-//     answer carries X-Tokenbudget-Request-Id: the request id its usage is
-//     recorded under (the reservation id, or a generated one in check
-//     mode), whatever the upstream sent;
+//     client did not ask for is dropped), its usage and streamed text read
+//     on the way. Every answer carries X-Tokenbudget-Request-Id: the
+//     request id its usage is recorded under (the reservation id, or a
+//     generated one in check mode), whatever the upstream sent; a 2xx
+//     also the rate-limit headers of the limit with the least room left
+//     (X-Tokenbudget-Limit, -Limit-Scope) and, when a cap was injected,
+//     X-Tokenbudget-Max-Output;
 //  6. settlement, on a context the client leaving does not cancel: the
 //     usage is committed (recorded in check mode); a response without
 //     usage, or with an invalid one (a count or the billable sum over
-//     2^53-1), at the estimate (logged, counted); a stream cut short at
-//     what it reported plus the estimate of the rest; an error answer
-//     releases the reservation. A commit the store cannot take yet stays
-//     queued in the tracker until it can. Upstream 429, 529, repeated 503,
-//     401 and 403 answers park the provider.
+//     2^53-1), at the estimate (logged, counted); a stream the client left
+//     at the usage reported so far, else the input estimate plus
+//     ceil(streamed text bytes / 4); a stream the upstream cut short (or
+//     that stalled) at what it reported plus the estimate of the rest; an
+//     error answer releases the reservation. A commit the store cannot
+//     take yet stays queued in the tracker until it can. Upstream 429,
+//     529, repeated 503, 401 and 403 answers park the provider;
+//  7. one AccessLog line (key name, provider, model, status, outcome,
+//     estimate, tokens charged, latency; never a secret or a prompt).
+//
+// GET /v1/models (and /v1/models/ID) needs a valid gateway key, costs no
+// budget, and goes to the wrapped handler as it is, with the Info of the
+// family's route: Anthropic's when it carries anthropic-version, else
+// OpenAI's, so NewUpstream sends that family's credential.
 //
 // NewUpstream is the httputil.ReverseProxy that puts the upstream
 // credential in the header each route family uses, and bounds the upstream
@@ -53,7 +82,7 @@
 // over it with /healthz (TrackerHealth: 503 with the reason while the
 // tracker's writes fail, as on a full disk, or its database file was
 // deleted or replaced) and /metrics (Metrics). MockUpstream answers the
-// four routes like the real APIs, without an account.
+// four routes and the model list like the real APIs, without an account.
 //
 // Usage extraction:
 //   - FormatForPath maps a route (/v1/chat/completions, /v1/responses,
@@ -78,7 +107,8 @@
 // and the reader StripUsageChunks returns, hold per-response state and are
 // not safe for concurrent use: feed and query each from one goroutine at a
 // time. The middleware starts a timer per reservation (renewal every third
-// of its TTL), and NewUpstream's transport two per upstream call (headers,
-// body idle); nothing else runs in the background, and the package keeps
-// no global mutable state.
+// of its TTL), NewUpstream's transport two per upstream call (headers,
+// body idle), and Keys a goroutine per recorded key use (at most one a
+// minute per key; Keys.Wait waits for them); nothing else runs in the
+// background, and the package keeps no global mutable state.
 package proxy

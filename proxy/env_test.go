@@ -107,7 +107,11 @@ func newEnv(t testing.TB, o envOptions, upstream http.HandlerFunc) *env {
 	}
 	metrics := proxy.NewMetrics(e.reg)
 	metrics.SetTracker(db.Tracker)
-	pc := proxy.Config{Mode: o.mode, Metrics: metrics, Logger: slog.New(slog.NewTextHandler(e.logs, nil))}
+	// Its own key lookup, so that the cleanup waits for the key uses it
+	// records before the database closes.
+	keys := proxy.NewKeys(db.Store())
+	t.Cleanup(keys.Wait)
+	pc := proxy.Config{Mode: o.mode, Keys: keys, Metrics: metrics, Logger: slog.New(slog.NewTextHandler(e.logs, nil))}
 	if o.cfg != nil {
 		o.cfg(&pc)
 	}

@@ -273,3 +273,41 @@ func BenchmarkParseJSON(b *testing.B) {
 		})
 	}
 }
+
+// TestStreamParserTextBytes: the generated text of each format's delta
+// events is counted in bytes of its string literals as written; roles,
+// ids, signatures, audio, usage and anything that is not valid JSON are
+// not text.
+func TestStreamParserTextBytes(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		f      Format
+		stream string
+		want   int64
+	}{
+		{OpenAIChat, "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n" +
+			"data: {\"choices\":[{\"delta\":{\"content\":\"caf\\u00e9\"}},{\"delta\":{\"reasoning_content\":\"hm\"}}]}\n\n" + // 9 + 2
+			"data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"id\":\"call_1\",\"function\":{\"name\":\"get\",\"arguments\":\"{}\"}}]}}]}\n\n" + // 3 + 2
+			"data: {\"choices\":[{\"delta\":{\"refusal\":\"no\"}}],\"usage\":null}\n\n" + // 2
+			"data: {\"choices\":[{\"delta\":{\"content\":\"broken\"}\n\n" + // not JSON
+			"data: [DONE]\n\n", 18},
+		{OpenAIResponses, "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"Hello\"}\n\n" +
+			"data: {\"type\":\"response.function_call_arguments.delta\",\"delta\":\"{\\\"a\\\"\"}\n\n" + // 6 as written
+			"data: {\"type\":\"response.audio.delta\",\"delta\":\"QUJD\"}\n\n" +
+			"data: {\"type\":\"response.output_text.done\",\"text\":\"Hello\"}\n\n", 11},
+		{AnthropicMessages, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n" +
+			"data: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"abc\"}}\n\n" +
+			"data: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"signature_delta\",\"signature\":\"c2lnbmF0dXJl\"}}\n\n" +
+			"data: {\"type\":\"content_block_delta\",\"index\":2,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{}\"}}\n\n" +
+			"data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":3}}\n\n", 7},
+	}
+	for _, c := range cases {
+		p := NewStreamParser(c.f)
+		for i := 0; i < len(c.stream); i += 7 { // split anywhere
+			p.Write([]byte(c.stream[i:min(i+7, len(c.stream))]))
+		}
+		if got := p.TextBytes(); got != c.want {
+			t.Errorf("%v: %d text bytes; want %d", c.f, got, c.want)
+		}
+	}
+}

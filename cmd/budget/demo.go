@@ -25,7 +25,8 @@ temporary one, deleted afterwards, unless --db names a file that does not
 exist yet, which is kept) it starts 'budget proxy' and the built-in mock
 provider in-process on loopback, creates the gateway key "demo" with a limit
 of 240 tokens per hour, and sends a burst of OpenAI- and Anthropic-shaped
-requests through the proxy, streamed and not, until the budget refuses them
+requests through the proxy, streamed and not (one without max_tokens, which
+the proxy gives the largest cap that fits), until the budget refuses them
 with 429. It prints what each request got and was charged, then the
 'budget inspect' table, and exits 0. It never reads $BUDGET_DB.
 
@@ -45,8 +46,8 @@ type demoRequest struct {
 var demoRequests = []demoRequest{
 	{"chat, wrong key", "/v1/chat/completions", "wrong",
 		`{"model":"gpt-4o-mini","max_tokens":64,"messages":[{"role":"user","content":"Hello?"}]}`},
-	{"chat gpt-4o-mini", "/v1/chat/completions", "bearer",
-		`{"model":"gpt-4o-mini","max_tokens":64,"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello in five words."}]}`},
+	{"chat gpt-4o-mini, no max_tokens", "/v1/chat/completions", "bearer",
+		`{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello in five words."}]}`},
 	{"chat gpt-4o-mini, streamed", "/v1/chat/completions", "bearer",
 		`{"model":"gpt-4o-mini","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"Count to three."}]}`},
 	{"responses gpt-4.1-mini, streamed", "/v1/responses", "bearer",
@@ -228,6 +229,10 @@ func demoSend(ctx context.Context, c *http.Client, base, secret string, dr demoR
 	}
 	if found {
 		res.usage = fmt.Sprintf("%d in + %d out", tok.Input, tok.Output+tok.Reasoning)
+	}
+	if c := resp.Header.Get("X-Tokenbudget-Max-Output"); c != "" {
+		// The request had no cap: the proxy gave it the largest that fits.
+		res.note = strings.TrimPrefix(res.note+"; output cap "+c+" injected", "; ")
 	}
 	return res, nil
 }

@@ -22,7 +22,9 @@ benchmarks. It answers POST /v1/chat/completions, /v1/responses,
 APIs with realistic usage: input = ceil(text bytes / 4) + 3 per message,
 output = the words of a fixed reply, cut at max tokens. A request header
 X-Mock-Status: N makes it answer status N (X-Mock-Retry-After: S adds a
-Retry-After), to try parking. Any credential is accepted. It keeps no state
+Retry-After), to try parking. GET /v1/models lists a few models (in
+Anthropic's shape with an anthropic-version header). Any credential is
+accepted. It keeps no state
 (--db is accepted and unused). SIGINT or SIGTERM stops it.
 
 `
