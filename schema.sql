@@ -9,7 +9,7 @@ CREATE TABLE IF NOT EXISTS limits (
     key            TEXT    NOT NULL,
     scope          TEXT    NOT NULL CHECK (scope IN ('global', 'provider', 'model')),
     scope_value    TEXT    NOT NULL DEFAULT '',
-    metric         TEXT    NOT NULL CHECK (metric IN ('tokens', 'input', 'output', 'requests', 'concurrent')),
+    metric         TEXT    NOT NULL CHECK (metric IN ('tokens', 'input', 'output', 'requests', 'concurrent', 'usd')),
     max            INTEGER NOT NULL CHECK (max > 0),
     window         TEXT    NOT NULL DEFAULT '',   -- canonical name; '' for concurrent
     window_seconds INTEGER NOT NULL DEFAULT 0,    -- fixed length; 0 for calendar windows
@@ -34,10 +34,26 @@ CREATE TABLE IF NOT EXISTS usage (
     cache_write INTEGER NOT NULL DEFAULT 0,
     at          INTEGER NOT NULL,
     model_norm  TEXT    NOT NULL DEFAULT '',  -- the model normalised (budget.NormalizeModel): what limits match
+    cost        INTEGER NOT NULL DEFAULT 0,   -- micro-dollars at the price in force at `at`
+    unpriced    INTEGER NOT NULL DEFAULT 0,   -- 1: no price matched when it was written (cost 0)
     PRIMARY KEY (key, request_id)
 ) WITHOUT ROWID;
 -- Covering index: seeding a cold window reads only this index, never the table.
-CREATE INDEX IF NOT EXISTS usage_window ON usage (key, at, provider, model_norm, input, output, reasoning);
+CREATE INDEX IF NOT EXISTS usage_window ON usage (key, at, provider, model_norm, input, output, reasoning, cost);
+
+-- prices: USD per million tokens, in micro-dollars, per (provider, model, from);
+-- model is a normalised name or a pattern.
+CREATE TABLE IF NOT EXISTS prices (
+    provider    TEXT    NOT NULL,
+    model       TEXT    NOT NULL,
+    from_at     INTEGER NOT NULL,
+    input       INTEGER NOT NULL,
+    output      INTEGER NOT NULL,
+    cache_read  INTEGER NOT NULL,
+    cache_write INTEGER NOT NULL,
+    reasoning   INTEGER NOT NULL,
+    PRIMARY KEY (provider, model, from_at)
+) WITHOUT ROWID;
 
 -- counters: a limit's usage in one window for one subject (the key a default
 -- limit counts for; '' for a key's own limit); always equal to the history's sum.
@@ -122,6 +138,7 @@ CREATE TABLE IF NOT EXISTS meta (
     value INTEGER NOT NULL
 ) WITHOUT ROWID;
 INSERT OR IGNORE INTO meta (name, value) VALUES ('limits_version', 0);
+INSERT OR IGNORE INTO meta (name, value) VALUES ('prices_version', 0);
 CREATE TRIGGER IF NOT EXISTS limits_ins AFTER INSERT ON limits
 BEGIN UPDATE meta SET value = value + 1 WHERE name = 'limits_version'; END;
 CREATE TRIGGER IF NOT EXISTS limits_upd AFTER UPDATE ON limits

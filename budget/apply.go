@@ -24,6 +24,10 @@ type writerState struct {
 	version int64
 	checked bool // version confirmed inside the current transaction
 	byKey   map[string][]Limit
+
+	prices        *priceSnap
+	pricesChecked bool  // prices version confirmed inside the current transaction
+	unpriced      int64 // this attempt's events written unpriced under a usd limit
 }
 
 func (w *writerState) init() { w.byKey = make(map[string][]Limit) }
@@ -107,6 +111,9 @@ func (t *Tracker) applyUsage(ctx context.Context, tx Tx, events []Usage, now tim
 	if len(events) == 0 {
 		return nil, nil, nil
 	}
+	if err := t.priceEvents(ctx, tx, events); err != nil {
+		return nil, nil, err
+	}
 	inserted, err := tx.InsertUsage(ctx, events)
 	if err != nil {
 		return nil, nil, err
@@ -123,10 +130,15 @@ func (t *Tracker) applyUsage(ctx context.Context, tx Tx, events []Usage, now tim
 			return nil, nil, err
 		}
 		model := NormalizeModel(e.Model)
+		unpriced := e.Unpriced
 		for j := range ls {
 			l := &ls[j]
 			if l.Metric == MetricConcurrent || !l.Applies(e.Key, e.Provider, model) {
 				continue
+			}
+			if unpriced && l.Metric == MetricUSD {
+				t.w.unpriced++
+				unpriced = false
 			}
 			start, end := l.Window.Bounds(e.At)
 			k := cache.Key{LimitID: l.ID, Subject: l.Subject, Start: start.UnixNano()}

@@ -59,7 +59,23 @@ func (t *Tracker) check(ctx context.Context, req Request, now time.Time, clock i
 		}
 		statuses = append(statuses, st)
 	}
+	var unpriced *Unpriced
+	for i := range statuses {
+		if statuses[i].Limit.Metric == MetricUSD {
+			table, err := t.pricesAt(ctx, clock)
+			if err != nil {
+				return Decision{}, err
+			}
+			if !priceEstimate(table, statuses, req.Provider, model, now, &req.Estimate) {
+				unpriced = &Unpriced{Provider: req.Provider, Model: req.Model}
+			}
+			break
+		}
+	}
 	d := Decide(statuses, req.Estimate, now)
+	if unpriced != nil {
+		d.Allowed, d.Unpriced = false, unpriced
+	}
 	if req.Provider != "" {
 		p, err := t.parkedAt(ctx, req.Provider, now, clock)
 		if err != nil {

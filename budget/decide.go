@@ -12,6 +12,10 @@ type Estimate struct {
 	Tokens int64
 	Input  int64
 	Output int64
+	// USD is the estimate in micro-dollars, for usd limits. The Tracker
+	// fills it from the price table whenever a usd limit applies; callers
+	// leave it zero.
+	USD int64
 }
 
 // Amount is the estimate as seen by a limit of metric m. Requests and
@@ -24,6 +28,8 @@ func (e Estimate) Amount(m Metric) int64 {
 		return e.Tokens + e.Input
 	case MetricOutput:
 		return e.Tokens + e.Output
+	case MetricUSD:
+		return e.USD
 	}
 	return 1
 }
@@ -100,6 +106,15 @@ type Decision struct {
 	Parked *Parked
 	// Limits holds every applicable enabled limit, in listing order.
 	Limits []Status
+	// Unpriced is set when a usd limit applies and no price matches the
+	// request's provider and model: admitting it would count it at $0.
+	Unpriced *Unpriced
+}
+
+// Unpriced names a request's model that has no price while a usd limit
+// applies to it.
+type Unpriced struct {
+	Provider, Model string
 }
 
 // MaxConcurrentWait caps the retry-after of a refused concurrent limit.
@@ -122,8 +137,7 @@ func Decide(statuses []Status, est Estimate, now time.Time) Decision {
 		}
 		d.Allowed = false
 		rem := s.Limit.Max - held - e
-		if best == nil || rem < bestRem || rem == bestRem && (s.Limit.Max < best.Limit.Max ||
-			s.Limit.Max == best.Limit.Max && s.Limit.ID < best.Limit.ID) {
+		if best == nil || moreRestrictive(s, rem, best, bestRem) {
 			best, bestRem = s, rem
 		}
 		if e > s.Limit.Max {
@@ -138,6 +152,29 @@ func Decide(statuses []Status, est Estimate, now time.Time) Decision {
 	}
 	return d
 }
+
+// moreRestrictive reports whether breach s (room rem after the estimate)
+// ranks before breach b (room brem): within one metric, less room, then
+// the smaller limit, then the smaller id; across metrics (tokens against
+// dollars), less room as a fraction of the limit first.
+func moreRestrictive(s *Status, rem int64, b *Status, brem int64) bool {
+	if s.Limit.Metric != b.Limit.Metric && countsAmount(s.Limit.Metric) && countsAmount(b.Limit.Metric) {
+		fs, fb := float64(rem)/float64(s.Limit.Max), float64(brem)/float64(b.Limit.Max)
+		if fs != fb {
+			return fs < fb
+		}
+	} else if rem != brem {
+		return rem < brem
+	}
+	if s.Limit.Max != b.Limit.Max {
+		return s.Limit.Max < b.Limit.Max
+	}
+	return s.Limit.ID < b.Limit.ID
+}
+
+// countsAmount is true for metrics whose limits are amounts (tokens or
+// dollars) rather than counts of requests.
+func countsAmount(m Metric) bool { return m != MetricRequests && m != MetricConcurrent }
 
 // wait is how long the limit refuses, in whole seconds rounded up.
 func (s *Status) wait(now time.Time) int64 {
@@ -166,6 +203,8 @@ func (d Decision) Err() error {
 		return nil
 	case d.Parked != nil:
 		return &ParkedError{Provider: d.Parked.ProviderState, RetryAfter: time.Duration(d.Parked.RetryAfterSeconds) * time.Second}
+	case d.Unpriced != nil:
+		return &UnpricedError{Provider: d.Unpriced.Provider, Model: d.Unpriced.Model, Decision: d}
 	}
 	return &ExceededError{Decision: d}
 }

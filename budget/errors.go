@@ -63,3 +63,15 @@ func (e *ParkedError) Error() string {
 
 // Retryable reports whether waiting can help: a parked provider always resumes.
 func (e *ParkedError) Retryable() bool { return true }
+
+// UnpricedError refuses a request for a model with no price while a usd
+// limit applies to it: it would count $0 and the budget would never trip.
+// Retrying does not help until a price is set.
+type UnpricedError struct {
+	Provider, Model string
+	Decision        Decision
+}
+
+func (e *UnpricedError) Error() string {
+	return fmt.Sprintf("no price for model %q of provider %q, and a dollar limit applies: set one with 'budget price set'", e.Model, e.Provider)
+}

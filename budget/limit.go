@@ -46,6 +46,7 @@ const (
 	MetricOutput     Metric = "output"     // output + reasoning
 	MetricRequests   Metric = "requests"   // one per event
 	MetricConcurrent Metric = "concurrent" // requests in flight (leases); no window
+	MetricUSD        Metric = "usd"        // cost in micro-dollars, from the price table
 )
 
 // ParseMetric validates a metric name; "" is tokens.
@@ -61,8 +62,10 @@ func ParseMetric(s string) (Metric, error) {
 		return MetricRequests, nil
 	case MetricConcurrent:
 		return MetricConcurrent, nil
+	case MetricUSD:
+		return MetricUSD, nil
 	}
-	return "", invalid("metric", s, "want tokens, input, output, requests or concurrent")
+	return "", invalid("metric", s, "want tokens, input, output, requests, concurrent or usd")
 }
 
 // Limit is one budget rule (contract section 3). Its identity is (Key,

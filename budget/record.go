@@ -71,12 +71,15 @@ type Stats struct {
 	Retries    int64 // failed batch attempts retried by the writer
 	Failures   int64 // failed batch attempts (each is retried)
 	QueueDepth int64 // operations waiting for the writer now
-	Store      StoreStats
+	// Unpriced counts events written with no price for their model while a
+	// usd limit applied to them: stored with cost 0, counted, never dropped.
+	Unpriced int64
+	Store    StoreStats
 }
 
 type trackerStats struct {
-	queued, written, duplicates, batches, retries, failures atomic.Int64
-	sinceFlushWritten, sinceFlushDup                        int64 // writer-owned
+	queued, written, duplicates, batches, retries, failures, unpriced atomic.Int64
+	sinceFlushWritten, sinceFlushDup                                  int64 // writer-owned
 }
 
 // Stats reports the tracker's counters.
@@ -84,7 +87,7 @@ func (t *Tracker) Stats() Stats {
 	return Stats{
 		Queued: t.stats.queued.Load(), Written: t.stats.written.Load(), Duplicates: t.stats.duplicates.Load(),
 		Batches: t.stats.batches.Load(), Retries: t.stats.retries.Load(), Failures: t.stats.failures.Load(),
-		QueueDepth: int64(len(t.queue)), Store: t.store.Stats(),
+		QueueDepth: int64(len(t.queue)), Store: t.store.Stats(), Unpriced: t.stats.unpriced.Load(),
 	}
 }
 
@@ -207,6 +210,15 @@ func (t *Tracker) addPending(o *op) {
 	kl := e.Value
 	o.contribs = make([]contrib, 0, len(kl.limits))
 	model := NormalizeModel(o.ev.Model)
+	if hasUSD(kl.limits) {
+		// The overlay's cost comes from the cached table (no I/O here); the
+		// writer prices the event again when it stores it.
+		if s := t.prices.Load(); s != nil {
+			if p := s.table.Lookup(o.ev.Provider, model, o.ev.At); p != nil {
+				o.ev.Cost = p.Cost(&o.ev)
+			}
+		}
+	}
 	for i := range kl.limits {
 		l := &kl.limits[i]
 		if l.Metric == MetricConcurrent || !l.Applies(o.ev.Key, o.ev.Provider, model) {

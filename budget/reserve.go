@@ -199,6 +199,17 @@ func (t *Tracker) reserveTx(ctx context.Context, tx Tx, req Request, at time.Tim
 		statuses = append(statuses, st)
 	}
 	sortStatuses(statuses)
+	if hasUSD(apply) {
+		table, err := t.writerPrices(ctx, tx)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !priceEstimate(table, statuses, req.Provider, model, at, &req.Estimate) {
+			d := Decide(statuses, req.Estimate, at)
+			d.Allowed, d.Unpriced = false, &Unpriced{Provider: req.Provider, Model: req.Model}
+			return nil, &UnpricedError{Provider: req.Provider, Model: req.Model, Decision: d}, nil
+		}
+	}
 	if d := Decide(statuses, req.Estimate, at); !d.Allowed {
 		fit, ok := FitOutput(statuses, req.Estimate, minOutput)
 		if !ok {

@@ -152,8 +152,18 @@ type Tx interface {
 	// are already serialised may do nothing.
 	LockLimits(ctx context.Context, ids []string) error
 
-	// InsertUsage appends events to the history; inserted[i] is false when
-	// (key, request_id) was already stored (a duplicate).
+	// PricesVersion changes whenever a price is added or replaced, by any
+	// process.
+	PricesVersion(ctx context.Context) (int64, error)
+	// Prices lists every price version, unordered.
+	Prices(ctx context.Context) ([]Price, error)
+	// PutPrices stores prices, replacing any with the same provider, model
+	// and From, and moves PricesVersion.
+	PutPrices(ctx context.Context, ps []Price) error
+
+	// InsertUsage appends events (with their Cost and Unpriced) to the
+	// history; inserted[i] is false when (key, request_id) was already
+	// stored (a duplicate).
 	InsertUsage(ctx context.Context, events []Usage) (inserted []bool, err error)
 	// SumUsage is the history's total for limit l's owner (l.Owner()),
 	// scope and metric over [start, end).

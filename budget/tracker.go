@@ -122,6 +122,7 @@ type Tracker struct {
 	limits   *cache.Defs[string, *keyLimits]
 	counters *cache.Counters
 	parked   *cache.Defs[string, *ProviderState] // nil value: not parked
+	prices   atomic.Pointer[priceSnap]           // for checks; nil: load
 
 	queue     chan *op
 	closeMu   sync.RWMutex // held for reading while sending on queue

@@ -28,6 +28,12 @@ type Usage struct {
 	CacheRead  int64     `json:"cache_read"`
 	CacheWrite int64     `json:"cache_write"`
 	At         time.Time `json:"at"`
+	// Cost is what the event cost in micro-dollars at the price in force
+	// at At. The Tracker fills it when it writes the event (a price added
+	// later never re-prices it); Unpriced says no price matched, so it
+	// counts 0 against usd limits.
+	Cost     int64 `json:"cost"`
+	Unpriced bool  `json:"-"`
 }
 
 // Billable is the number of tokens the event costs: every prompt token and
@@ -45,6 +51,8 @@ func (u Usage) Amount(m Metric) int64 {
 		return u.Output + u.Reasoning
 	case MetricRequests:
 		return 1
+	case MetricUSD:
+		return u.Cost
 	}
 	return 0
 }

@@ -145,7 +145,7 @@ func (t *Tracker) process(batch []*op) bool {
 	for attempt := 1; ; attempt++ {
 		ctx := context.Background()
 		err := t.store.Update(ctx, func(tx Tx) error {
-			t.w.checked = false
+			t.w.checked, t.w.pricesChecked, t.w.unpriced = false, false, 0
 			now := t.now()
 			var err error
 			if inserted, deltas, err = t.applyUsage(ctx, tx, events, now); err != nil {
@@ -162,6 +162,7 @@ func (t *Tracker) process(batch []*op) bool {
 		})
 		if err == nil {
 			t.w.streak.Store(0)
+			t.stats.unpriced.Add(t.w.unpriced)
 			break
 		}
 		t.stats.failures.Add(1)

@@ -29,7 +29,7 @@ import (
 )
 
 // SchemaVersion is the PRAGMA user_version this build writes and reads.
-const SchemaVersion = 5
+const SchemaVersion = 6
 
 // Options configure Open. The zero value is usable.
 type Options struct {
@@ -242,6 +242,8 @@ func migrations(schema string) []migration {
 			ALTER TABLE gateway_keys ADD COLUMN prev_until INTEGER NOT NULL DEFAULT 0;
 			ALTER TABLE gateway_keys ADD COLUMN last_used_at INTEGER NOT NULL DEFAULT 0;
 			CREATE INDEX gateway_keys_prev ON gateway_keys (prev_hash) WHERE prev_hash <> '';`},
+		// 6: budgets in dollars (migrate_usd.go).
+		{sql: migrateUSDSQL, fn: migrateUSD},
 	}
 }
 

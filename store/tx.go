@@ -31,7 +31,7 @@ var errReadOnly = errors.New("store: write inside a read-only transaction")
 
 const (
 	// Multi-row statements: %s stands for the VALUES rows.
-	qInsertUsageN = `INSERT INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm)
+	qInsertUsageN = `INSERT INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm, cost, unpriced)
 		VALUES %s ON CONFLICT DO NOTHING`
 	qMissingCountersN = `WITH v(lid, sub, ws, d) AS (VALUES %s)
 		SELECT lid, sub, ws FROM v WHERE NOT EXISTS (SELECT 1 FROM counters c WHERE c.limit_id = v.lid AND c.subject = v.sub AND c.window_start = v.ws)`
@@ -50,7 +50,7 @@ const (
 const chunk = 64
 
 var hotStatements = []string{qCounter, qHolds, qHoldsSummary, qLimitsVersion,
-	multiRow(qInsertUsageN, 11, chunk), multiRow(qInsertUsageN, 11, 1),
+	multiRow(qInsertUsageN, 13, chunk), multiRow(qInsertUsageN, 13, 1),
 	multiRow(qMissingCountersN, 4, chunk), multiRow(qAddCountersN, 4, chunk)}
 
 var multiRows sync.Map // multiRowKey -> string
@@ -125,6 +125,27 @@ func (t *tx) LimitsVersion(ctx context.Context) (int64, error) {
 	return v, nil
 }
 
+func (t *tx) PricesVersion(ctx context.Context) (int64, error) {
+	var v int64
+	if err := t.get(ctx, &v, `SELECT value FROM meta WHERE name = 'prices_version'`); err != nil {
+		return 0, fmt.Errorf("read prices version: %w", err)
+	}
+	return v, nil
+}
+
+func (t *tx) Prices(ctx context.Context) ([]budget.Price, error) {
+	return sqlrow.Prices(ctx, t.tx)
+}
+
+func (t *tx) PutPrices(ctx context.Context, ps []budget.Price) error {
+	if err := t.write(); err != nil {
+		return err
+	}
+	return sqlrow.PutPrices(ctx, t.tx, ps, `INSERT INTO prices (provider, model, from_at, input, output, cache_read, cache_write, reasoning)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (provider, model, from_at) DO UPDATE SET input = excluded.input,
+		output = excluded.output, cache_read = excluded.cache_read, cache_write = excluded.cache_write, reasoning = excluded.reasoning`)
+}
+
 func (t *tx) Limits(ctx context.Context, key string) ([]budget.Limit, error) {
 	var rows []sqlrow.Limit
 	var err error
@@ -196,18 +217,18 @@ func (t *tx) InsertUsage(ctx context.Context, events []budget.Usage) ([]bool, er
 	inserted := make([]bool, len(events))
 	for lo := 0; lo < len(events); lo += chunk {
 		part := events[lo:min(lo+chunk, len(events))]
-		args := make([]any, 0, len(part)*11)
+		args := make([]any, 0, len(part)*13)
 		for i := range part {
 			e := &part[i]
 			args = append(args, e.Key, e.RequestID, e.Provider, e.Model, e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, ns(e.At),
-				budget.NormalizeModel(e.Model))
+				budget.NormalizeModel(e.Model), e.Cost, e.Unpriced)
 		}
 		// Duplicates are rare: insert the chunk in one statement and, only
 		// if some row was skipped, redo it row by row to learn which.
 		if _, err := t.tx.ExecContext(ctx, "SAVEPOINT usage_chunk"); err != nil {
 			return nil, fmt.Errorf("insert usage: %w", err)
 		}
-		n, err := t.db.exec(ctx, t.tx, multiRow(qInsertUsageN, 11, len(part)), args...)
+		n, err := t.db.exec(ctx, t.tx, multiRow(qInsertUsageN, 13, len(part)), args...)
 		if err != nil {
 			return nil, fmt.Errorf("insert usage: %w", err)
 		}
@@ -220,7 +241,7 @@ func (t *tx) InsertUsage(ctx context.Context, events []budget.Usage) ([]bool, er
 				return nil, fmt.Errorf("insert usage: %w", err)
 			}
 			for i := range part {
-				n, err := t.db.exec(ctx, t.tx, multiRow(qInsertUsageN, 11, 1), args[11*i:11*i+11]...)
+				n, err := t.db.exec(ctx, t.tx, multiRow(qInsertUsageN, 13, 1), args[13*i:13*i+13]...)
 				if err != nil {
 					return nil, fmt.Errorf("insert usage %s/%s: %w", part[i].Key, part[i].RequestID, err)
 				}
@@ -242,6 +263,7 @@ var sumExpr = map[budget.Metric]string{
 	budget.MetricInput:    "CAST(MIN(TOTAL(input), 9007199254740991) AS INTEGER)",
 	budget.MetricOutput:   "CAST(MIN(TOTAL(output + reasoning), 9007199254740991) AS INTEGER)",
 	budget.MetricRequests: "COUNT(*)",
+	budget.MetricUSD:      "CAST(MIN(TOTAL(cost), 9007199254740991) AS INTEGER)",
 }
 
 func sumQuery(l *budget.Limit) (string, error) {

@@ -60,6 +60,27 @@ func (t *tx) exec(ctx context.Context, q string, args ...any) (int64, error) {
 
 const limitCols = `id, key, scope, scope_value, metric, max, "window", window_seconds, reset_time, timezone, enabled`
 
+func (t *tx) PricesVersion(ctx context.Context) (int64, error) {
+	var v int64
+	if err := t.tx.GetContext(ctx, &v, `SELECT value FROM meta WHERE name = 'prices_version'`); err != nil {
+		return 0, fmt.Errorf("read prices version: %w", err)
+	}
+	return v, nil
+}
+
+func (t *tx) Prices(ctx context.Context) ([]budget.Price, error) {
+	return sqlrow.Prices(ctx, t.tx)
+}
+
+func (t *tx) PutPrices(ctx context.Context, ps []budget.Price) error {
+	if err := t.write(); err != nil {
+		return err
+	}
+	return sqlrow.PutPrices(ctx, t.tx, ps, `INSERT INTO prices (provider, model, from_at, input, output, cache_read, cache_write, reasoning)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (provider, model, from_at) DO UPDATE SET input = excluded.input,
+		output = excluded.output, cache_read = excluded.cache_read, cache_write = excluded.cache_write, reasoning = excluded.reasoning`)
+}
+
 // LimitsVersion reads the version; in a write transaction it first takes
 // the schema's limits lock shared (one call of a function doing both), so
 // no limit changes until this transaction ends and what it resolves from
@@ -150,8 +171,8 @@ func (t *tx) LockLimits(ctx context.Context, ids []string) error {
 
 // qInsertUsage inserts a batch given as parallel arrays and returns the
 // rows it inserted (duplicates are skipped).
-const qInsertUsage = `INSERT INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm)
-	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::text[])
+const qInsertUsage = `INSERT INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm, cost, unpriced)
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::text[], $12::bigint[], $13::boolean[])
 	ON CONFLICT DO NOTHING RETURNING key, request_id`
 
 type usageKey struct{ key, id string }
@@ -182,12 +203,14 @@ func (t *tx) InsertUsage(ctx context.Context, events []budget.Usage) ([]bool, er
 	n := len(order)
 	keys, ids, provs, models, norms := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	in, out, reas, cr, cw, at := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	costs, unpriced := make([]int64, n), make([]bool, n)
 	for j, i := range order {
 		e := &events[i]
 		keys[j], ids[j], provs[j], models[j], norms[j] = e.Key, e.RequestID, e.Provider, e.Model, budget.NormalizeModel(e.Model)
 		in[j], out[j], reas[j], cr[j], cw[j], at[j] = e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, ns(e.At)
+		costs[j], unpriced[j] = e.Cost, e.Unpriced
 	}
-	rows, err := t.tx.QueryContext(ctx, qInsertUsage, keys, ids, provs, models, in, out, reas, cr, cw, at, norms)
+	rows, err := t.tx.QueryContext(ctx, qInsertUsage, keys, ids, provs, models, in, out, reas, cr, cw, at, norms, costs, unpriced)
 	if err != nil {
 		return nil, fmt.Errorf("insert usage: %w", err)
 	}
@@ -213,6 +236,7 @@ var sumExpr = map[budget.Metric]string{
 	budget.MetricInput:    "LEAST(COALESCE(SUM(input), 0), 9007199254740991)",
 	budget.MetricOutput:   "LEAST(COALESCE(SUM(output + reasoning), 0), 9007199254740991)",
 	budget.MetricRequests: "COUNT(*)",
+	budget.MetricUSD:      "LEAST(COALESCE(SUM(cost), 0), 9007199254740991)",
 }
 
 // sumFrom is the history's total for l's scope and metric over

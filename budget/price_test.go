@@ -1,0 +1,125 @@
+package budget_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+)
+
+func TestParseAndFormatUSD(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64
+		err  string
+	}{
+		{"25.50", 25_500_000, ""},
+		{"25", 25_000_000, ""},
+		{"0.000001", 1, ""},
+		{".5", 500_000, ""},
+		{"$1", 1_000_000, ""},
+		{"1.0000001", 0, "more than 6 decimal places"},
+		{"-1", 0, "non-negative"},
+		{"1e3", 0, "non-negative"},
+		{"", 0, "non-negative"},
+		{".", 0, "non-negative"},
+		{"abc", 0, "non-negative"},
+	} {
+		got, err := budget.ParseUSD("limit", tc.in)
+		if tc.err == "" && (err != nil || got != tc.want) || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err) || !strings.Contains(err.Error(), "limit")) {
+			t.Errorf("ParseUSD(%q) = %d, %v; want %d, error %q", tc.in, got, err, tc.want, tc.err)
+		}
+	}
+	for micros, want := range map[int64]string{25_500_000: "25.50", 1_000_000: "1.00", 125: "0.000125", 0: "0.00", 1_234_567: "1.234567"} {
+		if got := budget.FormatUSD(micros); got != want {
+			t.Errorf("FormatUSD(%d) = %q; want %q", micros, got, want)
+		}
+	}
+}
+
+func TestCost(t *testing.T) {
+	// $2.50 in, $10 out, cached reads at $1.25, writes at $3.125, per 1M tokens.
+	p := budget.Price{Input: 2_500_000, Output: 10_000_000, CacheRead: 1_250_000, CacheWrite: 3_125_000, Reasoning: 10_000_000}
+	for _, tc := range []struct {
+		name string
+		u    budget.Usage
+		want int64
+	}{
+		{"plain", budget.Usage{Input: 1000, Output: 500}, 2500 + 5000},
+		{"cached input at the cache rate", budget.Usage{Input: 1000, CacheRead: 800, Output: 0}, 200*2500/1000 + 800*1250/1000},
+		{"cache writes", budget.Usage{Input: 1000, CacheWrite: 1000}, 3125},
+		{"reasoning", budget.Usage{Output: 100, Reasoning: 100}, 2000},
+		{"half rounds up", budget.Usage{Input: 1}, 3},                       // 2.5 micro-dollars
+		{"below half rounds down", budget.Usage{CacheRead: 1, Input: 1}, 1}, // 1.25
+		{"nothing", budget.Usage{}, 0},
+		{"huge saturates", budget.Usage{Input: budget.MaxTokens, Output: budget.MaxTokens}, budget.MaxTokens},
+	} {
+		if got := p.Cost(&tc.u); got != tc.want {
+			t.Errorf("%s: Cost = %d; want %d", tc.name, got, tc.want)
+		}
+	}
+	if got := p.EstimateCost(budget.Estimate{Input: 1, Output: 1, Tokens: 1}); got != 3+10+10 {
+		t.Errorf("EstimateCost = %d; want 23 (rounded up; unsplit at the larger price)", got)
+	}
+}
+
+func TestPriceLookup(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ps := budget.NewPrices([]budget.Price{
+		{Provider: "openai", Model: "gpt-4o", From: t0, Input: 1},
+		{Provider: "openai", Model: "gpt-4o", From: t0.Add(48 * time.Hour), Input: 2},
+		{Provider: "openai", Model: "gpt-4o*", From: t0, Input: 3},
+		{Provider: "openai", Model: "gpt-*", From: t0, Input: 4},
+		{Provider: "anthropic", Model: "claude-*-4-5", From: t0, Input: 5},
+	})
+	for _, tc := range []struct {
+		provider, model string
+		at              time.Time
+		want            int64 // 0: no price
+	}{
+		{"openai", "gpt-4o", t0, 1},
+		{"openai", "gpt-4o", t0.Add(47 * time.Hour), 1},
+		{"openai", "gpt-4o", t0.Add(48 * time.Hour), 2},
+		{"openai", "gpt-4o", t0.Add(-time.Second), 0},
+		{"openai", "gpt-4o-mini", t0, 3},
+		{"openai", "gpt-5", t0, 4},
+		{"openai", "o1", t0, 0},
+		{"anthropic", "claude-sonnet-4-5", t0, 5},
+		{"anthropic", "gpt-4o", t0, 0},
+	} {
+		p := ps.Lookup(tc.provider, tc.model, tc.at)
+		if got := int64(0); p != nil {
+			got = p.Input
+			if got != tc.want {
+				t.Errorf("Lookup(%s, %s, %s) = %d; want %d", tc.provider, tc.model, tc.at, got, tc.want)
+			}
+		} else if tc.want != 0 {
+			t.Errorf("Lookup(%s, %s, %s) = none; want %d", tc.provider, tc.model, tc.at, tc.want)
+		}
+	}
+}
+
+func TestPriceSpec(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	p, err := budget.PriceSpec{Provider: "openai", Model: "GPT-4o-2024-08-06", Input: "2.50", Output: "10"}.Parse(now)
+	if err != nil || p.Model != "gpt-4o" || p.Input != 2_500_000 || p.CacheRead != 2_500_000 || p.CacheWrite != 2_500_000 || p.Reasoning != 10_000_000 || !p.From.Equal(now) {
+		t.Fatalf("Parse = %+v, %v; want defaults from input and output", p, err)
+	}
+	neg := "-1"
+	for _, tc := range []struct {
+		spec  budget.PriceSpec
+		field string
+	}{
+		{budget.PriceSpec{Model: "m", Input: "1", Output: "1"}, "provider"},
+		{budget.PriceSpec{Provider: "p", Input: "1", Output: "1"}, "model"},
+		{budget.PriceSpec{Provider: "p", Model: "m", Input: "-1", Output: "1"}, "input"},
+		{budget.PriceSpec{Provider: "p", Model: "m", Input: "1", Output: "1.1234567"}, "output"},
+		{budget.PriceSpec{Provider: "p", Model: "m", Input: "1", Output: "1", CacheRead: &neg}, "cache_read"},
+		{budget.PriceSpec{Provider: "p", Model: "m", Output: "1"}, "input"},
+	} {
+		if _, err := tc.spec.Parse(now); err == nil || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("Parse(%+v) = %v; want an error naming %s", tc.spec, err, tc.field)
+		}
+	}
+}

@@ -1,0 +1,155 @@
+package budget
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// priceSnap is the price table as read at one prices version.
+type priceSnap struct {
+	version  int64
+	table    *Prices
+	loadedAt int64 // the tracker's clock, Unix nanos
+}
+
+// pricesAt is the price table for checks: cached, re-read once older than
+// the refresh interval, like limit definitions.
+func (t *Tracker) pricesAt(ctx context.Context, clock int64) (*Prices, error) {
+	if s := t.prices.Load(); s != nil && t.fresh(s.loadedAt, clock) {
+		return s.table, nil
+	}
+	loadedAt := t.now().UnixNano()
+	var snap priceSnap
+	err := t.store.View(ctx, func(tx Tx) error {
+		var err error
+		snap, err = readPrices(ctx, tx)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load prices: %w", err)
+	}
+	snap.loadedAt = loadedAt
+	t.prices.Store(&snap)
+	return snap.table, nil
+}
+
+func readPrices(ctx context.Context, tx Tx) (priceSnap, error) {
+	v, err := tx.PricesVersion(ctx)
+	if err != nil {
+		return priceSnap{}, err
+	}
+	ps, err := tx.Prices(ctx)
+	if err != nil {
+		return priceSnap{}, err
+	}
+	return priceSnap{version: v, table: NewPrices(ps)}, nil
+}
+
+// writerPrices is the price table inside the writer's transaction: the
+// cached one while the prices version read in this transaction matches.
+func (t *Tracker) writerPrices(ctx context.Context, tx Tx) (*Prices, error) {
+	w := &t.w
+	if w.pricesChecked {
+		return w.prices.table, nil
+	}
+	v, err := tx.PricesVersion(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if w.prices == nil || w.prices.version != v {
+		snap, err := readPrices(ctx, tx)
+		if err != nil {
+			return nil, err
+		}
+		w.prices = &snap
+	}
+	w.pricesChecked = true
+	return w.prices.table, nil
+}
+
+// priceEvents fills each event's Cost from the price in force at its own
+// instant, or marks it Unpriced (cost 0). It runs in the writer's
+// transaction, so what is stored is what the table said when it was
+// written; a later price never re-prices it.
+func (t *Tracker) priceEvents(ctx context.Context, tx Tx, events []Usage) error {
+	table, err := t.writerPrices(ctx, tx)
+	if err != nil {
+		return err
+	}
+	for i := range events {
+		e := &events[i]
+		if p := table.Lookup(e.Provider, NormalizeModel(e.Model), e.At); p != nil {
+			e.Cost, e.Unpriced = p.Cost(e), false
+		} else {
+			e.Cost, e.Unpriced = 0, true
+		}
+	}
+	return nil
+}
+
+// priceEstimate fills est.USD when a usd limit is among statuses: the
+// estimate priced at the price in force at at. ok is false when a usd
+// limit applies and no price matches: the request must be refused, as it
+// would count $0.
+func priceEstimate(table *Prices, statuses []Status, provider, model string, at time.Time, est *Estimate) (ok bool) {
+	for i := range statuses {
+		if statuses[i].Limit.Metric != MetricUSD {
+			continue
+		}
+		p := table.Lookup(provider, model, at)
+		if p == nil {
+			return false
+		}
+		est.USD = p.EstimateCost(*est)
+		return true
+	}
+	return true
+}
+
+// hasUSD reports whether a usd limit is among ls.
+func hasUSD(ls []Limit) bool {
+	for i := range ls {
+		if ls[i].Metric == MetricUSD {
+			return true
+		}
+	}
+	return false
+}
+
+// SetPrices validates and stores price versions in one transaction: all or
+// nothing. A price with the (provider, model, from) of a stored one
+// replaces it; a new from adds a version. The checks see it within the
+// refresh interval, the writer at its next batch.
+func (t *Tracker) SetPrices(ctx context.Context, specs ...PriceSpec) ([]Price, error) {
+	now := t.now()
+	ps := make([]Price, len(specs))
+	for i, s := range specs {
+		var err error
+		if ps[i], err = s.Parse(now); err != nil {
+			if len(specs) > 1 {
+				return nil, fmt.Errorf("price %d: %w", i+1, err)
+			}
+			return nil, err
+		}
+	}
+	if err := t.store.Update(ctx, func(tx Tx) error { return tx.PutPrices(ctx, ps) }); err != nil {
+		return nil, err
+	}
+	t.prices.Store(nil)
+	return ps, nil
+}
+
+// ListPrices lists every price version by provider, model and from.
+func (t *Tracker) ListPrices(ctx context.Context) ([]Price, error) {
+	var snap priceSnap
+	err := t.store.View(ctx, func(tx Tx) error {
+		var err error
+		snap, err = readPrices(ctx, tx)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return snap.table.All(), nil
+}
