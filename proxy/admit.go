@@ -78,7 +78,11 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request, f Format, req
 	if err != nil {
 		var ee *budget.ExceededError
 		var pe *budget.ParkedError
+		var ue *budget.UnpricedError
 		switch {
+		case errors.As(err, &ue):
+			m.outcome(w, OutcomeRefused)
+			writeError(w, f, unpricedError(w.Header(), f, ue.Provider, ue.Model))
 		case errors.As(err, &ee):
 			now := m.t.Now()
 			d, est := ee.Decision, req.Estimate
@@ -146,6 +150,11 @@ func (m *Middleware) refuse(w http.ResponseWriter, f Format, d *budget.Decision,
 	if d.Parked != nil {
 		m.outcome(w, OutcomeParked)
 		writeError(w, f, parkedError(w.Header(), f, d.Parked.ProviderState, d.Parked.RetryAfterSeconds, m.cfg.MaxClientWait))
+		return
+	}
+	if d.Unpriced != nil {
+		m.outcome(w, OutcomeRefused)
+		writeError(w, f, unpricedError(w.Header(), f, d.Unpriced.Provider, d.Unpriced.Model))
 		return
 	}
 	m.outcome(w, OutcomeRefused)

@@ -26,6 +26,7 @@ const (
 	CodeTimeout        = "request_timeout"  // the request body came too slowly (408)
 	CodeUpstreamTime   = "upstream_timeout" // no upstream response headers in time (504)
 	CodeNoBudget       = "no_budget"        // no limit applies and the gateway requires one (403)
+	CodeUnpriced       = "unpriced_model"   // a dollar limit applies and the model has no price (429)
 )
 
 // Headers naming the limit that bound a request (see setMatchedHeaders).
@@ -333,4 +334,20 @@ func ceilSeconds(d time.Duration) int64 {
 		return 0
 	}
 	return int64((d + time.Second - 1) / time.Second)
+}
+
+// unpricedError refuses a request for a model with no price while a
+// dollar limit applies: 429 that no retry helps until a price is set.
+func unpricedError(h http.Header, f Format, provider, model string) apiError {
+	h.Set("x-should-retry", "false")
+	return simpleError(f, http.StatusTooManyRequests, CodeUnpriced,
+		fmt.Sprintf("model %q of provider %q has no price and a dollar budget applies: set one with 'budget price set'", clipName(model), provider))
+}
+
+// clipName shortens a client-chosen name for a message.
+func clipName(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
 }

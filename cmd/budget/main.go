@@ -80,6 +80,7 @@ Commands:
 	provider ls      list parked providers
 	key add          create a gateway key for the proxy (its secret is shown once)
 	key ls           list gateway keys
+	key rotate       give a gateway key a new secret (the old one works for a grace period)
 	key revoke       revoke a gateway key
 	proxy            serve the OpenAI/Anthropic API under the budgets (reverse proxy)
 	mock-upstream    serve a mock LLM provider, to try the proxy without an account

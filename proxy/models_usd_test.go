@@ -1,0 +1,60 @@
+package proxy_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/proxy"
+)
+
+// Every spelling of a model counts against its limit through the proxy.
+func TestProxyNormalisesModels(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []proxy.Mode{proxy.ModeReserve, proxy.ModeCheck} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, envOptions{mode: mode}, okUpstream)
+			id := e.limit("model", "gpt-4o", "requests", "1h", 1000)
+			for _, m := range []string{"gpt-4o-2024-08-06", "GPT-4o", "openai/gpt-4o", "gpt-4o-mini"} {
+				if r := e.do("/v1/chat/completions", chatBody(m, 10, false)); r.status != 200 {
+					t.Fatalf("%s: status %d\n%s", m, r.status, r.body)
+				}
+			}
+			if used, _ := e.used(id); used != 3 {
+				t.Fatalf("gpt-4o requests counted %d; want 3 (not gpt-4o-mini)", used)
+			}
+		})
+	}
+}
+
+// A dollar budget with no price for the requested model refuses with 429,
+// unpriced_model, never retried, before any upstream call.
+func TestProxyUnpricedModel(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []proxy.Mode{proxy.ModeReserve, proxy.ModeCheck} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, envOptions{mode: mode}, okUpstream)
+			ctx := context.Background()
+			max := int64(1_000_000)
+			if _, _, err := e.db.SetLimit(ctx, budget.LimitSpec{Key: "team", Metric: "usd", Window: "monthly", Max: &max}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.db.SetPrices(ctx, budget.PriceSpec{Provider: "openai", Model: "gpt-4o", Input: "2.5", Output: "10"}); err != nil {
+				t.Fatal(err)
+			}
+			r := e.do("/v1/chat/completions", chatBody("o9-mystery", 10, false))
+			if r.status != http.StatusTooManyRequests || r.header.Get("X-Should-Retry") != "false" || errorObject(t, r.body)["code"] != proxy.CodeUnpriced {
+				t.Fatalf("unpriced model: %d %q %s; want 429 unpriced_model, not retried", r.status, r.header.Get("X-Should-Retry"), r.body)
+			}
+			if n := e.hits.Load(); n != 0 {
+				t.Fatalf("upstream called %d times; want 0", n)
+			}
+			if r := e.do("/v1/chat/completions", chatBody("gpt-4o", 10, false)); r.status != 200 {
+				t.Fatalf("priced model: status %d\n%s", r.status, r.body)
+			}
+		})
+	}
+}
