@@ -141,9 +141,7 @@ func (t *tx) PutPrices(ctx context.Context, ps []budget.Price) error {
 	if err := t.write(); err != nil {
 		return err
 	}
-	return sqlrow.PutPrices(ctx, t.tx, ps, `INSERT INTO prices (provider, model, from_at, input, output, cache_read, cache_write, reasoning)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (provider, model, from_at) DO UPDATE SET input = excluded.input,
-		output = excluded.output, cache_read = excluded.cache_read, cache_write = excluded.cache_write, reasoning = excluded.reasoning`)
+	return sqlrow.PutPrices(ctx, t.tx, ps)
 }
 
 func (t *tx) Limits(ctx context.Context, key string) ([]budget.Limit, error) {

@@ -9,21 +9,10 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/store/internal/sqlrow"
 )
 
 var _ budget.IntegrityChecker = (*DB)(nil)
-
-// keyTotals is one key's history as one access path reads it.
-type keyTotals struct {
-	Key       string `db:"key"`
-	N         int64  `db:"n"`
-	Input     int64  `db:"input"`
-	Output    int64  `db:"output"`
-	Reasoning int64  `db:"reasoning"`
-	MinAt     int64  `db:"min_at"`
-	MaxAt     int64  `db:"max_at"`
-	Cache     int64  `db:"cache"` // table only
-}
 
 // The same totals through the table's own b-tree and through the covering
 // index that seeding and verify read: a damaged page shows as an error or
@@ -39,7 +28,7 @@ const (
 
 // CheckHistory compares the usage table with its covering index.
 func (db *DB) CheckHistory(ctx context.Context) ([]string, error) {
-	var table, index []keyTotals
+	var table, index []sqlrow.KeyTotals
 	var problems []string
 	err := db.View(ctx, func(t budget.Tx) error {
 		x := t.(*tx).tx
@@ -66,31 +55,9 @@ func (db *DB) CheckHistory(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("check history: %w", err)
 	}
 	if len(problems) == 0 {
-		problems = compareTotals(table, index)
+		problems = sqlrow.CompareTotals(table, index)
 	}
 	return problems, nil
-}
-
-// compareTotals lists the keys whose totals differ between two reads.
-func compareTotals(table, index []keyTotals) []string {
-	var out []string
-	byKey := make(map[string]keyTotals, len(index))
-	for _, r := range index {
-		byKey[r.Key] = r
-	}
-	for _, r := range table {
-		o, ok := byKey[r.Key]
-		delete(byKey, r.Key)
-		o.Cache = r.Cache
-		if !ok || o != r {
-			out = append(out, fmt.Sprintf("usage of key %q: table has %d events (%d/%d/%d tokens), index has %d (%d/%d/%d)",
-				r.Key, r.N, r.Input, r.Output, r.Reasoning, o.N, o.Input, o.Output, o.Reasoning))
-		}
-	}
-	for _, o := range byKey {
-		out = append(out, fmt.Sprintf("usage of key %q: index has %d events the table does not", o.Key, o.N))
-	}
-	return out
 }
 
 // CheckIntegrity runs PRAGMA integrity_check over the whole file.

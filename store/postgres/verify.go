@@ -7,28 +7,19 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/store/internal/sqlrow"
 )
 
 var _ budget.IntegrityChecker = (*DB)(nil)
 
-type keyTotals struct {
-	Key       string `db:"key"`
-	N         int64  `db:"n"`
-	Input     int64  `db:"input"`
-	Output    int64  `db:"output"`
-	Reasoning int64  `db:"reasoning"`
-	MinAt     int64  `db:"min_at"`
-	MaxAt     int64  `db:"max_at"`
-}
-
 const qTotals = `SELECT key COLLATE "C" AS key, count(*) AS n, sum(input)::bigint AS input, sum(output)::bigint AS output,
-	sum(reasoning)::bigint AS reasoning, min(at) AS min_at, max(at) AS max_at FROM usage GROUP BY 1 ORDER BY 1`
+	sum(reasoning)::bigint AS reasoning, min(at) AS min_at, max(at) AS max_at, 0 AS cache FROM usage GROUP BY 1 ORDER BY 1`
 
 // CheckHistory reads the usage totals per key twice in one snapshot: once
 // with index scans disabled (the heap itself) and once with sequential
 // scans disabled (the covering index seeding reads), and compares them.
 func (d *DB) CheckHistory(ctx context.Context) ([]string, error) {
-	var heap, index []keyTotals
+	var heap, index []sqlrow.KeyTotals
 	err := d.runSQL(ctx, true, func(x *sqlx.Tx) error {
 		heap, index = nil, nil
 		for _, s := range []string{"SET LOCAL enable_indexscan = off", "SET LOCAL enable_indexonlyscan = off", "SET LOCAL enable_bitmapscan = off"} {
@@ -49,23 +40,7 @@ func (d *DB) CheckHistory(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("check history: %w", err)
 	}
-	var out []string
-	byKey := make(map[string]keyTotals, len(index))
-	for _, r := range index {
-		byKey[r.Key] = r
-	}
-	for _, r := range heap {
-		o, ok := byKey[r.Key]
-		delete(byKey, r.Key)
-		if !ok || o != r {
-			out = append(out, fmt.Sprintf("usage of key %q: table has %d events (%d/%d/%d tokens), index has %d (%d/%d/%d)",
-				r.Key, r.N, r.Input, r.Output, r.Reasoning, o.N, o.Input, o.Output, o.Reasoning))
-		}
-	}
-	for _, o := range byKey {
-		out = append(out, fmt.Sprintf("usage of key %q: index has %d events the table does not", o.Key, o.N))
-	}
-	return out, nil
+	return sqlrow.CompareTotals(heap, index), nil
 }
 
 // CheckIntegrity runs amcheck's bt_index_check on every B-tree index of

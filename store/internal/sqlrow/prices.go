@@ -35,10 +35,15 @@ func Prices(ctx context.Context, x *sqlx.Tx) ([]budget.Price, error) {
 	return out, nil
 }
 
-// PutPrices upserts ps with upsert (placeholders as ?, rebound) and moves
-// the prices version, in the caller's transaction.
-func PutPrices(ctx context.Context, x *sqlx.Tx, ps []budget.Price, upsert string) error {
-	q := x.Rebind(upsert)
+// upsertPrice replaces a price version (same provider, model and from).
+const upsertPrice = `INSERT INTO prices (provider, model, from_at, input, output, cache_read, cache_write, reasoning)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (provider, model, from_at) DO UPDATE SET input = excluded.input,
+		output = excluded.output, cache_read = excluded.cache_read, cache_write = excluded.cache_write, reasoning = excluded.reasoning`
+
+// PutPrices upserts ps and moves the prices version, in the caller's
+// transaction.
+func PutPrices(ctx context.Context, x *sqlx.Tx, ps []budget.Price) error {
+	q := x.Rebind(upsertPrice)
 	for _, p := range ps {
 		if _, err := x.ExecContext(ctx, q, p.Provider, p.Model, Ns(p.From), p.Input, p.Output, p.CacheRead, p.CacheWrite, p.Reasoning); err != nil {
 			return fmt.Errorf("store price of %s/%s: %w", p.Provider, p.Model, err)
