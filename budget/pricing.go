@@ -69,9 +69,10 @@ func (t *Tracker) writerPrices(ctx context.Context, tx Tx) (*Prices, error) {
 }
 
 // priceEvents fills each event's Cost from the price in force at its own
-// instant, or marks it Unpriced (cost 0). It runs in the writer's
-// transaction, so what is stored is what the table said when it was
-// written; a later price never re-prices it.
+// instant. An event with no price costs 0, and is marked Unpriced when a
+// dollar limit applies to it (the case that matters: it counts $0 there).
+// It runs in the writer's transaction, so what is stored is what the
+// table said when it was written; a later price never re-prices it.
 func (t *Tracker) priceEvents(ctx context.Context, tx Tx, events []Usage) error {
 	table, err := t.writerPrices(ctx, tx)
 	if err != nil {
@@ -79,10 +80,21 @@ func (t *Tracker) priceEvents(ctx context.Context, tx Tx, events []Usage) error 
 	}
 	for i := range events {
 		e := &events[i]
-		if p := table.Lookup(e.Provider, NormalizeModel(e.Model), e.At); p != nil {
+		model := NormalizeModel(e.Model)
+		if p := table.Lookup(e.Provider, model, e.At); p != nil {
 			e.Cost, e.Unpriced = p.Cost(e), false
-		} else {
-			e.Cost, e.Unpriced = 0, true
+			continue
+		}
+		ls, err := t.limitsFor(ctx, tx, e.Key)
+		if err != nil {
+			return err
+		}
+		e.Cost, e.Unpriced = 0, false
+		for j := range ls {
+			if ls[j].Metric == MetricUSD && ls[j].Applies(e.Key, e.Provider, model) {
+				e.Unpriced = true
+				break
+			}
 		}
 	}
 	return nil
@@ -138,6 +150,18 @@ func (t *Tracker) SetPrices(ctx context.Context, specs ...PriceSpec) ([]Price, e
 	}
 	t.prices.Store(nil)
 	return ps, nil
+}
+
+// UnpricedEvents counts the history's events written with no price for
+// their model (stored at $0), for verify.
+func (t *Tracker) UnpricedEvents(ctx context.Context) (int64, error) {
+	var n int64
+	err := t.store.View(ctx, func(tx Tx) error {
+		var err error
+		n, err = tx.UnpricedEvents(ctx)
+		return err
+	})
+	return n, err
 }
 
 // ListPrices lists every price version by provider, model and from.

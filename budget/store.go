@@ -157,6 +157,8 @@ type Tx interface {
 	PricesVersion(ctx context.Context) (int64, error)
 	// Prices lists every price version, unordered.
 	Prices(ctx context.Context) ([]Price, error)
+	// UnpricedEvents counts the history's events written with no price.
+	UnpricedEvents(ctx context.Context) (int64, error)
 	// PutPrices stores prices, replacing any with the same provider, model
 	// and From, and moves PricesVersion.
 	PutPrices(ctx context.Context, ps []Price) error

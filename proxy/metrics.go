@@ -47,6 +47,7 @@ type Metrics struct {
 
 	queueDepth, parked          *prometheus.Desc
 	written, duplicates, failed *prometheus.Desc
+	unpriced                    *prometheus.Desc
 }
 
 // NewMetrics creates the metrics and registers them with reg:
@@ -86,6 +87,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		duplicates: prometheus.NewDesc("tokenbudget_recorder_duplicates_total", "Usage events ignored as duplicates.", nil, nil),
 		failed:     prometheus.NewDesc("tokenbudget_recorder_failures_total", "Failed write attempts (each is retried).", nil, nil),
 		parked:     prometheus.NewDesc("tokenbudget_parked_providers", "Providers refusing requests now (parked, before resume-at).", nil, nil),
+		unpriced: prometheus.NewDesc("tokenbudget_unpriced_events_total",
+			"Usage events written with no price for their model while a dollar limit applied (stored at $0, counted).", nil, nil),
 	}
 	for _, o := range []string{OutcomeOK, OutcomeRefused, OutcomeParked, OutcomeUnauthorized, OutcomeTooLarge,
 		OutcomeBadRequest, OutcomeNotFound, OutcomeUpstreamError, OutcomeClientClosed, OutcomeError, OutcomeBusy, OutcomeTimeout, OutcomeNoBudget} {
@@ -172,6 +175,7 @@ func (c trackerCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.m.duplicates
 	ch <- c.m.failed
 	ch <- c.m.parked
+	ch <- c.m.unpriced
 }
 
 func (c trackerCollector) Collect(ch chan<- prometheus.Metric) {
@@ -184,6 +188,7 @@ func (c trackerCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.m.written, prometheus.CounterValue, float64(s.Written+c.m.commits.Load()))
 	ch <- prometheus.MustNewConstMetric(c.m.duplicates, prometheus.CounterValue, float64(s.Duplicates))
 	ch <- prometheus.MustNewConstMetric(c.m.failed, prometheus.CounterValue, float64(s.Failures))
+	ch <- prometheus.MustNewConstMetric(c.m.unpriced, prometheus.CounterValue, float64(s.Unpriced))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if ps, err := t.ParkedProviders(ctx); err == nil {

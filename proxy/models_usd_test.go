@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/tokenbudget/tokenbudget/budget"
@@ -56,5 +57,27 @@ func TestProxyUnpricedModel(t *testing.T) {
 				t.Fatalf("priced model: status %d\n%s", r.status, r.body)
 			}
 		})
+	}
+}
+
+// A dollar breach speaks dollars and sends no token rate-limit headers.
+func TestProxyDollarBreach(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{mode: proxy.ModeReserve}, okUpstream)
+	ctx := context.Background()
+	max := int64(100) // $0.0001
+	if _, _, err := e.db.SetLimit(ctx, budget.LimitSpec{Key: "team", Metric: "usd", Window: "monthly", Max: &max}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.SetPrices(ctx, budget.PriceSpec{Provider: "openai", Model: "gpt-4o", Input: "2.5", Output: "10"}); err != nil {
+		t.Fatal(err)
+	}
+	r := e.do("/v1/chat/completions", chatBody("gpt-4o", 100, false)) // 100 output tokens at $10/M: $0.001
+	msg, _ := errorObject(t, r.body)["message"].(string)
+	if r.status != http.StatusTooManyRequests || !strings.Contains(msg, "dollar budget exceeded") || !strings.Contains(msg, "$0.0001") {
+		t.Fatalf("dollar breach: %d %s; want 429 in dollars", r.status, r.body)
+	}
+	if h := r.header.Get("X-Ratelimit-Limit-Tokens"); h != "" {
+		t.Errorf("dollar breach sent X-Ratelimit-Limit-Tokens %q; want none", h)
 	}
 }

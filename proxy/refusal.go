@@ -180,12 +180,17 @@ func exceededError(h http.Header, f Format, d *budget.Decision, est budget.Estim
 		r := b.ResetAt.UTC().Format(time.RFC3339)
 		det.ResetAt = &r
 	}
-	var msg strings.Builder
-	fmt.Fprintf(&msg, "token budget exceeded: limit %s (key %s, scope %s, %s per %s) used %d", l.ID, l.Key, l.ScopeString(), l.Metric, win, b.Used)
-	if b.Reserved > 0 {
-		fmt.Fprintf(&msg, " + reserved %d", b.Reserved)
+	// A dollar limit speaks dollars (its JSON fields stay micro-dollars).
+	amount, what := func(v int64) string { return strconv.FormatInt(v, 10) }, "token"
+	if l.Metric == budget.MetricUSD {
+		amount, what = func(v int64) string { return "$" + budget.FormatUSD(v) }, "dollar"
 	}
-	fmt.Fprintf(&msg, " of limit %d; this request needs about %d", l.Max, e)
+	var msg strings.Builder
+	fmt.Fprintf(&msg, "%s budget exceeded: limit %s (key %s, scope %s, %s per %s) used %s", what, l.ID, l.Key, l.ScopeString(), l.Metric, win, amount(b.Used))
+	if b.Reserved > 0 {
+		fmt.Fprintf(&msg, " + reserved %s", amount(b.Reserved))
+	}
+	fmt.Fprintf(&msg, " of limit %s; this request needs about %s", amount(l.Max), amount(e))
 	switch {
 	case !b.Retryable:
 		fmt.Fprintf(&msg, ", more than the limit itself: lower max_tokens or shorten the prompt")

@@ -133,6 +133,14 @@ func (t *tx) PricesVersion(ctx context.Context) (int64, error) {
 	return v, nil
 }
 
+func (t *tx) UnpricedEvents(ctx context.Context) (int64, error) {
+	var n int64
+	if err := t.tx.GetContext(ctx, &n, `SELECT COUNT(*) FROM usage WHERE unpriced <> 0`); err != nil {
+		return 0, fmt.Errorf("count unpriced events: %w", err)
+	}
+	return n, nil
+}
+
 func (t *tx) Prices(ctx context.Context) ([]budget.Price, error) {
 	return sqlrow.Prices(ctx, t.tx)
 }

@@ -84,9 +84,16 @@ func writeDecision(w0 io.Writer, d *budget.Decision, est budget.Estimate) error 
 		if e == 0 {
 			op = ">="
 		}
-		fmt.Fprintf(w, "  limit %s (%s %s %s %s): used %d + reserved %d + estimate %d %s limit %d; retry after %ds (%s)\n",
-			l.ID, keyText(l), l.ScopeString(), l.Metric, windowText(l), b.Used, b.Reserved, e, op, l.Max,
-			b.RetryAfterSeconds, retry)
+		estText := amountText(l, e)
+		if l.Metric == budget.MetricUSD {
+			estText = "the estimate priced" // the CLI's estimate is tokens; the tracker priced it
+		}
+		fmt.Fprintf(w, "  limit %s (%s %s %s %s): used %s + reserved %s + %s %s limit %s; retry after %ds (%s)\n",
+			l.ID, keyText(l), l.ScopeString(), l.Metric, windowText(l), amountText(l, b.Used), amountText(l, b.Reserved),
+			estText, op, amountText(l, l.Max), b.RetryAfterSeconds, retry)
+	}
+	if u := d.Unpriced; u != nil {
+		fmt.Fprintf(w, "  model %q of provider %q has no price and a dollar limit applies: set one with 'budget price set'\n", u.Model, u.Provider)
 	}
 	if p := d.Parked; p != nil {
 		fmt.Fprintf(w, "  provider %s is parked (%s) until %s; retry after %ds\n",

@@ -136,6 +136,9 @@ func (m *Main) runImport(ctx context.Context, args []string) (err error) {
 		}
 		return err
 	}
+	if n := db.Stats().Unpriced; n > 0 {
+		fmt.Fprintf(m.Stderr, "budget: warning: %d events had no price for their model while a dollar limit applied: stored at $0 ('budget price set' prices later events)\n", n)
+	}
 	if *asJSON {
 		return writeJSON(m.Stdout, struct {
 			Imported   int `json:"imported"`

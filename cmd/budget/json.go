@@ -82,6 +82,8 @@ type decisionJSON struct {
 	Breach  *breachJSON  `json:"breach"`
 	Parked  *parkedJSON  `json:"parked"`
 	Limits  []statusJSON `json:"limits"`
+	// Unpriced is present only when a dollar limit refuses an unpriced model.
+	Unpriced *unpricedJSON `json:"unpriced,omitempty"`
 }
 
 func limitObj(l *budget.Limit) limitJSON {
@@ -159,7 +161,16 @@ func decisionObj(d *budget.Decision) decisionJSON {
 	if p := d.Parked; p != nil {
 		o.Parked = &parkedJSON{providerJSON: providerObj(&p.ProviderState), RetryAfterSeconds: p.RetryAfterSeconds}
 	}
+	if u := d.Unpriced; u != nil {
+		o.Unpriced = &unpricedJSON{Provider: u.Provider, Model: u.Model}
+	}
 	return o
+}
+
+// unpricedJSON names a model with no price under a dollar limit.
+type unpricedJSON struct {
+	Provider string `json:"provider"`
+	Model    string `json:"model"`
 }
 
 // ts formats t as RFC3339 in UTC with whole seconds (truncated).
@@ -217,6 +228,7 @@ const statusHeader = "ID\tKEY\tSCOPE\tMETRIC\tWINDOW\tLIMIT\tUSED\tRESERVED\tREM
 
 func statusLine(s *budget.Status) string {
 	l := &s.Limit
-	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s", l.ID, keyText(l), l.ScopeString(), l.Metric,
-		windowText(l), l.Max, s.Used, s.Reserved, s.Remaining(), tsText(s.WindowStart), tsText(s.ResetAt), yesNo(l.Enabled))
+	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", l.ID, keyText(l), l.ScopeString(), l.Metric,
+		windowText(l), amountText(l, l.Max), amountText(l, s.Used), amountText(l, s.Reserved), amountText(l, s.Remaining()),
+		tsText(s.WindowStart), tsText(s.ResetAt), yesNo(l.Enabled))
 }

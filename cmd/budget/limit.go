@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -61,8 +62,8 @@ func (m *Main) runLimitSet(ctx context.Context, args []string) (err error) {
 	isDefault := fs.Bool("default", false, "a default limit: applies to every key without an own limit of this shape")
 	scope := fs.String("scope", "global", "global, provider or model")
 	value := fs.String("value", "", "the provider or model name of a provider or model limit")
-	max := fs.Int64("limit", 0, "the limit, > 0 (required to create)")
-	metric := fs.String("metric", "tokens", "tokens, input, output, requests or concurrent")
+	maxText := fs.String("limit", "", "the limit, > 0 (required to create); dollars (up to 6 decimals) for --metric usd")
+	metric := fs.String("metric", "tokens", "tokens, input, output, requests, concurrent or usd")
 	window := fs.String("window", "", "1m, 1h, 5h, ... or daily, weekly, monthly (required except for concurrent)")
 	resetTime := fs.String("reset-time", "", "HH:MM a calendar window starts at (default 00:00)")
 	tz := fs.String("tz", "", "IANA zone of a calendar window (default UTC)")
@@ -86,7 +87,11 @@ func (m *Main) runLimitSet(ctx context.Context, args []string) (err error) {
 		spec.Timezone = tz
 	}
 	if set["limit"] {
-		spec.Max = max
+		max, err := parseLimit(*metric, *maxText)
+		if err != nil {
+			return err
+		}
+		spec.Max = &max
 	}
 	switch {
 	case set["disabled"] && set["enabled"] && *disabled == *enabled:
@@ -166,7 +171,7 @@ func (m *Main) runLimitLs(ctx context.Context, args []string) (err error) {
 	fmt.Fprintln(w, "ID\tKEY\tSCOPE\tMETRIC\tWINDOW\tLIMIT\tENABLED")
 	for i := range ls {
 		l := &ls[i]
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", l.ID, keyText(l), l.ScopeString(), l.Metric, windowText(l), l.Max, yesNo(l.Enabled))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.ID, keyText(l), l.ScopeString(), l.Metric, windowText(l), amountText(l, l.Max), yesNo(l.Enabled))
 	}
 	return w.Flush()
 }
@@ -232,4 +237,26 @@ func (m *Main) warnNoGatewayKey(ctx context.Context, s budget.Store, key string)
 	if len(keys) > 0 {
 		fmt.Fprintf(m.Stderr, "budget: warning: no gateway key is named %q (is it misspelt? 'budget key ls' lists them); the limit applies to that name only\n", key)
 	}
+}
+
+// parseLimit reads --limit: dollars for a usd limit (stored in
+// micro-dollars), else a whole number.
+func parseLimit(metric, v string) (int64, error) {
+	if strings.TrimSpace(metric) == string(budget.MetricUSD) {
+		return budget.ParseUSD("limit", v)
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil {
+		return 0, budget.Invalid("limit", v, "must be a whole number")
+	}
+	return n, nil
+}
+
+// amountText prints an amount of l's metric: dollars for usd limits
+// (micro-dollars in JSON), else the number.
+func amountText(l *budget.Limit, v int64) string {
+	if l.Metric == budget.MetricUSD {
+		return "$" + budget.FormatUSD(v)
+	}
+	return strconv.FormatInt(v, 10)
 }

@@ -78,6 +78,9 @@ Commands:
 	provider park    park a provider: refuse its requests until resume-at
 	provider unpark  let a parked provider take work again
 	provider ls      list parked providers
+	price set        add or replace a price (USD per million tokens) for dollar budgets
+	price ls         list the price table
+	price import     add or replace prices from a JSON or CSV file
 	key add          create a gateway key for the proxy (its secret is shown once)
 	key ls           list gateway keys
 	key rotate       give a gateway key a new secret (the old one works for a grace period)
@@ -183,6 +186,8 @@ func (m *Main) Run(ctx context.Context, args []string) (err error) {
 		return m.runProvider(ctx, rest)
 	case "key":
 		return m.runKey(ctx, rest)
+	case "price":
+		return m.runPrice(ctx, rest)
 	case "proxy":
 		return m.runProxy(ctx, rest)
 	case "mock-upstream":

@@ -53,6 +53,9 @@ func (m *Main) runRecord(ctx context.Context, args []string) (err error) {
 	}
 	defer closeDB(ctx, db, &err)
 	dup, err := db.RecordSync(ctx, u)
+	if err == nil && db.Stats().Unpriced > 0 {
+		fmt.Fprintf(m.Stderr, "budget: warning: no price for model %q of provider %q, and a dollar limit applies: recorded at $0 ('budget price set' prices later events)\n", u.Model, u.Provider)
+	}
 	if err != nil {
 		return err
 	}

@@ -92,6 +92,10 @@ func (m *Main) refusal(ctx context.Context, t *budget.Tracker, req budget.Reques
 	if errors.As(err, &ee) {
 		return ee.Decision, true, nil
 	}
+	var ue *budget.UnpricedError
+	if errors.As(err, &ue) {
+		return ue.Decision, true, nil
+	}
 	var pe *budget.ParkedError
 	if !errors.As(err, &pe) {
 		return d, false, err

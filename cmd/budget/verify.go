@@ -18,7 +18,8 @@ runs the database's own check (SQLite integrity_check; PostgreSQL amcheck
 where it is installed). Writes nothing. Exit 5 when a counter drifted, 1
 when the database is corrupt. With --json prints {"drifted": [{"limit_id",
 "window_start", "counter", "history"}]}, plus "corruption" and "notes"
-(lists of strings) when there are any.
+(lists of strings) when there are any, and "unpriced": the number of events
+written with no price for their model (stored at $0).
 
 `
 
@@ -60,11 +61,16 @@ func (m *Main) runVerify(ctx context.Context, args []string) (err error) {
 			Counter     int64  `json:"counter"`
 			History     int64  `json:"history"`
 		}
+		unpriced, err := db.UnpricedEvents(ctx)
+		if err != nil && len(storage.Problems) == 0 {
+			return err
+		}
 		out := struct {
 			Drifted    []driftJSON `json:"drifted"`
+			Unpriced   int64       `json:"unpriced"`
 			Corruption []string    `json:"corruption,omitempty"`
 			Notes      []string    `json:"notes,omitempty"`
-		}{make([]driftJSON, len(drift)), storage.Problems, storage.Notes}
+		}{make([]driftJSON, len(drift)), unpriced, storage.Problems, storage.Notes}
 		for i, d := range drift {
 			out.Drifted[i] = driftJSON{d.LimitID, ts(d.WindowStart), d.Counter, d.History}
 		}

@@ -1,0 +1,346 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+)
+
+const priceHelp = `usage: budget price <set|ls|import> [flags]
+
+	price set      add or replace one price version
+	price ls       list every price version
+	price import   add or replace the prices of a JSON or CSV file, all or nothing
+`
+
+func (m *Main) runPrice(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(m.Stderr, priceHelp)
+		return usagef("price", "missing subcommand: set, ls or import")
+	}
+	switch args[0] {
+	case "set":
+		return m.runPriceSet(ctx, args[1:])
+	case "ls", "list":
+		return m.runPriceLs(ctx, args[1:])
+	case "import":
+		return m.runPriceImport(ctx, args[1:])
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(m.Stdout, priceHelp)
+		return nil
+	}
+	return usagef("price", "unknown subcommand %q: want set, ls or import", args[0])
+}
+
+const priceSetHelp = `usage: budget price set --provider P --model M --input X --output Y
+	[--cache-read X] [--cache-write X] [--reasoning Y] [--from T] [--json]
+
+Prices are USD per million tokens, up to 6 decimal places. --cache-read and
+--cache-write default to the input price, --reasoning to the output price.
+--model is matched like a model limit's value (normalised; * and ? make a
+pattern). A price's identity is (provider, model, from): a new --from
+(default now) adds a version, which prices the events from that instant on;
+the same --from replaces it. Creates the database like 'limit set'.
+
+`
+
+func (m *Main) runPriceSet(ctx context.Context, args []string) (err error) {
+	fs := newFlagSet("price set")
+	dsn := m.dbFlag(fs)
+	var s budget.PriceSpec
+	fs.StringVar(&s.Provider, "provider", "", "provider (required)")
+	fs.StringVar(&s.Model, "model", "", "model name or pattern (required)")
+	fs.StringVar(&s.Input, "input", "", "USD per million input tokens (required)")
+	fs.StringVar(&s.Output, "output", "", "USD per million output tokens (required)")
+	cr := fs.String("cache-read", "", "USD per million cache-read tokens (default: the input price)")
+	cw := fs.String("cache-write", "", "USD per million cache-write tokens (default: the input price)")
+	rs := fs.String("reasoning", "", "USD per million reasoning tokens (default: the output price)")
+	from := fs.String("from", "", "RFC3339 instant the price applies from (default now)")
+	asJSON := fs.Bool("json", false, "print the price as JSON")
+	pos, err := m.parseArgs(fs, priceSetHelp, args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs("price set", pos); err != nil {
+		return err
+	}
+	set := visited(fs)
+	if set["cache-read"] {
+		s.CacheRead = cr
+	}
+	if set["cache-write"] {
+		s.CacheWrite = cw
+	}
+	if set["reasoning"] {
+		s.Reason = rs
+	}
+	if *from != "" {
+		if s.From, err = parseAtField("from", *from); err != nil {
+			return err
+		}
+	} else {
+		s.From = m.Now()
+	}
+	if _, err := s.Parse(m.Now()); err != nil { // before the database is opened
+		return err
+	}
+	db, err := m.openDB(ctx, *dsn, dbOptions{create: true})
+	if err != nil {
+		return err
+	}
+	defer closeDB(ctx, db, &err)
+	ps, err := db.SetPrices(ctx, s)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(m.Stdout, priceObj(ps[0]))
+	}
+	_, err = fmt.Fprintf(m.Stdout, "%s %s from %s\n", ps[0].Provider, ps[0].Model, ts(ps[0].From))
+	return err
+}
+
+const priceLsHelp = `usage: budget price ls [--json]
+
+Lists every price version by provider, model and from, in USD per million
+tokens. With --json prints {"prices": [{"provider", "model", "from",
+"input", "output", "cache_read", "cache_write", "reasoning"}]} (prices as
+decimal strings of dollars).
+
+`
+
+func (m *Main) runPriceLs(ctx context.Context, args []string) (err error) {
+	fs := newFlagSet("price ls")
+	dsn := m.dbFlag(fs)
+	asJSON := fs.Bool("json", false, `print {"prices": [...]}`)
+	pos, err := m.parseArgs(fs, priceLsHelp, args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs("price ls", pos); err != nil {
+		return err
+	}
+	db, err := m.openDB(ctx, *dsn, dbOptions{})
+	if err != nil {
+		return err
+	}
+	defer closeDB(ctx, db, &err)
+	ps, err := db.ListPrices(ctx)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		out := struct {
+			Prices []priceJSON `json:"prices"`
+		}{make([]priceJSON, len(ps))}
+		for i := range ps {
+			out.Prices[i] = priceObj(ps[i])
+		}
+		return writeJSON(m.Stdout, out)
+	}
+	if len(ps) == 0 {
+		_, err = fmt.Fprintln(m.Stdout, "no prices")
+		return err
+	}
+	w := tabwriter.NewWriter(m.Stdout, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(w, "PROVIDER\tMODEL\tFROM\tINPUT $/M\tOUTPUT $/M\tCACHE READ $/M\tCACHE WRITE $/M\tREASONING $/M")
+	for _, p := range ps {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Provider, p.Model, ts(p.From), budget.FormatUSD(p.Input),
+			budget.FormatUSD(p.Output), budget.FormatUSD(p.CacheRead), budget.FormatUSD(p.CacheWrite), budget.FormatUSD(p.Reasoning))
+	}
+	return w.Flush()
+}
+
+// priceJSON is a price version; prices are decimal strings of dollars per
+// million tokens, exact (a float would not be).
+type priceJSON struct {
+	Provider   string `json:"provider"`
+	Model      string `json:"model"`
+	From       string `json:"from"`
+	Input      string `json:"input"`
+	Output     string `json:"output"`
+	CacheRead  string `json:"cache_read"`
+	CacheWrite string `json:"cache_write"`
+	Reasoning  string `json:"reasoning"`
+}
+
+func priceObj(p budget.Price) priceJSON {
+	return priceJSON{p.Provider, p.Model, ts(p.From), budget.FormatUSD(p.Input), budget.FormatUSD(p.Output),
+		budget.FormatUSD(p.CacheRead), budget.FormatUSD(p.CacheWrite), budget.FormatUSD(p.Reasoning)}
+}
+
+const priceImportHelp = `usage: budget price import FILE|-
+
+Adds or replaces the prices of FILE (- reads stdin), all or nothing: every
+entry is validated before anything is written. JSON: {"prices": [{"provider",
+"model", "from", "input", "output", "cache_read", "cache_write",
+"reasoning"}]} (prices as numbers or strings of dollars per million tokens;
+from, cache_read, cache_write and reasoning optional; unknown fields are
+invalid). CSV: a header naming those columns (provider, model, input and
+output required), then one price per line. The format is told by the first
+character: '{' is JSON. Prints how many prices it stored.
+
+`
+
+func (m *Main) runPriceImport(ctx context.Context, args []string) (err error) {
+	fs := newFlagSet("price import")
+	dsn := m.dbFlag(fs)
+	pos, err := m.parseArgs(fs, priceImportHelp, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("price import", "want one FILE (or - for stdin), got %d arguments", len(pos))
+	}
+	var data []byte
+	if pos[0] == "-" {
+		data, err = io.ReadAll(m.Stdin)
+	} else {
+		data, err = os.ReadFile(pos[0])
+	}
+	if err != nil {
+		return err
+	}
+	specs, err := parsePriceFile(data, m.Now())
+	if err != nil {
+		return err
+	}
+	db, err := m.openDB(ctx, *dsn, dbOptions{create: true})
+	if err != nil {
+		return err
+	}
+	defer closeDB(ctx, db, &err)
+	ps, err := db.SetPrices(ctx, specs...)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(m.Stdout, "stored %d prices\n", len(ps))
+	return err
+}
+
+// parsePriceFile reads a JSON or CSV price file and validates every entry.
+func parsePriceFile(data []byte, now time.Time) ([]budget.PriceSpec, error) {
+	var specs []budget.PriceSpec
+	if t := bytes.TrimSpace(data); len(t) > 0 && t[0] == '{' {
+		dec := json.NewDecoder(bytes.NewReader(t))
+		dec.DisallowUnknownFields()
+		dec.UseNumber()
+		var f struct {
+			Prices []struct {
+				Provider   string       `json:"provider"`
+				Model      string       `json:"model"`
+				From       string       `json:"from"`
+				Input      json.Number  `json:"input"`
+				Output     json.Number  `json:"output"`
+				CacheRead  *json.Number `json:"cache_read"`
+				CacheWrite *json.Number `json:"cache_write"`
+				Reasoning  *json.Number `json:"reasoning"`
+			} `json:"prices"`
+		}
+		if err := dec.Decode(&f); err != nil {
+			if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+				return nil, budget.Invalid("field", strings.Trim(name, `"`), "unknown; want provider, model, from, input, output, cache_read, cache_write, reasoning")
+			}
+			return nil, budget.Invalid("json", "", err.Error())
+		}
+		str := func(n *json.Number) *string {
+			if n == nil {
+				return nil
+			}
+			s := string(*n)
+			return &s
+		}
+		for _, p := range f.Prices {
+			specs = append(specs, budget.PriceSpec{Provider: p.Provider, Model: p.Model, Input: string(p.Input), Output: string(p.Output),
+				CacheRead: str(p.CacheRead), CacheWrite: str(p.CacheWrite), Reason: str(p.Reasoning), From: fromText(p.From)})
+		}
+	} else {
+		r := csv.NewReader(bytes.NewReader(data))
+		r.TrimLeadingSpace = true
+		rows, err := r.ReadAll()
+		if err != nil {
+			return nil, budget.Invalid("csv", "", err.Error())
+		}
+		if len(rows) == 0 {
+			return nil, budget.Invalid("csv", "", "empty: want a header line")
+		}
+		col := map[string]int{}
+		for i, h := range rows[0] {
+			h = strings.TrimSpace(h)
+			switch h {
+			case "provider", "model", "from", "input", "output", "cache_read", "cache_write", "reasoning":
+				col[h] = i
+			default:
+				return nil, budget.Invalid("field", h, "unknown; want provider, model, from, input, output, cache_read, cache_write, reasoning")
+			}
+		}
+		for _, row := range rows[1:] {
+			get := func(name string) (string, bool) {
+				i, ok := col[name]
+				if !ok || i >= len(row) || strings.TrimSpace(row[i]) == "" {
+					return "", false
+				}
+				return strings.TrimSpace(row[i]), true
+			}
+			opt := func(name string) *string {
+				if v, ok := get(name); ok {
+					return &v
+				}
+				return nil
+			}
+			s := budget.PriceSpec{CacheRead: opt("cache_read"), CacheWrite: opt("cache_write"), Reason: opt("reasoning")}
+			s.Provider, _ = get("provider")
+			s.Model, _ = get("model")
+			s.Input, _ = get("input")
+			s.Output, _ = get("output")
+			if v, ok := get("from"); ok {
+				s.From = fromText(v)
+			}
+			specs = append(specs, s)
+		}
+	}
+	if len(specs) == 0 {
+		return nil, budget.Invalid("prices", "", "the file holds no price")
+	}
+	for i, s := range specs {
+		if !s.From.IsZero() && s.From.Equal(badFrom) {
+			return nil, fmt.Errorf("price %d: %w", i+1, budget.Invalid("from", "", "want an RFC3339 time"))
+		}
+		if _, err := s.Parse(now); err != nil {
+			return nil, fmt.Errorf("price %d: %w", i+1, err)
+		}
+	}
+	return specs, nil
+}
+
+// badFrom marks a from that did not parse (fromText), so validation names it.
+var badFrom = time.Unix(0, 1).UTC()
+
+func fromText(s string) time.Time {
+	if strings.TrimSpace(s) == "" {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339, strings.TrimSpace(s))
+	if err != nil {
+		return badFrom
+	}
+	return t
+}
+
+// parseAtField is parseAt naming another field.
+func parseAtField(field, s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339, strings.TrimSpace(s))
+	if err != nil {
+		return time.Time{}, budget.Invalid(field, s, "want an RFC3339 time such as 2026-03-02T09:00:00Z")
+	}
+	return t, budget.CheckInstant(field, t)
+}

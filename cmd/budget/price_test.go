@@ -1,0 +1,84 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A monthly $1.00 budget from the CLI: prices set and imported, the limit
+// given in dollars, cached input priced at the cache rate, the refusal at
+// the right request, tables in dollars and JSON in micro-dollars.
+func TestDollarBudgetCLI(t *testing.T) {
+	t.Parallel()
+	db := tempDB(t)
+	mustRun(t, 0, "price", "import", "--db", db, filepath.Join("..", "..", "testdata", "prices", "example.json"))
+	mustRun(t, 0, "price", "import", "--db", db, filepath.Join("..", "..", "testdata", "prices", "example.csv"))
+	ls := decode(t, mustRun(t, 0, "price", "ls", "--db", db, "--json").stdout)["prices"].([]any)
+	if len(ls) != 5 {
+		t.Fatalf("price ls: %d prices; want 5 (the CSV's gpt-4o replaces the JSON's)", len(ls))
+	}
+	v := decode(t, mustRun(t, 0, "limit", "set", "--db", db, "--key", "k", "--metric", "usd", "--limit", "1.00", "--window", "monthly", "--id", "usd", "--json").stdout)
+	if v["limit"] != 1_000_000.0 || v["metric"] != "usd" {
+		t.Fatalf("usd limit JSON: %v; want limit 1000000 micro-dollars", v)
+	}
+	// 100k input, 80k of it cached, 10k output on gpt-4o: $0.05 + $0.10 + $0.10.
+	mustRun(t, 0, "record", "--db", db, "--key", "k", "--provider", "openai", "--model", "gpt-4o-2024-08-06",
+		"--input", "100000", "--cache-read", "80000", "--output", "10000")
+	if s := status(t, mustRun(t, 0, "inspect", "--db", db, "--json").stdout, "usd"); s["used"] != 250_000.0 || s["remaining"] != 750_000.0 {
+		t.Fatalf("usd status: %v; want used 250000, remaining 750000", s)
+	}
+	if out := mustRun(t, 0, "inspect", "--db", db).stdout; !strings.Contains(out, "$0.25") || !strings.Contains(out, "$1.00") {
+		t.Errorf("inspect table: %q; want dollars", out)
+	}
+	// --tokens is priced at the larger price ($10/M): 75,000 tokens = $0.75 fits exactly, 75,001 does not.
+	mustRun(t, 0, "check", "--db", db, "--key", "k", "--provider", "openai", "--model", "gpt-4o", "--tokens", "75000")
+	r := mustRun(t, 3, "check", "--db", db, "--key", "k", "--provider", "openai", "--model", "gpt-4o", "--tokens", "75001", "--json")
+	if b := decode(t, r.stdout)["breach"].(map[string]any); b["id"] != "usd" {
+		t.Errorf("check over the dollars: %s; want breach usd", r.stdout)
+	}
+	r = mustRun(t, 3, "check", "--db", db, "--key", "k", "--provider", "openai", "--model", "o9-mystery", "--tokens", "1", "--json")
+	if u, _ := decode(t, r.stdout)["unpriced"].(map[string]any); u["model"] != "o9-mystery" {
+		t.Errorf("check of an unpriced model: %s; want it named as unpriced", r.stdout)
+	}
+	r = mustRun(t, 0, "record", "--db", db, "--key", "k", "--provider", "openai", "--model", "o9-mystery", "--input", "5")
+	if !strings.Contains(r.stderr, "warning") || !strings.Contains(r.stderr, "o9-mystery") {
+		t.Errorf("record of an unpriced model: stderr %q; want a warning naming it", r.stderr)
+	}
+	if v := decode(t, mustRun(t, 0, "verify", "--db", db, "--json").stdout); v["unpriced"] != 1.0 {
+		t.Errorf("verify --json: %v; want unpriced 1", v)
+	}
+}
+
+// Bad prices and dollar limits exit 2 naming the field, writing nothing.
+func TestPriceBadInput(t *testing.T) {
+	t.Parallel()
+	db := tempDB(t)
+	for _, tc := range []struct {
+		args  []string
+		field string
+	}{
+		{[]string{"price", "set", "--provider", "p", "--model", "m", "--input", "-1", "--output", "1"}, "input"},
+		{[]string{"price", "set", "--provider", "p", "--model", "m", "--input", "1", "--output", "1.1234567"}, "output"},
+		{[]string{"price", "set", "--model", "m", "--input", "1", "--output", "1"}, "provider"},
+		{[]string{"price", "set", "--provider", "p", "--model", "m", "--input", "1", "--output", "1", "--from", "yesterday"}, "from"},
+		{[]string{"limit", "set", "--key", "k", "--metric", "usd", "--limit", "1.0000001", "--window", "daily"}, "limit"},
+		{[]string{"limit", "set", "--key", "k", "--limit", "1.5", "--window", "daily"}, "limit"},
+	} {
+		r := run(t, append(tc.args, "--db", db)...)
+		if r.code != 2 || !strings.Contains(r.stderr, tc.field) {
+			t.Errorf("budget %s: got %v; want exit 2 naming %s", strings.Join(tc.args, " "), r, tc.field)
+		}
+	}
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"prices":[{"provider":"p","model":"m","input":1,"output":1},{"provider":"p","model":"n","input":1,"output":1,"currency":"eur"}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := run(t, "price", "import", "--db", db, bad); r.code != 2 || !strings.Contains(r.stderr, "currency") {
+		t.Errorf("price import with an unknown field: got %v; want exit 2 naming it", r)
+	}
+	if exists(db) {
+		t.Error("bad input created the database")
+	}
+}
