@@ -370,3 +370,22 @@ func TestFitOutput(t *testing.T) {
 		})
 	}
 }
+
+// Breaches of different metrics rank by room left as a fraction of the
+// limit (the least first); within one metric the contract's rule stands.
+func TestDecideAcrossMetrics(t *testing.T) {
+	usd := win("d", budget.MetricUSD, 1_000_000, 990_000, 0, time.Hour)
+	tok := win("t", budget.MetricTokens, 1000, 500, 0, time.Hour)
+	for _, tc := range []struct {
+		est  budget.Estimate
+		want string
+	}{
+		{budget.Estimate{Tokens: 600, USD: 20_000}, "t"},  // tokens -100 (-10%), usd -$0.01 (-1%)
+		{budget.Estimate{Tokens: 501, USD: 100_000}, "d"}, // tokens -1 (-0.1%), usd -$0.09 (-9%)
+	} {
+		d := budget.Decide([]budget.Status{tok, usd}, tc.est, decideNow)
+		if d.Allowed || d.Breach == nil || d.Breach.Limit.ID != tc.want {
+			t.Errorf("estimate %+v: breach %+v; want %s", tc.est, d.Breach, tc.want)
+		}
+	}
+}
