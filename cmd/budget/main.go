@@ -265,10 +265,4 @@ func (m *Main) atFlag(fs *flag.FlagSet) func() (time.Time, error) {
 }
 
 // parseAt parses an RFC3339 instant.
-func parseAt(s string) (time.Time, error) {
-	t, err := time.Parse(time.RFC3339, strings.TrimSpace(s))
-	if err != nil {
-		return time.Time{}, budget.Invalid("at", s, "want an RFC3339 time such as 2026-03-02T09:00:00Z")
-	}
-	return t, budget.CheckInstant("at", t)
-}
+func parseAt(s string) (time.Time, error) { return parseAtField("at", s) }
