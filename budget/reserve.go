@@ -277,7 +277,9 @@ func (t *Tracker) Commit(ctx context.Context, id string, actual Usage) (Settleme
 			out.Charged = true
 			ev = lateUsage(ev, r.Estimate)
 		}
-		if ev.Billable() > 0 {
+		// A commit records its event even with no tokens (it is a request);
+		// after a charge only an excess is recorded.
+		if !out.Charged || ev.Billable() > 0 {
 			if out.Charged {
 				out.LateRequestID = ev.RequestID
 			}

@@ -17,6 +17,7 @@ func init() {
 		suiteCase{"LateCommitAfterCharge", testLateCommitAfterCharge},
 		suiteCase{"ChargeLeasesEndAtExpiry", testChargeLeases},
 		suiteCase{"FlexibleOutputExact", testFlexibleOutputExact},
+		suiteCase{"ZeroTokenCommitIsARequest", testZeroCommitIsARequest},
 	)
 }
 
@@ -232,4 +233,21 @@ func testFlexibleOutputExact(t *testing.T, newDB NewDB) {
 	if admitted.Load() != 5 || res != 5000 {
 		t.Fatalf("admitted %d holding %d; want 5 holding 5000", admitted.Load(), res)
 	}
+}
+
+// A commit of zero tokens is still one request: it is recorded.
+func testZeroCommitIsARequest(t *testing.T, newDB NewDB) {
+	tr, _, _ := setup(t, newDB)
+	l := SetLimit(t, tr, budget.LimitSpec{Key: "k", Metric: "requests", Window: "1h"}, 10)
+	r, err := tr.Reserve(ctx, budget.Request{Key: "k", Estimate: tokens(5)}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Commit(ctx, r.ID, budget.Usage{}); err != nil {
+		t.Fatal(err)
+	}
+	if u, _ := Used(t, tr, budget.Request{Key: "k"}, T0, l.ID); u != 1 {
+		t.Fatalf("requests used %d after a zero-token commit; want 1", u)
+	}
+	noDrift(t, tr)
 }
