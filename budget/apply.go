@@ -130,15 +130,13 @@ func (t *Tracker) applyUsage(ctx context.Context, tx Tx, events []Usage, now tim
 			return nil, nil, err
 		}
 		model := NormalizeModel(e.Model)
-		unpriced := e.Unpriced
+		if e.Unpriced { // priceEvents set it only under a dollar limit
+			t.w.unpriced++
+		}
 		for j := range ls {
 			l := &ls[j]
 			if l.Metric == MetricConcurrent || !l.Applies(e.Key, e.Provider, model) {
 				continue
-			}
-			if unpriced && l.Metric == MetricUSD {
-				t.w.unpriced++
-				unpriced = false
 			}
 			start, end := l.Window.Bounds(e.At)
 			k := cache.Key{LimitID: l.ID, Subject: l.Subject, Start: start.UnixNano()}
