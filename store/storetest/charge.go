@@ -191,47 +191,30 @@ func testChargeLeases(t *testing.T, newDB NewDB) {
 // decided in the writer's transaction: 64 of them at once on two handles
 // never take the limit over, and each holds at least the floor.
 func testFlexibleOutputExact(t *testing.T, newDB NewDB) {
-	open := newDB(t)
-	c := NewClock(T0)
-	a := NewTracker(t, open(), c, time.Second)
-	b := NewTracker(t, open(), c, time.Second)
+	a, b, _ := twoHandles(t, newDB)
 	l := SetLimit(t, a, budget.LimitSpec{Key: "k", Window: "1h"}, 5000)
-	var admitted, refused, held atomic.Int64
-	var wg sync.WaitGroup
-	for i := range 64 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tr := a
-			if i%2 == 1 {
-				tr = b
-			}
-			r, err := tr.ReserveWith(ctx, budget.Request{Key: "k", Estimate: budget.Estimate{Input: 50, Output: 1000}},
-				budget.ReserveOptions{TTL: time.Minute, MinOutput: 16})
-			var ex *budget.ExceededError
-			switch {
-			case err == nil:
-				admitted.Add(1)
-				held.Add(r.Estimate.Input + r.Estimate.Output)
-				if r.Estimate.Output < 16 || r.Estimate.Output > 1000 {
-					t.Errorf("granted output %d; want between 16 and 1000", r.Estimate.Output)
-				}
-			case errors.As(err, &ex):
-				refused.Add(1)
-			default:
-				t.Errorf("ReserveWith: %v", err)
-			}
-		}()
+	rs := reserveAll(t, a, b, 64, func(int) (budget.Request, budget.ReserveOptions) {
+		return budget.Request{Key: "k", Estimate: budget.Estimate{Input: 50, Output: 1000}},
+			budget.ReserveOptions{TTL: time.Minute, MinOutput: 16}
+	})
+	var held int64
+	for _, r := range rs {
+		if r == nil {
+			continue
+		}
+		held += r.Estimate.Input + r.Estimate.Output
+		if r.Estimate.Output < 16 || r.Estimate.Output > 1000 {
+			t.Errorf("granted output %d; want between 16 and 1000", r.Estimate.Output)
+		}
 	}
-	wg.Wait()
 	_, res := Used(t, a, budget.Request{Key: "k"}, T0, l.ID)
-	if res != held.Load() || res > 5000 {
-		t.Fatalf("reserved %d, granted %d in all; want equal and at most 5000", res, held.Load())
+	if res != held || res > 5000 {
+		t.Fatalf("reserved %d, granted %d in all; want equal and at most 5000", res, held)
 	}
 	// 4 full estimates fit (4200), then one shrunk to output 750 (the 800
 	// left less its input), then nothing fits input + floor.
-	if admitted.Load() != 5 || res != 5000 {
-		t.Fatalf("admitted %d holding %d; want 5 holding 5000", admitted.Load(), res)
+	if n := admitted(rs); n != 5 || res != 5000 {
+		t.Fatalf("admitted %d holding %d; want 5 holding 5000", n, res)
 	}
 }
 

@@ -2,8 +2,6 @@ package storetest
 
 import (
 	"errors"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -87,36 +85,15 @@ func testDefaultsPerKey(t *testing.T, newDB NewDB) {
 // Reservations against a default limit are exact per key across two
 // handles: each key admits floor(limit / estimate) on its own counter.
 func testDefaultsExact(t *testing.T, newDB NewDB) {
-	open := newDB(t)
-	c := NewClock(T0)
-	a := NewTracker(t, open(), c, time.Second)
-	b := NewTracker(t, open(), c, time.Second)
+	a, b, _ := twoHandles(t, newDB)
 	SetLimit(t, a, budget.LimitSpec{Default: true, Window: "1h"}, 1000)
-	var admitted [2]atomic.Int64
-	var wg sync.WaitGroup
-	for i := range 64 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tr := a
-			if i%2 == 1 {
-				tr = b
-			}
-			key := []string{"x", "y"}[i/32]
-			_, err := tr.Reserve(ctx, budget.Request{Key: key, Estimate: tokens(70)}, time.Minute)
-			var ex *budget.ExceededError
-			switch {
-			case err == nil:
-				admitted[i/32].Add(1)
-			case !errors.As(err, &ex):
-				t.Errorf("Reserve: %v", err)
-			}
-		}()
-	}
-	wg.Wait()
-	for i, k := range []string{"x", "y"} {
-		if admitted[i].Load() != 1000/70 {
-			t.Errorf("key %s admitted %d; want exactly %d on its own counter", k, admitted[i].Load(), 1000/70)
+	keys := []string{"x", "y"}
+	rs := reserveAll(t, a, b, 64, func(i int) (budget.Request, budget.ReserveOptions) {
+		return budget.Request{Key: keys[i/32], Estimate: tokens(70)}, budget.ReserveOptions{TTL: time.Minute}
+	})
+	for i, k := range keys {
+		if n := admitted(rs[32*i : 32*i+32]); n != 1000/70 {
+			t.Errorf("key %s admitted %d; want exactly %d on its own counter", k, n, 1000/70)
 		}
 	}
 }

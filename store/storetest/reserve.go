@@ -13,36 +13,13 @@ import (
 func tokens(n int64) budget.Estimate { return budget.Estimate{Tokens: n} }
 
 func testReserveExact(t *testing.T, newDB NewDB) {
-	open := newDB(t)
-	c := NewClock(T0)
-	a := NewTracker(t, open(), c, time.Second)
-	b := NewTracker(t, open(), c, time.Second)
+	a, b, _ := twoHandles(t, newDB)
 	SetLimit(t, a, budget.LimitSpec{Key: "k", Window: "1h"}, 1000)
-	var admitted, refused atomic.Int64
-	var wg sync.WaitGroup
-	for i := range 48 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tr := a
-			if i%2 == 1 {
-				tr = b
-			}
-			_, err := tr.Reserve(ctx, budget.Request{Key: "k", Provider: "p", Model: "m", Estimate: tokens(70)}, time.Minute)
-			var ex *budget.ExceededError
-			switch {
-			case err == nil:
-				admitted.Add(1)
-			case errors.As(err, &ex):
-				refused.Add(1)
-			default:
-				t.Errorf("Reserve: %v", err)
-			}
-		}()
-	}
-	wg.Wait()
-	if admitted.Load() != 1000/70 || refused.Load() != 48-1000/70 {
-		t.Fatalf("admitted %d, refused %d; want exactly %d admitted", admitted.Load(), refused.Load(), 1000/70)
+	rs := reserveAll(t, a, b, 48, func(int) (budget.Request, budget.ReserveOptions) {
+		return budget.Request{Key: "k", Provider: "p", Model: "m", Estimate: tokens(70)}, budget.ReserveOptions{TTL: time.Minute}
+	})
+	if n := admitted(rs); n != 1000/70 {
+		t.Fatalf("admitted %d of 48; want exactly %d", n, 1000/70)
 	}
 }
 

@@ -8,6 +8,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -169,4 +170,53 @@ func noDrift(t *testing.T, tr *budget.Tracker) {
 	if len(d) != 0 {
 		t.Fatalf("Verify found drift: %+v", d)
 	}
+}
+
+// twoHandles is one database opened twice ("two processes"), a tracker on
+// each, and their shared clock at T0.
+func twoHandles(t *testing.T, newDB NewDB) (a, b *budget.Tracker, c *Clock) {
+	t.Helper()
+	open := newDB(t)
+	c = NewClock(T0)
+	return NewTracker(t, open(), c, time.Second), NewTracker(t, open(), c, time.Second), c
+}
+
+// reserveAll runs n reservations at once, alternating between a and b,
+// with the request and options of each index, and returns those admitted
+// (nil where refused). Any error but a refusal fails the test.
+func reserveAll(t *testing.T, a, b *budget.Tracker, n int, at func(i int) (budget.Request, budget.ReserveOptions)) []*budget.Reservation {
+	t.Helper()
+	out := make([]*budget.Reservation, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tr := a
+			if i%2 == 1 {
+				tr = b
+			}
+			req, opts := at(i)
+			r, err := tr.ReserveWith(context.Background(), req, opts)
+			var ex *budget.ExceededError
+			switch {
+			case err == nil:
+				out[i] = r
+			case !errors.As(err, &ex):
+				t.Errorf("Reserve: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// admitted counts the non-nil reservations.
+func admitted(rs []*budget.Reservation) (n int) {
+	for _, r := range rs {
+		if r != nil {
+			n++
+		}
+	}
+	return n
 }

@@ -2,8 +2,6 @@ package storetest
 
 import (
 	"errors"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -92,36 +90,15 @@ func testDollarBudgets(t *testing.T, newDB NewDB) {
 
 // 64 reservations at once on two handles never take a usd limit over.
 func testDollarReservationsExact(t *testing.T, newDB NewDB) {
-	open := newDB(t)
-	c := NewClock(T0)
-	a := NewTracker(t, open(), c, time.Second)
-	b := NewTracker(t, open(), c, time.Second)
+	a, b, _ := twoHandles(t, newDB)
 	setPrice(t, a, "openai", "gpt-4o", "2.50", "10", T0.Add(-time.Hour), nil)
 	l := SetLimit(t, a, budget.LimitSpec{Key: "k", Metric: "usd", Window: "monthly"}, 1_000_000)
 	req := budget.Request{Key: "k", Provider: "openai", Model: "gpt-4o", Estimate: budget.Estimate{Input: 10_000, Output: 5_000}} // $0.075
-	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	for i := range 64 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tr := a
-			if i%2 == 1 {
-				tr = b
-			}
-			_, err := tr.Reserve(ctx, req, time.Minute)
-			var ex *budget.ExceededError
-			switch {
-			case err == nil:
-				admitted.Add(1)
-			case !errors.As(err, &ex):
-				t.Errorf("Reserve: %v", err)
-			}
-		}()
-	}
-	wg.Wait()
-	_, res := Used(t, a, budget.Request{Key: "k", Provider: "openai", Model: "gpt-4o"}, T0, l.ID)
-	if admitted.Load() != 13 || res != 13*75_000 {
-		t.Fatalf("admitted %d holding %d micro-dollars; want exactly 13 ($0.975 of $1.00)", admitted.Load(), res)
+	rs := reserveAll(t, a, b, 64, func(int) (budget.Request, budget.ReserveOptions) {
+		return req, budget.ReserveOptions{TTL: time.Minute}
+	})
+	_, res := Used(t, a, req, T0, l.ID)
+	if n := admitted(rs); n != 13 || res != 13*75_000 {
+		t.Fatalf("admitted %d holding %d micro-dollars; want exactly 13 ($0.975 of $1.00)", n, res)
 	}
 }
