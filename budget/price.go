@@ -213,7 +213,9 @@ func NewPrices(ps []Price) *Prices {
 	}
 	for _, l := range t.byProvider {
 		slices.SortFunc(l, func(a, b Price) int {
-			return cmp.Or(cmp.Compare(patternRank(a.Model), patternRank(b.Model)), b.From.Compare(a.From), strings.Compare(a.Model, b.Model))
+			// Each model's versions stay together (Lookup walks them as one
+			// entry), newest first.
+			return cmp.Or(cmp.Compare(patternRank(a.Model), patternRank(b.Model)), strings.Compare(a.Model, b.Model), b.From.Compare(a.From))
 		})
 	}
 	return t
@@ -226,7 +228,7 @@ func patternRank(m string) int {
 	if !IsModelPattern(m) {
 		return 0
 	}
-	return 1 << 20 / (1 + len(m))
+	return 1 + MaxNameLen - len(m)
 }
 
 // Lookup is the price in force at at for provider and the normalised

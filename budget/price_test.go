@@ -72,6 +72,13 @@ func TestPriceLookup(t *testing.T) {
 		{Provider: "openai", Model: "gpt-4o*", From: t0, Input: 3},
 		{Provider: "openai", Model: "gpt-*", From: t0, Input: 4},
 		{Provider: "anthropic", Model: "claude-*-4-5", From: t0, Input: 5},
+		// Two patterns of one length, with versions interleaved in time:
+		// each keeps its own versions.
+		{Provider: "x", Model: "a*", From: t0, Input: 6},
+		{Provider: "x", Model: "b*", From: t0.Add(time.Hour), Input: 7},
+		{Provider: "x", Model: "a*", From: t0.Add(2 * time.Hour), Input: 8},
+		{Provider: "x", Model: "longer-pattern-*", From: t0, Input: 9},
+		{Provider: "x", Model: "longer-*", From: t0, Input: 10},
 	})
 	for _, tc := range []struct {
 		provider, model string
@@ -87,6 +94,11 @@ func TestPriceLookup(t *testing.T) {
 		{"openai", "o1", t0, 0},
 		{"anthropic", "claude-sonnet-4-5", t0, 5},
 		{"anthropic", "gpt-4o", t0, 0},
+		{"x", "a1", t0.Add(90 * time.Minute), 6},
+		{"x", "a1", t0.Add(3 * time.Hour), 8},
+		{"x", "b1", t0.Add(3 * time.Hour), 7},
+		{"x", "longer-pattern-1", t0, 9},
+		{"x", "longer-1", t0, 10},
 	} {
 		p := ps.Lookup(tc.provider, tc.model, tc.at)
 		if got := int64(0); p != nil {

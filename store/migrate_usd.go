@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/jmoiron/sqlx"
 )
@@ -34,6 +35,13 @@ func migrateUSD(ctx context.Context, x *sqlx.Tx) error {
 	var v int
 	if err := x.GetContext(ctx, &v, `PRAGMA schema_version`); err != nil {
 		return err
+	}
+	var before string
+	if err := x.GetContext(ctx, &before, `SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'limits'`); err != nil {
+		return err
+	}
+	if !strings.Contains(before, `'requests', 'concurrent')`) {
+		return fmt.Errorf("allow usd limits: the limits table's metric CHECK is not the one this migration knows")
 	}
 	for _, q := range []string{
 		`PRAGMA writable_schema = ON`,
