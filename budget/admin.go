@@ -212,13 +212,8 @@ func (t *Tracker) Inspect(ctx context.Context, key string, at time.Time, rollove
 			ls = slices.DeleteFunc(ls, func(l Limit) bool { return l.IsDefault() })
 		}
 		sortLimits(ls)
-		r.Limits = make([]Status, 0, len(ls))
-		for i := range ls {
-			st, err := storedStatus(ctx, tx, &ls[i], at)
-			if err != nil {
-				return err
-			}
-			r.Limits = append(r.Limits, st)
+		if r.Limits, err = storedStatuses(ctx, tx, ls, at); err != nil {
+			return err
 		}
 		if rollovers > 0 {
 			if r.Rollovers, err = tx.Rollovers(ctx, key, rollovers); err != nil {
@@ -231,27 +226,23 @@ func (t *Tracker) Inspect(ctx context.Context, key string, at time.Time, rollove
 	return r, err
 }
 
-// storedStatus is a limit's status at `at` as the store alone says.
-func storedStatus(ctx context.Context, tx Tx, l *Limit, at time.Time) (Status, error) {
-	st := Status{Limit: *l}
-	if l.Metric != MetricConcurrent {
-		st.WindowStart, st.ResetAt = l.Window.Bounds(at)
-		var err error
-		if st.Used, err = windowUsed(ctx, tx, l, st.WindowStart, st.ResetAt); err != nil {
-			return st, err
-		}
+// storedStatuses are the limits' statuses at at as the store alone says,
+// read in one Windows call.
+func storedStatuses(ctx context.Context, tx Tx, ls []Limit, at time.Time) ([]Status, error) {
+	refs := make([]WindowRef, len(ls))
+	for i := range ls {
+		refs[i] = refAt(&ls[i], at)
 	}
-	sum, n, next, err := tx.HoldsSummary(ctx, l.ID, l.Subject, st.WindowStart, at)
+	ws, err := tx.Windows(ctx, refs, at)
 	if err != nil {
-		return st, err
+		return nil, err
 	}
-	st.NextExpiry = next
-	if l.Metric == MetricConcurrent {
-		st.Used = n
-	} else {
-		st.Reserved = sum
+	out := make([]Status, len(ls))
+	for i := range ls {
+		w := memWindow{ref: refs[i], used: ws[i].Used, holds: ws[i].Holds}
+		out[i] = w.status(at)
 	}
-	return st, nil
+	return out, nil
 }
 
 // Drift is a counter row that disagrees with the history of its window.

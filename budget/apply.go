@@ -1,15 +1,9 @@
 package budget
 
 import (
-	"cmp"
 	"context"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
-
-	"github.com/tokenbudget/tokenbudget/cache"
 )
 
 // writerState is owned by the writer goroutine: the limits it resolved,
@@ -26,11 +20,15 @@ type writerState struct {
 	byKey   map[string][]Limit
 
 	prices        *priceSnap
-	pricesChecked bool  // prices version confirmed inside the current transaction
-	unpriced      int64 // this attempt's events written unpriced under a usd limit
+	pricesChecked bool // prices version confirmed inside the current transaction
+
+	mem memory // the store's state as of the writer's last commit
 }
 
-func (w *writerState) init() { w.byKey = make(map[string][]Limit) }
+func (w *writerState) init() {
+	w.byKey = make(map[string][]Limit)
+	w.mem.forget()
+}
 
 // fail records a failed write attempt and wakes every waiter.
 func (w *writerState) fail(err error) {
@@ -93,112 +91,4 @@ func (t *Tracker) limitsFor(ctx context.Context, tx Tx, key string) ([]Limit, er
 	ls = Effective(ls, key)
 	w.byKey[key] = ls
 	return ls, nil
-}
-
-// windowDelta is what one batch adds to one limit window.
-type windowDelta struct {
-	key        cache.Key
-	limit      *Limit
-	start, end time.Time
-	delta      int64
-}
-
-// applyUsage appends events to the history and adds the coalesced deltas of
-// the new (non-duplicate) ones to every matching limit's counters, creating
-// rows seeded from the history and logging rollovers as needed. Disabled
-// limits count too: only enforcement stops.
-func (t *Tracker) applyUsage(ctx context.Context, tx Tx, events []Usage, now time.Time) ([]bool, []windowDelta, error) {
-	if len(events) == 0 {
-		return nil, nil, nil
-	}
-	if err := t.priceEvents(ctx, tx, events); err != nil {
-		return nil, nil, err
-	}
-	inserted, err := tx.InsertUsage(ctx, events)
-	if err != nil {
-		return nil, nil, err
-	}
-	var deltas []windowDelta
-	index := make(map[cache.Key]int)
-	for i := range events {
-		if !inserted[i] {
-			continue
-		}
-		e := &events[i]
-		ls, err := t.limitsFor(ctx, tx, e.Key)
-		if err != nil {
-			return nil, nil, err
-		}
-		model := NormalizeModel(e.Model)
-		if e.Unpriced { // priceEvents set it only under a dollar limit
-			t.w.unpriced++
-		}
-		for j := range ls {
-			l := &ls[j]
-			if l.Metric == MetricConcurrent || !l.Applies(e.Key, e.Provider, model) {
-				continue
-			}
-			start, end := l.Window.Bounds(e.At)
-			k := cache.Key{LimitID: l.ID, Subject: l.Subject, Start: start.UnixNano()}
-			n, ok := index[k]
-			if !ok {
-				n = len(deltas)
-				index[k] = n
-				deltas = append(deltas, windowDelta{key: k, limit: l, start: start, end: end})
-			}
-			// Counters saturate at MaxTokens, past any limit, rather than
-			// overflow (contract section 1: sums are checked).
-			deltas[n].delta = min(deltas[n].delta+e.Amount(l.Metric), MaxTokens)
-		}
-	}
-	if len(deltas) == 0 {
-		return inserted, nil, nil
-	}
-	// A fixed order of row updates keeps concurrent writers on a
-	// row-locking store (PostgreSQL) from deadlocking each other.
-	slices.SortFunc(deltas, func(a, b windowDelta) int {
-		return cmp.Or(strings.Compare(a.key.LimitID, b.key.LimitID), strings.Compare(a.key.Subject, b.key.Subject),
-			cmp.Compare(a.key.Start, b.key.Start))
-	})
-	adds := make([]CounterDelta, len(deltas))
-	for i, d := range deltas {
-		adds[i] = CounterDelta{LimitID: d.limit.ID, Subject: d.limit.Subject, WindowStart: d.start, Delta: d.delta}
-	}
-	found, err := tx.AddCounters(ctx, adds)
-	if err != nil {
-		return nil, nil, err
-	}
-	for i := range deltas {
-		if found[i] {
-			continue
-		}
-		d := &deltas[i]
-		if err := createCounter(ctx, tx, d.limit, d.start, d.end, d.delta, now); err != nil {
-			return nil, nil, err
-		}
-	}
-	return inserted, deltas, nil
-}
-
-// createCounter creates a limit window's missing counter row from the
-// history (which already holds this transaction's events, so delta is
-// inside the seed; it is added only if a concurrent transaction created the
-// row first). Creating the row of a window later than every row the limit
-// has logs a rollover when the window before it had usage (contract
-// section 8).
-func createCounter(ctx context.Context, tx Tx, l *Limit, start, end time.Time, delta int64, now time.Time) error {
-	latest, has, err := tx.LatestCounterStart(ctx, l.ID, l.Subject)
-	if err != nil {
-		return err
-	}
-	created, err := tx.CreateCounter(ctx, l, start, end, delta)
-	if err != nil || !created || has && !start.After(latest) {
-		return err
-	}
-	ps, pe := l.Window.Bounds(start.Add(-1))
-	prev, err := tx.SumUsage(ctx, l, ps, pe)
-	if err != nil || prev == 0 {
-		return err
-	}
-	return tx.InsertRollover(ctx, Rollover{LimitID: l.ID, Subject: l.Subject, PrevWindowStart: ps, PrevUsed: prev, WindowStart: start, LoggedAt: now})
 }

@@ -204,38 +204,21 @@ func (t *Tracker) loadCounter(ctx context.Context, l *Limit, k cache.Key, start,
 	}
 }
 
-// windowUsed is a limit window's usage: its counter row, or, for a window
-// that has none yet, the history's sum, computed without storing it.
-func windowUsed(ctx context.Context, tx Tx, l *Limit, start, end time.Time) (int64, error) {
-	v, ok, err := tx.Counter(ctx, l.ID, l.Subject, start)
-	if err != nil || ok {
-		return v, err
-	}
-	return tx.SumUsage(ctx, l, start, end)
-}
-
 // readCounter is a limit window's stored usage (seeded from the history
 // when it has no row yet) and its live holds at now.
 func readCounter(ctx context.Context, tx Tx, l *Limit, start, end, now time.Time) (int64, []cache.Hold, error) {
-	var used int64
-	if l.Metric != MetricConcurrent {
-		var err error
-		if used, err = windowUsed(ctx, tx, l, start, end); err != nil {
-			return 0, nil, err
-		}
-	}
-	hs, err := tx.Holds(ctx, l.ID, l.Subject, start, now)
+	ws, err := tx.Windows(ctx, []WindowRef{{Limit: l, Start: start, End: end}}, now)
 	if err != nil {
 		return 0, nil, err
 	}
 	var holds []cache.Hold
-	if len(hs) > 0 {
+	if hs := ws[0].Holds; len(hs) > 0 {
 		holds = make([]cache.Hold, len(hs))
 		for i, h := range hs {
 			holds[i] = cache.Hold{ID: h.ReservationID, Amount: h.Amount, ExpiresAt: h.ExpiresAt.UnixNano()}
 		}
 	}
-	return used, holds, nil
+	return ws[0].Used, holds, nil
 }
 
 // pause waits a little before retrying a read that raced a commit.

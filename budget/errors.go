@@ -21,6 +21,10 @@ var (
 	ErrClosed = errors.New("tracker closed")
 	// ErrSchemaTooNew is returned when a database was written by a newer tokenbudget.
 	ErrSchemaTooNew = errors.New("database schema is newer than this build")
+	// ErrConflict is a write a store refused because the state it was
+	// planned on changed underneath (another process won a race). The
+	// writer retries the batch, re-reading that state.
+	ErrConflict = errors.New("write conflict")
 )
 
 // invalid returns an ErrInvalid naming the field and the offending value.

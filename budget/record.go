@@ -15,25 +15,35 @@ type opKind uint8
 const (
 	opUsage opKind = iota
 	opFlush
-	opTx // a function run inside the batch transaction (reservations)
+	opReserve
+	opCommit
+	opRelease
+	opRenew
+	opRecover
 )
 
-// op is one unit of work for the writer.
+// op is one unit of work for the writer: a typed request the batch decides
+// (see batch.go), and the answer its caller waits for.
 type op struct {
 	kind     opKind
-	ev       Usage
-	contribs []contrib // the pending deltas Record added for ev
+	ev       Usage     // opUsage: the event; opCommit: the actual usage
+	contribs []contrib // opUsage: the pending deltas Record added for ev
 
-	// opTx: run inside the transaction (it may run more than once; it must
-	// reset what it reports), then after once the batch committed or failed.
-	run   func(ctx context.Context, tx Tx, now time.Time) error
-	after func(err error)
-	// keep marks a settlement (commit, release): never withdrawn, and
-	// retried with its batch after its waiter was told of a failure.
-	keep bool
+	req    Request       // opReserve
+	at     time.Time     // opReserve: the reservation's instant; opRecover: the recovery's
+	ttl    time.Duration // opReserve, opRenew
+	policy ExpiryPolicy  // opReserve
+	minOut int64         // opReserve
+	id     string        // opCommit, opRelease, opRenew
 
 	done  chan opResult // nil for fire-and-forget usage
-	state atomic.Int32  // opTx: opQueued, then opClaimed by the writer or opWithdrawn by the caller
+	state atomic.Int32  // withdrawable ops: opQueued, then opClaimed by the writer or opWithdrawn by the caller
+
+	// Writer-owned.
+	skip     bool     // not planned: withdrawn, or told of a failure and not a settlement
+	told     bool     // its waiter was answered with a failure
+	answered bool     // done has its answer
+	out      opResult // the planned answer, sent once the batch commits
 }
 
 const (
@@ -43,9 +53,16 @@ const (
 )
 
 type opResult struct {
-	duplicate bool
-	flush     FlushResult
-	err       error
+	err        error
+	duplicate  bool
+	flush      FlushResult
+	res        *Reservation
+	settlement Settlement
+	holds      []Hold // the holds a commit, release or renewal changed
+	expires    time.Time
+	recovered  RecoverResult
+	more       bool              // opRecover: it hit maxRecover; run it again
+	dropped    map[string][]Hold // opRecover: the holds it freed, by reservation
 }
 
 type contrib struct {
@@ -268,7 +285,7 @@ func (t *Tracker) wait(ctx context.Context, o *op) opResult {
 // another reservation operation only if the writer has not taken it (it
 // then never runs).
 func (t *Tracker) withdraw(o *op) bool {
-	if o.kind != opTx || o.keep {
+	if !o.withdrawable() {
 		return true
 	}
 	return o.state.CompareAndSwap(opQueued, opWithdrawn)

@@ -3,7 +3,6 @@ package budget
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -139,101 +138,21 @@ func (t *Tracker) ReserveWith(ctx context.Context, req Request, opts ReserveOpti
 	if opts.MinOutput < 0 || opts.MinOutput > MaxTokens {
 		return nil, invalid("min_output", opts.MinOutput, "must be between 0 and 2^53-1")
 	}
-	at := t.now()
-	var res *Reservation
-	var refusal error
-	err = t.inTx(ctx, false, func(ctx context.Context, tx Tx, now time.Time) error {
-		res, refusal = nil, nil
-		var err error
-		res, refusal, err = t.reserveTx(ctx, tx, req, at, ttl, policy, opts.MinOutput)
-		return err
-	}, func() {
-		if res != nil {
-			t.cacheHolds(res.ID, res.Holds, true)
-		}
-	})
+	o := &op{kind: opReserve, req: req, at: t.now(), ttl: ttl, policy: policy, minOut: opts.MinOutput, done: make(chan opResult, 1)}
+	r, err := t.do(ctx, o)
 	if err != nil {
 		return nil, err
 	}
-	if refusal != nil {
-		return nil, refusal
-	}
-	return res, nil
+	return r.res, nil
 }
 
-func (t *Tracker) reserveTx(ctx context.Context, tx Tx, req Request, at time.Time, ttl time.Duration, policy ExpiryPolicy, minOutput int64) (*Reservation, error, error) {
-	if req.Provider != "" {
-		p, err := tx.Provider(ctx, req.Provider)
-		if err != nil && !errors.Is(err, ErrNotFound) {
-			return nil, nil, err
-		}
-		if err == nil && p.Refusing(at) {
-			return nil, &ParkedError{Provider: p, RetryAfter: p.ResumeAt.Sub(at)}, nil
-		}
+// do queues o and waits for its answer.
+func (t *Tracker) do(ctx context.Context, o *op) (opResult, error) {
+	if err := t.enqueue(ctx, o); err != nil {
+		return opResult{}, err
 	}
-	ls, err := t.limitsFor(ctx, tx, req.Key)
-	if err != nil {
-		return nil, nil, err
-	}
-	var apply []Limit
-	model := NormalizeModel(req.Model)
-	for i := range ls {
-		if ls[i].Enabled && ls[i].Applies(req.Key, req.Provider, model) {
-			apply = append(apply, ls[i])
-		}
-	}
-	slices.SortFunc(apply, func(a, b Limit) int { return strings.Compare(a.ID, b.ID) })
-	ids := make([]string, len(apply))
-	for i := range apply {
-		ids[i] = apply[i].ID
-	}
-	if err := tx.LockLimits(ctx, ids); err != nil {
-		return nil, nil, err
-	}
-	statuses := make([]Status, 0, len(apply))
-	for i := range apply {
-		st, err := storedStatus(ctx, tx, &apply[i], at)
-		if err != nil {
-			return nil, nil, err
-		}
-		statuses = append(statuses, st)
-	}
-	sortStatuses(statuses)
-	if hasUSD(apply) {
-		table, err := t.writerPrices(ctx, tx)
-		if err != nil {
-			return nil, nil, err
-		}
-		if !priceEstimate(table, statuses, req.Provider, model, at, &req.Estimate) {
-			d := Decide(statuses, req.Estimate, at)
-			d.Allowed, d.Unpriced = false, &Unpriced{Provider: req.Provider, Model: req.Model}
-			return nil, &UnpricedError{Provider: req.Provider, Model: req.Model, Decision: d}, nil
-		}
-	}
-	if d := Decide(statuses, req.Estimate, at); !d.Allowed {
-		fit, ok := FitOutput(statuses, req.Estimate, minOutput)
-		if !ok {
-			return nil, &ExceededError{Decision: d}, nil
-		}
-		req.Estimate = fit
-	}
-	r := &Reservation{ID: NewID("rsv_"), Key: req.Key, Provider: req.Provider, Model: req.Model,
-		Estimate: req.Estimate, At: at, ExpiresAt: at.Add(ttl), OnExpiry: policy}
-	for i := range statuses {
-		l := &statuses[i].Limit
-		exp := r.ExpiresAt
-		if policy == ExpireCharge && l.Metric != MetricConcurrent {
-			exp = NoExpiry
-		}
-		r.Holds = append(r.Holds, Hold{ReservationID: r.ID, LimitID: l.ID, Subject: l.Subject, WindowStart: statuses[i].WindowStart,
-			Amount: req.Estimate.Amount(l.Metric), ExpiresAt: exp})
-	}
-	row := ReservationRow{ID: r.ID, Key: r.Key, Provider: r.Provider, Model: r.Model, Estimate: r.Estimate,
-		At: r.At, ExpiresAt: r.ExpiresAt, State: ReservationLive, OnExpiry: policy}
-	if err := tx.InsertReservation(ctx, row, r.Holds); err != nil {
-		return nil, nil, err
-	}
-	return r, nil, nil
+	r := t.wait(ctx, o)
+	return r, r.err
 }
 
 func sortStatuses(s []Status) {
@@ -258,49 +177,8 @@ func (t *Tracker) Commit(ctx context.Context, id string, actual Usage) (Settleme
 	if _, err := actual.Normalize(time.Unix(0, 0)); err != nil {
 		return Settlement{}, err
 	}
-	var out Settlement
-	var dropped []Hold
-	var deltas []windowDelta
-	err := t.inTx(ctx, true, func(ctx context.Context, tx Tx, now time.Time) error {
-		out, dropped, deltas = Settlement{}, nil, nil
-		r, err := tx.Reservation(ctx, id)
-		if err != nil {
-			return err
-		}
-		if r.State == ReservationCommitted || r.State == ReservationReleased {
-			return settledError(id, r.State)
-		}
-		out = Settlement{RequestID: id, Expired: r.State == ReservationExpired || !now.Before(r.ExpiresAt)}
-		ev := actual
-		ev.Key, ev.Provider, ev.Model, ev.At = r.Key, r.Provider, r.Model, r.At
-		if r.State == ReservationExpired && r.OnExpiry == ExpireCharge {
-			out.Charged = true
-			ev = lateUsage(ev, r.Estimate)
-		}
-		// A commit records its event even with no tokens (it is a request);
-		// after a charge only an excess is recorded.
-		if !out.Charged || ev.Billable() > 0 {
-			if out.Charged {
-				out.LateRequestID = ev.RequestID
-			}
-			var ins []bool
-			if ins, deltas, err = t.applyUsage(ctx, tx, []Usage{ev}, now); err != nil {
-				return err
-			}
-			if !ins[0] {
-				// Another process charged this reservation between our read
-				// and our write (PostgreSQL): fail the batch, so the retry
-				// reads it charged and records only the excess.
-				return fmt.Errorf("commit %s: raced its recovery by another process; retrying", id)
-			}
-		}
-		dropped, err = tx.SettleReservation(ctx, id, ReservationCommitted, now)
-		return err
-	}, func() {
-		t.invalidate(deltas)
-		t.cacheHolds(id, dropped, false)
-	})
-	return out, err
+	r, err := t.do(ctx, &op{kind: opCommit, id: id, ev: actual, done: make(chan opResult, 1)})
+	return r.settlement, err
 }
 
 // chargedUsage is the event recovery writes for an ExpireCharge
@@ -335,33 +213,12 @@ func lateUsage(actual Usage, est Estimate) Usage {
 	return late
 }
 
-// invalidate makes the cached counters of the windows a commit or a
-// recovery wrote re-read from the store.
-func (t *Tracker) invalidate(deltas []windowDelta) {
-	for _, d := range deltas {
-		if c := t.counters.Peek(d.key); c != nil {
-			c.Invalidate()
-		}
-	}
-}
-
 // Release frees the holds and leases of reservation id without recording
 // usage, for a request that failed. Releasing an expired, unsettled
 // reservation succeeds; a settled one returns ErrSettled.
 func (t *Tracker) Release(ctx context.Context, id string) error {
-	var dropped []Hold
-	return t.inTx(ctx, true, func(ctx context.Context, tx Tx, now time.Time) error {
-		dropped = nil
-		r, err := tx.Reservation(ctx, id)
-		if err != nil {
-			return err
-		}
-		if r.State == ReservationCommitted || r.State == ReservationReleased {
-			return settledError(id, r.State)
-		}
-		dropped, err = tx.SettleReservation(ctx, id, ReservationReleased, now)
-		return err
-	}, func() { t.cacheHolds(id, dropped, false) })
+	_, err := t.do(ctx, &op{kind: opRelease, id: id, done: make(chan opResult, 1)})
+	return err
 }
 
 // Renew extends reservation id and its leases to ttl from now (0:
@@ -374,31 +231,8 @@ func (t *Tracker) Renew(ctx context.Context, id string, ttl time.Duration) (time
 	if ttl == 0 {
 		ttl = t.cfg.ReservationTTL
 	}
-	var exp time.Time
-	var holds []Hold
-	err := t.inTx(ctx, false, func(ctx context.Context, tx Tx, now time.Time) error {
-		r, err := tx.Reservation(ctx, id)
-		if err != nil {
-			return err
-		}
-		if r.State != ReservationLive || !now.Before(r.ExpiresAt) {
-			return ErrLeaseLost
-		}
-		exp = now.Add(ttl)
-		holds, err = tx.ReservationHolds(ctx, id)
-		if err != nil {
-			return err
-		}
-		return tx.RenewReservation(ctx, id, exp)
-	}, func() {
-		for i := range holds {
-			if !holds[i].ExpiresAt.Equal(NoExpiry) {
-				holds[i].ExpiresAt = exp
-			}
-		}
-		t.cacheHolds(id, holds, true)
-	})
-	return exp, err
+	r, err := t.do(ctx, &op{kind: opRenew, id: id, ttl: ttl, done: make(chan opResult, 1)})
+	return r.expires, err
 }
 
 func settledError(id string, s ReservationState) error {
@@ -422,106 +256,19 @@ func (e *settled) Unwrap() error { return ErrSettled }
 // by exactly one.
 func (t *Tracker) Recover(ctx context.Context, now time.Time) (RecoverResult, error) {
 	var res RecoverResult
-	var deltas []windowDelta
-	var dropped map[string][]Hold
-	err := t.inTx(ctx, false, func(ctx context.Context, tx Tx, _ time.Time) error {
-		res, deltas, dropped = RecoverResult{}, nil, map[string][]Hold{}
-		for {
-			rows, err := tx.ExpiredReservations(ctx, now, 500)
-			if err != nil {
-				return err
-			}
-			var charges []Usage
-			for _, r := range rows {
-				if r.OnExpiry == ExpireCharge {
-					charges = append(charges, chargedUsage(r))
-				}
-			}
-			// Charged before the holds go, so the limits never show room
-			// the charge is about to take.
-			if len(charges) > 0 {
-				_, ds, err := t.applyUsage(ctx, tx, charges, now)
-				if err != nil {
-					return err
-				}
-				deltas = append(deltas, ds...)
-				res.ChargedReservations += int64(len(charges))
-			}
-			for _, r := range rows {
-				hs, err := tx.SettleReservation(ctx, r.ID, ReservationExpired, now)
-				if err != nil {
-					return err
-				}
-				dropped[r.ID] = hs
-				res.ReleasedReservations++
-				for _, h := range hs {
-					if h.WindowStart.IsZero() {
-						res.ReleasedLeases++
-					}
-				}
-			}
-			if len(rows) < 500 {
-				break
-			}
+	for {
+		r, err := t.do(ctx, &op{kind: opRecover, at: now, done: make(chan opResult, 1)})
+		if err != nil {
+			return res, err
 		}
-		n, err := tx.DeleteSettledBefore(ctx, now.Add(-t.cfg.SettledRetention))
-		res.Deleted = n
-		return err
-	}, func() {
-		t.invalidate(deltas)
-		for id, hs := range dropped {
-			t.cacheHolds(id, hs, false)
+		res.ReleasedReservations += r.recovered.ReleasedReservations
+		res.ReleasedLeases += r.recovered.ReleasedLeases
+		res.ChargedReservations += r.recovered.ChargedReservations
+		res.Deleted += r.recovered.Deleted
+		if !r.more {
+			return res, nil
 		}
-	})
-	return res, err
-}
-
-// inTx runs fn inside the writer's next batch transaction and then, once
-// that committed, after (on the writer goroutine). fn may run more than
-// once; it must reset what it reports. A domain error fn returns (not
-// found, settled, invalid) is the caller's answer and does not fail the
-// batch, so fn must return one only before it writes.
-//
-// If the caller's ctx ends while the operation is still queued, it is
-// withdrawn and never runs, unless keep is set: a settlement (Commit,
-// Release) is never given up once queued. It runs, and is retried with its
-// batch like recorded usage, even after its caller stopped waiting.
-func (t *Tracker) inTx(ctx context.Context, keep bool, fn func(context.Context, Tx, time.Time) error, after func()) error {
-	var fnErr error
-	sent := false // after runs on the writer goroutine only
-	done := make(chan opResult, 1)
-	o := &op{kind: opTx, keep: keep, done: done,
-		run: func(ctx context.Context, tx Tx, now time.Time) error {
-			fnErr = nil
-			// Every fn refuses (a domain error) before it writes, so
-			// reporting the refusal needs no rollback of its own.
-			err := fn(ctx, tx, now)
-			if isDomainError(err) {
-				fnErr = err
-				return nil
-			}
-			return err
-		},
-		after: func(err error) {
-			if err == nil && fnErr == nil && after != nil {
-				after()
-			}
-			// A kept operation whose caller was told of a failure may still
-			// land later: its cache update runs, its answer is not repeated.
-			if sent {
-				return
-			}
-			sent = true
-			if err == nil {
-				err = fnErr
-			}
-			done <- opResult{err: err}
-		},
 	}
-	if err := t.enqueue(ctx, o); err != nil {
-		return err
-	}
-	return t.wait(ctx, o).err
 }
 
 // isDomainError tells a refusal or bad request (the caller's answer) from

@@ -72,6 +72,99 @@ type Hold struct {
 	ExpiresAt     time.Time
 }
 
+// Mark identifies the state a write transaction started from, as one store
+// handle sees it. A store promises: if transaction A on this handle started
+// at mark m and committed, and the next write transaction on the handle
+// starts at m.Next(), nothing but A wrote in between, so what A's caller
+// knew when A committed is still true. A store that cannot tell (several
+// replicas over a network) returns a mark that never equals a Next.
+type Mark struct {
+	External uint64 // changes when another connection or process commits
+	Local    uint64 // this handle's committed write transactions
+}
+
+// Next is the mark of the write transaction that follows m's, when m's
+// committed and nothing else wrote.
+func (m Mark) Next() Mark { return Mark{External: m.External, Local: m.Local + 1} }
+
+// WindowRef names one counter: limit Limit's window [Start, End) for
+// Limit.Subject, zero instants for a concurrent limit's leases. Prev is the
+// window before it, whose usage a newly created counter's rollover logs.
+type WindowRef struct {
+	Limit      *Limit
+	Start, End time.Time
+	PrevStart  time.Time
+	PrevEnd    time.Time
+}
+
+// WindowState is what the store holds for one WindowRef.
+type WindowState struct {
+	// Used is the counter row's total, or, when Stored is false, the
+	// history's sum over the window (a seed not yet stored). 0 for leases.
+	Used   int64
+	Stored bool
+	// Holds are the holds on the window expiring after the read's instant.
+	Holds []Hold
+	// Only when Stored is false: the newest window start the limit has a
+	// row for, for this subject (zero when none), and the usage of the
+	// window before (its row, or the history's sum).
+	Latest   time.Time
+	PrevUsed int64
+}
+
+// WriteSet is everything one writer batch writes, applied by Tx.Apply in
+// one transaction.
+type WriteSet struct {
+	Events   []EventWrite
+	Counters []CounterWrite
+	// Rollovers to log (one per limit, subject and window start).
+	Rollovers []Rollover
+	// NewReservations are inserted with their Holds.
+	NewReservations []ReservationRow
+	Settles         []Settle
+	Renewals        []Renewal
+	// DeleteSettledBefore, when not zero, deletes reservations settled
+	// (committed, released or expired) before it.
+	DeleteSettledBefore time.Time
+}
+
+// EventWrite is one event and what it adds to counters when it is new.
+type EventWrite struct {
+	Usage Usage // Cost and Unpriced set
+	Adds  []CounterAdd
+}
+
+// CounterAdd adds Amount to WriteSet.Counters[Counter].
+type CounterAdd struct {
+	Counter int
+	Amount  int64
+}
+
+// CounterWrite is one counter row a batch touches. Create means the row did
+// not exist when read: it is created holding the history's sum over the
+// window (which by then includes the batch's events), or, if another
+// transaction created it first, gains the batch's additions like an
+// existing row. Sums saturate at MaxTokens.
+type CounterWrite struct {
+	Ref    WindowRef
+	Create bool
+}
+
+// Settle ends a reservation: its state and settled-at set, its holds
+// dropped.
+type Settle struct {
+	ID    string
+	State ReservationState
+	At    time.Time
+}
+
+// Renewal moves a live reservation's expiry and its holds' (except holds at
+// NoExpiry).
+type Renewal struct {
+	ID        string
+	ExpiresAt time.Time
+}
+
 // ReservationState is where a reservation is in its life.
 type ReservationState string
 
@@ -97,6 +190,8 @@ type ReservationRow struct {
 	// A recovered (ReservationExpired) ExpireCharge reservation has been
 	// charged its estimate.
 	OnExpiry ExpiryPolicy
+	// Holds are its holds while it is live (or expired unrecovered).
+	Holds []Hold
 }
 
 // NoExpiry is the ExpiresAt of a hold that counts until its reservation is
@@ -146,12 +241,6 @@ type Tx interface {
 	UpdateLimit(ctx context.Context, l Limit, now time.Time) error
 	// DeleteLimit removes a limit with its counters, rollovers and holds.
 	DeleteLimit(ctx context.Context, id string) error
-	// LockLimits blocks concurrent transactions that lock any of ids until
-	// this one ends, so reservations on one limit are decided one at a time.
-	// Callers pass ids in ascending order. A store whose write transactions
-	// are already serialised may do nothing.
-	LockLimits(ctx context.Context, ids []string) error
-
 	// PricesVersion changes whenever a price is added or replaced, by any
 	// process.
 	PricesVersion(ctx context.Context) (int64, error)
@@ -163,57 +252,57 @@ type Tx interface {
 	// and From, and moves PricesVersion.
 	PutPrices(ctx context.Context, ps []Price) error
 
-	// InsertUsage appends events (with their Cost and Unpriced) to the
-	// history; inserted[i] is false when (key, request_id) was already
-	// stored (a duplicate).
-	InsertUsage(ctx context.Context, events []Usage) (inserted []bool, err error)
 	// SumUsage is the history's total for limit l's owner (l.Owner()),
 	// scope and metric over [start, end).
 	SumUsage(ctx context.Context, l *Limit, start, end time.Time) (int64, error)
-
-	// Counter reads one counter row; ok is false when there is none.
-	// Counters are identified by (limit, subject, window start): subject is
-	// the key of a default limit's counter, "" for a key's own limit.
-	Counter(ctx context.Context, limitID, subject string, start time.Time) (used int64, ok bool, err error)
-	// AddCounters adds each delta to its existing row; found[i] is false
-	// when deltas[i] has no row (nothing was added for it).
-	AddCounters(ctx context.Context, deltas []CounterDelta) (found []bool, err error)
-	// CreateCounter creates l's row (subject l.Subject) seeded from the history of [start, end)
-	// as this transaction sees it. If a concurrent transaction created it
-	// first, delta is added to that row instead and created is false.
-	CreateCounter(ctx context.Context, l *Limit, start, end time.Time, delta int64) (created bool, err error)
-	// LatestCounterStart is the newest window start the limit has a row
-	// for, for subject.
-	LatestCounterStart(ctx context.Context, limitID, subject string) (start time.Time, ok bool, err error)
 	// CounterRows lists every counter row, for verify.
 	CounterRows(ctx context.Context) ([]CounterRow, error)
-
-	// InsertRollover logs r unless one exists for (r.LimitID, r.Subject, r.WindowStart).
-	InsertRollover(ctx context.Context, r Rollover) error
 	// Rollovers lists the newest n rollovers of key's limits, its default
 	// limits' counters included ("" for all).
 	Rollovers(ctx context.Context, key string, n int) ([]Rollover, error)
 
-	// Holds lists the holds on a limit's window for subject (zero start
-	// for leases) expiring after now.
-	Holds(ctx context.Context, limitID, subject string, start, now time.Time) ([]Hold, error)
-	// HoldsSummary is Holds aggregated: the amount held, the number of
-	// holds, and the earliest expiry (zero when none).
-	HoldsSummary(ctx context.Context, limitID, subject string, start, now time.Time) (sum, count int64, next time.Time, err error)
-	InsertReservation(ctx context.Context, r ReservationRow, holds []Hold) error
-	Reservation(ctx context.Context, id string) (ReservationRow, error)
-	// ReservationHolds lists the holds of reservation id.
-	ReservationHolds(ctx context.Context, id string) ([]Hold, error)
-	// SettleReservation sets state and settled-at and drops its holds,
-	// returning them.
-	SettleReservation(ctx context.Context, id string, state ReservationState, at time.Time) ([]Hold, error)
-	// RenewReservation moves the expiry of a reservation and of its holds,
-	// except holds at NoExpiry, which stay there.
-	RenewReservation(ctx context.Context, id string, expiresAt time.Time) error
-	// ExpiredReservations lists live reservations whose expiry is at or before now.
+	// The hot path: reads over sets, one explicit lock, one write.
+	//
+	// Locking contract. No read takes a lock. A write transaction that
+	// decides on counters and holds (reservations, commits, releases,
+	// renewals, recovery) first calls LockReservations with every
+	// reservation it will settle or renew, then LockLimits with every limit
+	// whose windows it reads or writes, each at most once and with ids in
+	// ascending order; only then does it read them. Every writer following
+	// that order cannot deadlock, and while it holds the locks no other
+	// transaction can change those reservations, or the counters and holds
+	// of those limits. A store whose write transactions are already
+	// serialised (SQLite's BEGIN IMMEDIATE) implements both as no-ops.
+
+	// Mark identifies the database state this transaction started from,
+	// as seen through this store handle. See Mark.
+	Mark(ctx context.Context) (Mark, error)
+	// LockReservations locks the reservations ids (ascending) until the
+	// transaction ends. Ids that do not exist are skipped.
+	LockReservations(ctx context.Context, ids []string) error
+	// LockLimits locks the limits ids (ascending) until the transaction
+	// ends, so decisions on one limit's windows are made one at a time.
+	LockLimits(ctx context.Context, ids []string) error
+	// Windows reads the counters of refs at now: Window i answers refs[i].
+	// One statement per kind of row however many refs.
+	Windows(ctx context.Context, refs []WindowRef, now time.Time) ([]WindowState, error)
+	// Reservations reads the reservations ids with their holds; an id with
+	// no row is left out.
+	Reservations(ctx context.Context, ids []string) ([]ReservationRow, error)
+	// ExpiredReservations lists, with their holds, live reservations whose
+	// expiry is at or before now, oldest first, at most max.
 	ExpiredReservations(ctx context.Context, now time.Time, max int) ([]ReservationRow, error)
-	// DeleteSettledBefore removes reservations settled before t.
-	DeleteSettledBefore(ctx context.Context, t time.Time) (int64, error)
+	// Apply writes w, in this order: the events (duplicates of a stored
+	// (key, request_id) skipped), the counters (missing rows created from
+	// the history, which then holds w's events; existing rows gain the sum
+	// of their inserted events' contributions), the rollovers (existing ones
+	// kept), the new reservations with their holds, the settlements (their
+	// holds dropped), the renewals, and the deletion of reservations settled
+	// before w.DeleteSettledBefore. inserted[i] reports whether w.Events[i]
+	// was new. A counter w expects to exist that has no row fails Apply
+	// with ErrConflict, as does a reservation to settle that is not live or
+	// expired: the caller's view was stale; it re-reads and plans again.
+	Apply(ctx context.Context, w *WriteSet) (inserted []bool, deleted int64, err error)
 
 	Provider(ctx context.Context, name string) (ProviderState, error)
 	Providers(ctx context.Context) ([]ProviderState, error)

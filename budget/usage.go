@@ -2,6 +2,7 @@ package budget
 
 import (
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"strconv"
 	"strings"
@@ -118,6 +119,16 @@ func NewID(prefix string) string {
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
 	return prefix + hex.EncodeToString(b[:])
+}
+
+// NewReservationID is a reservation id that sorts by its instant at (then
+// at random), so the store's index receives new ids at its end instead of
+// all over it.
+func NewReservationID(at time.Time) string {
+	var b [14]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(at.UnixNano()))
+	_, _ = rand.Read(b[8:])
+	return "rsv_" + hex.EncodeToString(b[:])
 }
 
 // CheckInstant refuses instants that Unix nanoseconds cannot hold (before

@@ -77,7 +77,7 @@ func (t *Tracker) drainOnClose(batch []*op) {
 			for {
 				select {
 				case o := <-t.queue:
-					t.abandon([]*op{o}, nil, nil, errAbandoned)
+					t.abandon([]*op{o}, nil, errAbandoned)
 				default:
 					return
 				}
@@ -109,14 +109,12 @@ type pendingSum struct {
 
 // process commits one batch, retrying with backoff until it lands. It gives
 // up only when Close's context ends, and reports whether the batch landed.
-func (t *Tracker) process(batch []*op) bool {
-	events := make([]Usage, 0, len(batch))
+func (t *Tracker) process(ops []*op) bool {
 	sums := make(map[*cache.Counter]*pendingSum)
-	told := make(map[*op]bool) // waiters already answered (or who gave up)
-	for _, o := range batch {
-		switch o.kind {
-		case opUsage:
-			events = append(events, o.ev)
+	for _, o := range ops {
+		o.skip, o.told = false, false
+		switch {
+		case o.kind == opUsage:
 			for _, c := range o.contribs {
 				ps := sums[c.c]
 				if ps == nil {
@@ -125,11 +123,11 @@ func (t *Tracker) process(batch []*op) bool {
 				}
 				ps.queued += c.delta
 			}
-		case opTx:
+		case o.withdrawable():
 			// A caller whose context ended before the writer got here has
 			// been told so: its operation must never happen.
 			if !o.state.CompareAndSwap(opQueued, opClaimed) {
-				told[o] = true
+				o.skip, o.told = true, true
 			}
 		}
 	}
@@ -137,34 +135,27 @@ func (t *Tracker) process(batch []*op) bool {
 	for c := range sums {
 		c.BeginCommit()
 	}
-	var (
-		inserted []bool
-		deltas   []windowDelta
-	)
+	m := &t.w.mem
+	var b *batch
 	backoff := 10 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		ctx := context.Background()
+		b = &batch{t: t, ops: ops}
+		tries := 0
 		err := t.store.Update(ctx, func(tx Tx) error {
-			t.w.checked, t.w.pricesChecked, t.w.unpriced = false, false, 0
-			now := t.now()
-			var err error
-			if inserted, deltas, err = t.applyUsage(ctx, tx, events, now); err != nil {
-				return err
+			if tries++; tries > 1 {
+				m.forget() // the last try's decisions changed it
 			}
-			for _, o := range batch {
-				if o.kind == opTx && (!told[o] || o.keep) {
-					if err := o.run(ctx, tx, now); err != nil {
-						return err
-					}
-				}
-			}
-			return nil
+			b.reset(t.now())
+			return b.run(ctx, tx)
 		})
 		if err == nil {
+			m.expect = m.expect.Next()
+			b.landed()
 			t.w.streak.Store(0)
-			t.stats.unpriced.Add(t.w.unpriced)
 			break
 		}
+		m.forget()
 		t.stats.failures.Add(1)
 		t.w.fail(err)
 		if t.cfg.OnError != nil {
@@ -174,61 +165,131 @@ func (t *Tracker) process(batch []*op) bool {
 			// Tell the waiters in this batch. Usage and settlements stay and
 			// are retried (a charge is never given up), but a reservation or
 			// renewal whose caller saw an error must not happen later.
-			for _, o := range batch {
-				if told[o] || o.kind == opUsage && o.done == nil {
+			for _, o := range ops {
+				if o.told || o.kind == opUsage && o.done == nil {
 					continue
 				}
-				told[o] = true
-				answer(o, err)
+				o.told = true
+				if o.withdrawable() {
+					o.skip = true
+				}
+				o.answer(opResult{err: err})
 			}
 		}
 		if cx := t.closing(); cx != nil && cx.Err() != nil {
-			t.abandon(batch, sums, told, err)
+			t.abandon(ops, sums, err)
 			return false
 		}
 		t.stats.retries.Add(1)
 		if !t.sleep(backoff) {
-			t.abandon(batch, sums, told, err)
+			t.abandon(ops, sums, err)
 			return false
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
-	t.settle(batch, inserted, deltas, sums, told)
+	t.settle(b, sums)
 	return true
 }
 
-// answer tells o's waiter that it failed with err.
-func answer(o *op, err error) {
-	switch {
-	case o.kind == opTx:
-		o.after(err)
-	case o.done != nil:
-		o.done <- opResult{err: err}
+// withdrawable reports whether o's caller may take it back while it is
+// queued: a reservation, renewal or recovery (never usage, a flush or a
+// settlement).
+func (o *op) withdrawable() bool {
+	return o.kind == opReserve || o.kind == opRenew || o.kind == opRecover
+}
+
+// answer tells o's waiter r, once.
+func (o *op) answer(r opResult) {
+	if o.done != nil && !o.answered {
+		o.answered = true
+		o.done <- r
+	}
+}
+
+// reset empties the plan for a (re)try at now.
+func (b *batch) reset(now time.Time) {
+	b.now = now
+	b.ws = WriteSet{}
+	b.missing, b.prices, b.touched, b.expired, b.evOps, b.inserted = nil, nil, nil, nil, nil, nil
+	for _, w := range b.t.w.mem.windows {
+		w.cw = -1
+	}
+}
+
+// run is one try of the batch inside tx: load, decide, write.
+func (b *batch) run(ctx context.Context, tx Tx) error {
+	if err := b.load(ctx, tx); err != nil {
+		return err
+	}
+	if err := b.decide(ctx, tx); err != nil {
+		return err
+	}
+	b.sortCounters()
+	if len(b.ws.Events)+len(b.ws.NewReservations)+len(b.ws.Settles)+len(b.ws.Renewals) == 0 && b.ws.DeleteSettledBefore.IsZero() {
+		return nil
+	}
+	inserted, deleted, err := tx.Apply(ctx, &b.ws)
+	if err != nil {
+		return err
+	}
+	b.inserted = inserted
+	for i, o := range b.evOps {
+		if !inserted[i] && o.kind != opUsage {
+			// A commit's or a charge's event already stored: another
+			// process charged this reservation between our read and our
+			// write. Plan again from what the store says now.
+			return fmt.Errorf("%w: event %s of reservation was already recorded", ErrConflict, b.ws.Events[i].Usage.RequestID)
+		}
+	}
+	for _, o := range b.ops {
+		if o.kind == opRecover && o.active() && o.out.err == nil {
+			o.out.recovered.Deleted = deleted
+		}
+	}
+	return nil
+}
+
+// landed brings the memory in line with what was committed: duplicates
+// added nothing, settled reservations are forgotten.
+func (b *batch) landed() {
+	m := &b.t.w.mem
+	for i := range b.ws.Events {
+		if b.inserted[i] {
+			continue
+		}
+		for _, a := range b.ws.Events[i].Adds {
+			w := b.touched[a.Counter]
+			w.used = max(w.used-a.Amount, 0)
+		}
+	}
+	for _, s := range b.ws.Settles {
+		delete(m.res, s.ID)
+	}
+	for _, w := range b.touched {
+		w.cw = -1
 	}
 }
 
 // abandon gives up on a batch when Close's context ended: the cache
 // forgets its pending deltas, every waiter is answered, and the events are
 // counted as unwritten.
-func (t *Tracker) abandon(batch []*op, sums map[*cache.Counter]*pendingSum, told map[*op]bool, err error) {
+func (t *Tracker) abandon(ops []*op, sums map[*cache.Counter]*pendingSum, err error) {
 	for c, ps := range sums {
 		c.EndCommit(ps.queued, 0, false)
 	}
-	for _, o := range batch {
-		if o.kind == opUsage || o.keep {
+	for _, o := range ops {
+		if o.kind == opUsage || o.kind == opCommit || o.kind == opRelease {
 			t.w.unwritten.Add(1)
 		}
-		if o.kind == opUsage {
-			if sums == nil {
-				for _, c := range o.contribs {
-					c.c.AddPending(-c.delta)
-				}
+		if o.kind == opUsage && sums == nil {
+			for _, c := range o.contribs {
+				c.c.AddPending(-c.delta)
 			}
 		}
-		if told[o] || o.kind == opTx && !o.state.CompareAndSwap(opQueued, opClaimed) && sums == nil {
+		if o.told || o.withdrawable() && sums == nil && !o.state.CompareAndSwap(opQueued, opClaimed) {
 			continue // answered already, or its caller gave up
 		}
-		answer(o, fmt.Errorf("%w: %v", errAbandoned, err))
+		o.answer(opResult{err: fmt.Errorf("%w: %v", errAbandoned, err)})
 	}
 }
 
@@ -261,63 +322,87 @@ func (t *Tracker) sleep(d time.Duration) bool {
 	}
 }
 
-// settle moves a committed batch from pending to committed in the cache and
-// answers the waiters.
-func (t *Tracker) settle(batch []*op, inserted []bool, deltas []windowDelta, sums map[*cache.Counter]*pendingSum, told map[*op]bool) {
-	applied := make(map[cache.Key]int64, len(deltas))
-	for _, d := range deltas {
-		applied[d.key] = d.delta
+// settle moves a committed batch into the cache (pending deltas become
+// committed totals, holds come and go in place, so a check right after a
+// commit needs no store read) and answers the waiters.
+func (t *Tracker) settle(b *batch, sums map[*cache.Counter]*pendingSum) {
+	applied := make(map[cache.Key]int64, len(b.ws.Counters))
+	for i := range b.ws.Events {
+		if !b.inserted[i] {
+			continue
+		}
+		for _, a := range b.ws.Events[i].Adds {
+			r := &b.ws.Counters[a.Counter].Ref
+			k := windowKey(r.Limit, r.Start)
+			applied[k] = min(applied[k]+a.Amount, MaxTokens)
+		}
 	}
 	for c, ps := range sums {
 		c.EndCommit(ps.queued, applied[ps.key], true)
 		delete(applied, ps.key)
 		t.counters.Unpin(ps.key, c)
 	}
-	// Windows this process had no pending delta for (a limit it had not
-	// cached when recording): re-read them rather than guess.
-	for k := range applied {
-		if c := t.counters.Peek(k); c != nil {
-			c.Invalidate()
+	for k, d := range applied {
+		if c := t.counters.Peek(k); c != nil && c.LoadedAt() != 0 {
+			c.BeginCommit()
+			c.EndCommit(0, d, true)
 		}
 	}
-	var written, dups, asyncWritten, asyncDups int64
-	ev := 0
-	for _, o := range batch {
+	var written, dups, asyncWritten, asyncDups, unpriced int64
+	for i, o := range b.evOps {
+		ins := b.inserted[i]
+		if ins && b.ws.Events[i].Usage.Unpriced {
+			unpriced++
+		}
 		if o.kind != opUsage {
 			continue
 		}
-		dup := !inserted[ev]
-		ev++
-		if dup {
-			dups++
-		} else {
+		if ins {
 			written++
+		} else {
+			dups++
 		}
 		if o.done == nil {
-			if dup {
-				asyncDups++
-			} else {
+			if ins {
 				asyncWritten++
+			} else {
+				asyncDups++
 			}
-		} else if !told[o] {
-			o.done <- opResult{duplicate: dup}
+		} else {
+			o.out.duplicate = !ins
 		}
 	}
 	t.stats.written.Add(written)
 	t.stats.duplicates.Add(dups)
+	t.stats.unpriced.Add(unpriced)
 	t.stats.batches.Add(1)
 	t.stats.sinceFlushWritten += asyncWritten
 	t.stats.sinceFlushDup += asyncDups
-	for _, o := range batch {
-		switch {
-		case o.kind == opTx:
-			if !told[o] || o.keep {
-				o.after(nil)
+	for _, o := range b.ops {
+		if o.skip {
+			continue
+		}
+		if o.out.err == nil {
+			switch o.kind {
+			case opReserve:
+				t.cacheHolds(o.out.res.ID, o.out.res.Holds, true)
+			case opRenew:
+				t.cacheHolds(o.id, o.out.holds, true)
+			case opCommit, opRelease:
+				t.cacheHolds(o.id, o.out.holds, false)
+			case opRecover:
+				for id, hs := range o.out.dropped {
+					t.cacheHolds(id, hs, false)
+				}
 			}
-		case told[o]:
-		case o.kind == opFlush:
-			o.done <- opResult{flush: FlushResult{Written: t.stats.sinceFlushWritten, Duplicates: t.stats.sinceFlushDup}}
+		}
+		if o.told {
+			continue // a kept settlement whose waiter heard of a failure
+		}
+		if o.kind == opFlush {
+			o.out.flush = FlushResult{Written: t.stats.sinceFlushWritten, Duplicates: t.stats.sinceFlushDup}
 			t.stats.sinceFlushWritten, t.stats.sinceFlushDup = 0, 0
 		}
+		o.answer(o.out)
 	}
 }

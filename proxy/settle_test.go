@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -20,8 +21,13 @@ func (e *env) reservation(id string) budget.ReservationRow {
 	ctx := context.Background()
 	var r budget.ReservationRow
 	if err := e.db.Store().View(ctx, func(tx budget.Tx) error {
-		var err error
-		r, err = tx.Reservation(ctx, id)
+		rows, err := tx.Reservations(ctx, []string{id})
+		if err == nil && len(rows) != 1 {
+			err = fmt.Errorf("%d rows", len(rows))
+		}
+		if err == nil {
+			r = rows[0]
+		}
 		return err
 	}); err != nil {
 		e.t.Fatalf("reservation %s: %v", id, err)

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -56,9 +57,14 @@ func TestCommitIsNeverGivenUp(t *testing.T) {
 	var used int64
 	err = f.View(ctx, func(tx budget.Tx) error {
 		var err error
-		if row, err = tx.Reservation(ctx, r.ID); err != nil {
+		rows, err := tx.Reservations(ctx, []string{r.ID})
+		if err != nil {
 			return err
 		}
+		if len(rows) != 1 {
+			return fmt.Errorf("reservation %s: %d rows", r.ID, len(rows))
+		}
+		row = rows[0]
 		used, err = tx.SumUsage(ctx, &l, r.At.Truncate(time.Hour), r.At.Truncate(time.Hour).Add(time.Hour))
 		return err
 	})

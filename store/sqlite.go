@@ -59,6 +59,7 @@ type DB struct {
 
 	retries  atomic.Int64
 	failures atomic.Int64
+	commits  atomic.Uint64 // committed write transactions: budget.Mark's Local
 
 	file os.FileInfo // the file as opened, to notice it deleted or replaced
 }
@@ -395,7 +396,13 @@ func (db *DB) once(ctx context.Context, pool *sqlx.DB, ro bool, fn func(budget.T
 	if err = fn(&tx{db: db, tx: t, ro: ro}); err != nil {
 		return db.wrap(err)
 	}
-	return db.wrap(t.Commit())
+	if err = t.Commit(); err != nil {
+		return db.wrap(err)
+	}
+	if !ro {
+		db.commits.Add(1)
+	}
+	return nil
 }
 
 func (db *DB) wrap(err error) error {

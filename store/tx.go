@@ -33,25 +33,17 @@ const (
 	// Multi-row statements: %s stands for the VALUES rows.
 	qInsertUsageN = `INSERT INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm, cost, unpriced)
 		VALUES %s ON CONFLICT DO NOTHING`
-	qMissingCountersN = `WITH v(lid, sub, ws, d) AS (VALUES %s)
-		SELECT lid, sub, ws FROM v WHERE NOT EXISTS (SELECT 1 FROM counters c WHERE c.limit_id = v.lid AND c.subject = v.sub AND c.window_start = v.ws)`
 	qAddCountersN = `WITH v(lid, sub, ws, d) AS (VALUES %s)
 		UPDATE counters SET used = MIN(used + v.d, 9007199254740991) FROM v
 		WHERE counters.limit_id = v.lid AND counters.subject = v.sub AND counters.window_start = v.ws`
-	qCounter = `SELECT used FROM counters WHERE limit_id = ? AND subject = ? AND window_start = ?`
-	qHolds   = `SELECT reservation_id, amount, expires_at FROM holds WHERE limit_id = ? AND subject = ? AND window_start = ? AND expires_at > ?`
-
-	qHoldsSummary = `SELECT COALESCE(SUM(amount), 0) AS s, COUNT(*) AS n, COALESCE(MIN(expires_at), 0) AS f
-		FROM holds WHERE limit_id = ? AND subject = ? AND window_start = ? AND expires_at > ?`
 	qLimitsVersion = `SELECT value FROM meta WHERE name = 'limits_version'`
 )
 
 // chunk is the rows per multi-row statement; full chunks run prepared.
 const chunk = 64
 
-var hotStatements = []string{qCounter, qHolds, qHoldsSummary, qLimitsVersion,
-	multiRow(qInsertUsageN, 13, chunk), multiRow(qInsertUsageN, 13, 1),
-	multiRow(qMissingCountersN, 4, chunk), multiRow(qAddCountersN, 4, chunk)}
+var hotStatements = []string{qLimitsVersion, `PRAGMA data_version`,
+	multiRow(qInsertUsageN, 13, chunk), multiRow(qInsertUsageN, 13, 1), multiRow(qAddCountersN, 4, chunk)}
 
 var multiRows sync.Map // multiRowKey -> string
 
@@ -212,11 +204,14 @@ func (t *tx) DeleteLimit(ctx context.Context, id string) error {
 
 // LockLimits does nothing: BEGIN IMMEDIATE already serialises every write
 // transaction on the file, across processes.
-func (t *tx) LockLimits(context.Context, []string) error { return t.write() }
 
 // ---- usage and counters
 
-func (t *tx) InsertUsage(ctx context.Context, events []budget.Usage) ([]bool, error) {
+func (t *tx) insertUsage(ctx context.Context, evs []budget.EventWrite) ([]bool, error) {
+	events := make([]budget.Usage, len(evs))
+	for i := range evs {
+		events[i] = evs[i].Usage
+	}
 	if err := t.write(); err != nil {
 		return nil, err
 	}
@@ -313,93 +308,6 @@ func (t *tx) SumUsage(ctx context.Context, l *budget.Limit, start, end time.Time
 	return v, nil
 }
 
-func (t *tx) Counter(ctx context.Context, limitID, subject string, start time.Time) (int64, bool, error) {
-	var v int64
-	err := t.get(ctx, &v, qCounter, limitID, subject, start.UnixNano())
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("read counter %s@%d: %w", limitID, start.Unix(), err)
-	}
-	return v, true, nil
-}
-
-func (t *tx) AddCounters(ctx context.Context, deltas []budget.CounterDelta) ([]bool, error) {
-	if err := t.write(); err != nil {
-		return nil, err
-	}
-	found := make([]bool, len(deltas))
-	for lo := 0; lo < len(deltas); lo += chunk {
-		part := deltas[lo:min(lo+chunk, len(deltas))]
-		args := make([]any, 0, 4*len(part))
-		for _, d := range part {
-			args = append(args, d.LimitID, d.Subject, d.WindowStart.UnixNano(), d.Delta)
-		}
-		// Probe for the rows that are missing (usually none), then add to
-		// every row that exists in one statement.
-		rows, err := t.db.query(ctx, t.tx, multiRow(qMissingCountersN, 4, len(part)), args...)
-		if err != nil {
-			return nil, fmt.Errorf("probe counters: %w", err)
-		}
-		missing := map[budget.CounterDelta]bool{}
-		for rows.Next() {
-			var d budget.CounterDelta
-			var ws int64
-			if err := rows.Scan(&d.LimitID, &d.Subject, &ws); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			d.WindowStart = time.Unix(0, ws).UTC()
-			missing[d] = true
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, err
-		}
-		for i, d := range part {
-			found[lo+i] = !missing[budget.CounterDelta{LimitID: d.LimitID, Subject: d.Subject, WindowStart: time.Unix(0, d.WindowStart.UnixNano()).UTC()}]
-		}
-		if len(missing) == len(part) {
-			continue
-		}
-		if _, err := t.db.exec(ctx, t.tx, multiRow(qAddCountersN, 4, len(part)), args...); err != nil {
-			return nil, fmt.Errorf("add to counters: %w", err)
-		}
-	}
-	return found, nil
-}
-
-func (t *tx) CreateCounter(ctx context.Context, l *budget.Limit, start, end time.Time, delta int64) (bool, error) {
-	q, err := sumQuery(l)
-	if err != nil {
-		return false, err
-	}
-	// The seed is computed in the same statement that inserts it, from the
-	// history this transaction sees (which already holds its own events).
-	q = strings.Replace(q, "SELECT ", "INSERT INTO counters (limit_id, subject, window_start, window_end, used) SELECT ?, ?, ?, ?, ", 1) +
-		` ON CONFLICT (limit_id, subject, window_start) DO UPDATE SET used = MIN(used + ?, 9007199254740991)`
-	args := append([]any{l.ID, l.Subject, start.UnixNano(), end.UnixNano()}, sumArgs(l, start, end)...)
-	args = append(args, delta)
-	if _, err := t.exec(ctx, q, args...); err != nil {
-		return false, fmt.Errorf("create counter %s@%d: %w", l.ID, start.Unix(), err)
-	}
-	// Under BEGIN IMMEDIATE no other transaction can have created the row
-	// since the caller found it missing.
-	return true, nil
-}
-
-func (t *tx) LatestCounterStart(ctx context.Context, limitID, subject string) (time.Time, bool, error) {
-	var v sql.NullInt64
-	if err := t.get(ctx, &v, `SELECT MAX(window_start) FROM counters WHERE limit_id = ? AND subject = ?`, limitID, subject); err != nil {
-		return time.Time{}, false, fmt.Errorf("latest counter of %s: %w", limitID, err)
-	}
-	if !v.Valid {
-		return time.Time{}, false, nil
-	}
-	return time.Unix(0, v.Int64).UTC(), true, nil
-}
-
 func (t *tx) CounterRows(ctx context.Context) ([]budget.CounterRow, error) {
 	var rows []struct {
 		LimitID string `db:"limit_id"`
@@ -416,15 +324,6 @@ func (t *tx) CounterRows(ctx context.Context) ([]budget.CounterRow, error) {
 		out[i] = budget.CounterRow{LimitID: r.LimitID, Subject: r.Subject, WindowStart: time.Unix(0, r.Start).UTC(), WindowEnd: time.Unix(0, r.End).UTC(), Used: r.Used}
 	}
 	return out, nil
-}
-
-func (t *tx) InsertRollover(ctx context.Context, r budget.Rollover) error {
-	_, err := t.exec(ctx, `INSERT INTO rollovers (limit_id, subject, window_start, prev_window_start, prev_used, logged_at)
-		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`, r.LimitID, r.Subject, r.WindowStart.UnixNano(), r.PrevWindowStart.UnixNano(), r.PrevUsed, ns(r.LoggedAt))
-	if err != nil {
-		return fmt.Errorf("log rollover of %s: %w", r.LimitID, err)
-	}
-	return nil
 }
 
 func (t *tx) Rollovers(ctx context.Context, key string, n int) ([]budget.Rollover, error) {

@@ -261,11 +261,7 @@ func (d *DB) View(ctx context.Context, fn func(budget.Tx) error) error {
 
 func (d *DB) run(ctx context.Context, ro bool, fn func(budget.Tx) error) error {
 	return d.runSQL(ctx, ro, func(x *sqlx.Tx) error {
-		t := &tx{db: d, tx: x, ro: ro}
-		if err := fn(t); err != nil {
-			return err
-		}
-		return t.flush(ctx)
+		return fn(&tx{db: d, tx: x, ro: ro})
 	})
 }
 

@@ -163,11 +163,11 @@ func TestWritesFailInView(t *testing.T) {
 	ctx := context.Background()
 	s := newPostgres(t)()
 	err := s.View(ctx, func(tx budget.Tx) error {
-		_, err := tx.InsertUsage(ctx, []budget.Usage{{Key: "k", RequestID: "r"}})
+		_, _, err := tx.Apply(ctx, &budget.WriteSet{Events: []budget.EventWrite{{Usage: budget.Usage{Key: "k", RequestID: "r"}}}})
 		return err
 	})
 	if err == nil {
-		t.Fatal("InsertUsage inside View succeeded")
+		t.Fatal("Apply inside View succeeded")
 	}
 }
 

@@ -330,8 +330,8 @@ func TestTwoProcessesProbeFailed(t *testing.T) {
 	}
 }
 
-// Many handles create one cold counter row at once: exactly one reports
-// created, and the row holds every event once.
+// Many handles create one cold counter row at once through Apply: the row
+// ends up holding every event once, whichever created it.
 func TestCreateCounterRace(t *testing.T) {
 	ctx := context.Background()
 	open := newPostgres(t)
@@ -342,28 +342,23 @@ func TestCreateCounterRace(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
+	ref := budget.WindowRef{Limit: &l, Start: start, End: start.Add(time.Hour)}
 	const n = 8
 	stores := make([]budget.Store, n)
 	for i := range stores {
 		stores[i] = open()
 	}
 	var wg sync.WaitGroup
-	created := make([]bool, n)
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			err := stores[i].Update(ctx, func(tx budget.Tx) error {
 				ev := budget.Usage{Key: "k", RequestID: fmt.Sprint("r", i), Input: int64(i + 1), At: start.Add(time.Minute)}
-				if _, err := tx.InsertUsage(ctx, []budget.Usage{ev}); err != nil {
-					return err
-				}
-				found, err := tx.AddCounters(ctx, []budget.CounterDelta{{LimitID: l.ID, WindowStart: start, Delta: ev.Input}})
-				if err != nil || found[0] {
-					created[i] = false
-					return err
-				}
-				created[i], err = tx.CreateCounter(ctx, &l, start, start.Add(time.Hour), ev.Input)
+				_, _, err := tx.Apply(ctx, &budget.WriteSet{
+					Events:   []budget.EventWrite{{Usage: ev, Adds: []budget.CounterAdd{{Counter: 0, Amount: ev.Input}}}},
+					Counters: []budget.CounterWrite{{Ref: ref, Create: true}},
+				})
 				return err
 			})
 			if err != nil {
@@ -372,20 +367,14 @@ func TestCreateCounterRace(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	nCreated := 0
-	for _, c := range created {
-		if c {
-			nCreated++
-		}
-	}
-	var used int64
+	var ws []budget.WindowState
 	err := first.View(ctx, func(tx budget.Tx) error {
 		var err error
-		used, _, err = tx.Counter(ctx, l.ID, "", start)
+		ws, err = tx.Windows(ctx, []budget.WindowRef{ref}, start)
 		return err
 	})
-	if err != nil || nCreated != 1 || used != n*(n+1)/2 {
-		t.Fatalf("created %d times, used %d, %v; want created once and used %d", nCreated, used, err, n*(n+1)/2)
+	if err != nil || !ws[0].Stored || ws[0].Used != n*(n+1)/2 {
+		t.Fatalf("counter = %+v, %v; want a stored row with %d", ws, err, n*(n+1)/2)
 	}
 	if s := stores[0].(*postgres.DB).Stats(); s.Failures != 0 {
 		t.Errorf("store failures = %d", s.Failures)

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -22,13 +21,6 @@ type tx struct {
 	db *DB
 	tx *sqlx.Tx
 	ro bool
-	// Limit locks held (see locks.go): the greatest id, and the
-	// reservations whose limits are all locked.
-	hasLock bool
-	maxLock string
-	locked  map[string]bool
-	// pending is the counter deltas flush applies before COMMIT.
-	pending map[counterKey]int64
 }
 
 var _ budget.Tx = (*tx)(nil)
@@ -164,15 +156,6 @@ func (t *tx) DeleteLimit(ctx context.Context, id string) error {
 	return nil
 }
 
-// LockLimits locks the limit rows until the transaction ends (see
-// locks.go for the order that keeps transactions from deadlocking).
-func (t *tx) LockLimits(ctx context.Context, ids []string) error {
-	if err := t.write(); err != nil {
-		return err
-	}
-	return t.lockLimits(ctx, ids)
-}
-
 // ---- usage and counters
 
 // qInsertUsage inserts a batch given as parallel arrays and returns the
@@ -183,7 +166,11 @@ const qInsertUsage = `INSERT INTO usage (key, request_id, provider, model, input
 
 type usageKey struct{ key, id string }
 
-func (t *tx) InsertUsage(ctx context.Context, events []budget.Usage) ([]bool, error) {
+func (t *tx) insertUsage(ctx context.Context, evs []budget.EventWrite) ([]bool, error) {
+	events := make([]budget.Usage, len(evs))
+	for i := range evs {
+		events[i] = evs[i].Usage
+	}
 	if err := t.write(); err != nil {
 		return nil, err
 	}
@@ -293,112 +280,6 @@ func (t *tx) SumUsage(ctx context.Context, l *budget.Limit, start, end time.Time
 	return v, nil
 }
 
-func (t *tx) Counter(ctx context.Context, limitID, subject string, start time.Time) (int64, bool, error) {
-	var v int64
-	err := t.tx.GetContext(ctx, &v, `SELECT used FROM counters WHERE limit_id = $1 AND subject = $2 AND window_start = $3`, limitID, subject, start.UnixNano())
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("read counter %s@%d: %w", limitID, start.Unix(), err)
-	}
-	return v + t.pending[counterKey{limitID, subject, start.UnixNano()}], true, nil
-}
-
-type counterKey struct {
-	id, subject string
-	start       int64
-}
-
-// AddCounters finds which rows exist and buffers the deltas for those;
-// flush adds them before COMMIT.
-func (t *tx) AddCounters(ctx context.Context, deltas []budget.CounterDelta) ([]bool, error) {
-	if err := t.write(); err != nil {
-		return nil, err
-	}
-	found := make([]bool, len(deltas))
-	if len(deltas) == 0 {
-		return found, nil
-	}
-	ids, subjects := make([]string, len(deltas)), make([]string, len(deltas))
-	starts := make([]int64, len(deltas))
-	for i, d := range deltas {
-		ids[i], subjects[i], starts[i] = d.LimitID, d.Subject, d.WindowStart.UnixNano()
-	}
-	rows, err := t.tx.QueryContext(ctx, `SELECT c.limit_id, c.subject, c.window_start FROM counters c
-		JOIN unnest($1::text[], $2::text[], $3::bigint[]) AS d(limit_id, subject, window_start)
-		ON c.limit_id = d.limit_id AND c.subject = d.subject AND c.window_start = d.window_start`, ids, subjects, starts)
-	if err != nil {
-		return nil, fmt.Errorf("find counters: %w", err)
-	}
-	defer rows.Close()
-	exists := make(map[counterKey]bool, len(deltas))
-	for rows.Next() {
-		var k counterKey
-		if err := rows.Scan(&k.id, &k.subject, &k.start); err != nil {
-			return nil, fmt.Errorf("find counters: %w", err)
-		}
-		exists[k] = true
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("find counters: %w", err)
-	}
-	for i, d := range deltas {
-		k := counterKey{d.LimitID, d.Subject, d.WindowStart.UnixNano()}
-		if found[i] = exists[k]; found[i] {
-			t.add(k, d.Delta)
-		}
-	}
-	return found, nil
-}
-
-func (t *tx) add(k counterKey, delta int64) {
-	if t.pending == nil {
-		t.pending = make(map[counterKey]int64)
-	}
-	t.pending[k] += delta
-}
-
-// CreateCounter inserts the row seeded from the history this statement
-// sees. If another transaction created the row first (committed, or still
-// running: the insert waits for it), nothing is inserted and the delta is
-// buffered for that row like AddCounters' (created is false).
-func (t *tx) CreateCounter(ctx context.Context, l *budget.Limit, start, end time.Time, delta int64) (bool, error) {
-	if err := t.write(); err != nil {
-		return false, err
-	}
-	sum, err := sumFrom(l, 2, 3, 4)
-	if err != nil {
-		return false, err
-	}
-	q := `INSERT INTO counters (limit_id, window_start, window_end, subject, used)
-		SELECT $1::text, $2::bigint, $3::bigint, $` + strconv.Itoa(4+len(sumArgs(l))) + `::text, ` + sum + `
-		ON CONFLICT (limit_id, subject, window_start) DO NOTHING RETURNING TRUE`
-	args := append([]any{l.ID, start.UnixNano(), end.UnixNano()}, sumArgs(l)...)
-	args = append(args, l.Subject)
-	var created bool
-	err = t.tx.GetContext(ctx, &created, q, args...)
-	if errors.Is(err, sql.ErrNoRows) {
-		t.add(counterKey{l.ID, l.Subject, start.UnixNano()}, delta)
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("create counter %s@%d: %w", l.ID, start.Unix(), err)
-	}
-	return true, nil
-}
-
-func (t *tx) LatestCounterStart(ctx context.Context, limitID, subject string) (time.Time, bool, error) {
-	var v sql.NullInt64
-	if err := t.tx.GetContext(ctx, &v, `SELECT MAX(window_start) FROM counters WHERE limit_id = $1 AND subject = $2`, limitID, subject); err != nil {
-		return time.Time{}, false, fmt.Errorf("latest counter of %s: %w", limitID, err)
-	}
-	if !v.Valid {
-		return time.Time{}, false, nil
-	}
-	return time.Unix(0, v.Int64).UTC(), true, nil
-}
-
 func (t *tx) CounterRows(ctx context.Context) ([]budget.CounterRow, error) {
 	var rows []struct {
 		LimitID string `db:"limit_id"`
@@ -416,15 +297,6 @@ func (t *tx) CounterRows(ctx context.Context) ([]budget.CounterRow, error) {
 		out[i] = budget.CounterRow{LimitID: r.LimitID, Subject: r.Subject, WindowStart: time.Unix(0, r.Start).UTC(), WindowEnd: time.Unix(0, r.End).UTC(), Used: r.Used}
 	}
 	return out, nil
-}
-
-func (t *tx) InsertRollover(ctx context.Context, r budget.Rollover) error {
-	_, err := t.exec(ctx, `INSERT INTO rollovers (limit_id, subject, window_start, prev_window_start, prev_used, logged_at)
-		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`, r.LimitID, r.Subject, r.WindowStart.UnixNano(), r.PrevWindowStart.UnixNano(), r.PrevUsed, ns(r.LoggedAt))
-	if err != nil {
-		return fmt.Errorf("log rollover of %s: %w", r.LimitID, err)
-	}
-	return nil
 }
 
 func (t *tx) Rollovers(ctx context.Context, key string, n int) ([]budget.Rollover, error) {

@@ -1,0 +1,735 @@
+package budget
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tokenbudget/tokenbudget/cache"
+)
+
+// The writer's memory and one batch's plan.
+//
+// A batch is one write transaction. It runs in three steps:
+//
+//  1. load: confirm (Tx.Mark) that the memory the writer kept from its
+//     last commit is still the store's state, or forget it; then read what
+//     the batch's operations need and the memory lacks (reservations by id,
+//     limit definitions, counter windows, parked providers, prices), taking
+//     the store's locks first, one statement per kind of row;
+//  2. decide: run every operation in queue order against the memory alone,
+//     each one's effects visible to the next, collecting one WriteSet (a
+//     refused or failed operation adds nothing to it);
+//  3. write: Tx.Apply(WriteSet), then COMMIT.
+//
+// On SQLite, where one writer holds the file's lock and Mark tells whether
+// any other connection wrote since, a steady stream of reservations and
+// commits loads nothing: a batch costs BEGIN, Mark, a few multi-row writes
+// and COMMIT. On PostgreSQL every batch loads, under its locks, in a few
+// round trips however many operations it holds.
+//
+// If any step fails the transaction rolls back, the memory is forgotten
+// (decide changed it) and the batch is planned again from a fresh load.
+
+// memWindow is one counter window as the writer knows it.
+type memWindow struct {
+	ref    WindowRef
+	used   int64
+	stored bool
+	prev   int64 // only when !stored: the window before's usage when read
+	holds  []Hold
+	cw     int // this batch's index in WriteSet.Counters, or -1
+}
+
+// memory is what the writer knows of the store, valid while valid is set
+// and each transaction starts at expect.
+type memory struct {
+	valid   bool
+	expect  Mark
+	windows map[cache.Key]*memWindow
+	res     map[string]*ReservationRow // reservations known live or expired unrecovered
+	parked  map[string]*ProviderState  // every parked provider, when parkedOK
+	parkOK  bool
+	// latest is the newest window start each (limit, subject) has a row
+	// for, as far as the windows loaded and created tell.
+	latest map[latestKey]time.Time
+}
+
+type latestKey struct{ limitID, subject string }
+
+// noteLatest records that (l, subject) has a row starting at start.
+func (m *memory) noteLatest(l *Limit, start time.Time) {
+	k := latestKey{l.ID, l.Subject}
+	if cur, ok := m.latest[k]; !ok || start.After(cur) {
+		m.latest[k] = start
+	}
+}
+
+// maxMemWindows bounds the writer's window memory: past it, it is forgotten
+// and reloaded as batches need it.
+const maxMemWindows = 200_000
+
+func (m *memory) forget() {
+	m.valid = false
+	if m.windows == nil || len(m.windows) > maxMemWindows {
+		m.windows = make(map[cache.Key]*memWindow)
+	} else {
+		clear(m.windows)
+	}
+	if m.res == nil {
+		m.res = make(map[string]*ReservationRow)
+	} else {
+		clear(m.res)
+	}
+	m.parked, m.parkOK = nil, false
+	m.latest = make(map[latestKey]time.Time)
+}
+
+func windowKey(l *Limit, start time.Time) cache.Key {
+	return cache.Key{LimitID: l.ID, Subject: l.Subject, Start: nsOf(start)}
+}
+
+// ref is limit l's window holding at (its leases for a concurrent limit).
+func refAt(l *Limit, at time.Time) WindowRef {
+	if l.Metric == MetricConcurrent {
+		return WindowRef{Limit: l}
+	}
+	start, end := l.Window.Bounds(at)
+	ps, pe := l.Window.Bounds(start.Add(-1))
+	return WindowRef{Limit: l, Start: start, End: end, PrevStart: ps, PrevEnd: pe}
+}
+
+// status is the window's Status at at: only holds live at at count.
+func (w *memWindow) status(at time.Time) Status {
+	l := w.ref.Limit
+	st := Status{Limit: *l}
+	var sum, n int64
+	var next time.Time
+	for i := range w.holds {
+		h := &w.holds[i]
+		if !h.ExpiresAt.After(at) {
+			continue
+		}
+		sum = min(sum+h.Amount, MaxTokens)
+		n++
+		if next.IsZero() || h.ExpiresAt.Before(next) {
+			next = h.ExpiresAt
+		}
+	}
+	st.NextExpiry = next
+	if l.Metric == MetricConcurrent {
+		st.Used = n
+		return st
+	}
+	st.WindowStart, st.ResetAt = w.ref.Start, w.ref.End
+	st.Used, st.Reserved = w.used, sum
+	return st
+}
+
+func (w *memWindow) dropHold(id string) {
+	w.holds = slices.DeleteFunc(w.holds, func(h Hold) bool { return h.ReservationID == id })
+}
+
+// batch is one transaction's plan.
+type batch struct {
+	t       *Tracker
+	ops     []*op
+	now     time.Time
+	ws      WriteSet
+	missing map[string]bool // reservation ids the store does not have
+	prices  *Prices         // loaded when an event or a usd limit needs it
+	// windows touched, in WriteSet.Counters order
+	touched []*memWindow
+	// expired reservations found by recovery ops, by op
+	expired map[*op][]string
+	evOps   []*op // the operation of each WriteSet event
+	// filled by write
+	inserted []bool
+}
+
+// active reports whether the batch plans o: not when its caller withdrew
+// it, or was already told it failed (unless it is a kept settlement), and
+// not a flush, which plans nothing.
+func (o *op) active() bool { return !o.skip && o.kind != opFlush }
+
+// load is step 1.
+func (b *batch) load(ctx context.Context, tx Tx) error {
+	t, m := b.t, &b.t.w.mem
+	mark, err := tx.Mark(ctx)
+	if err != nil {
+		return err
+	}
+	if !m.valid || mark != m.expect {
+		m.forget()
+		t.w.checked, t.w.pricesChecked = false, false
+	} else {
+		// Nothing else wrote since this writer's last commit: the limits
+		// and prices it read then are current.
+		t.w.checked, t.w.pricesChecked = t.w.version != 0 || len(t.w.byKey) > 0, t.w.prices != nil
+	}
+	m.valid, m.expect = true, mark
+
+	// Reservations: those the operations name and those recovery finds,
+	// locked before they are read.
+	var ids []string
+	for _, o := range b.ops {
+		if !o.active() {
+			continue
+		}
+		switch o.kind {
+		case opCommit, opRelease, opRenew:
+			ids = append(ids, o.id)
+		case opRecover:
+			rows, err := tx.ExpiredReservations(ctx, o.at, maxRecover)
+			if err != nil {
+				return err
+			}
+			if b.expired == nil {
+				b.expired = make(map[*op][]string)
+			}
+			for i := range rows {
+				ids = append(ids, rows[i].ID)
+				b.expired[o] = append(b.expired[o], rows[i].ID)
+			}
+		}
+	}
+	if len(ids) > 0 {
+		slices.Sort(ids)
+		ids = slices.Compact(ids)
+		if err := tx.LockReservations(ctx, ids); err != nil {
+			return err
+		}
+		var need []string
+		for _, id := range ids {
+			if _, ok := m.res[id]; !ok {
+				need = append(need, id)
+			}
+		}
+		if len(need) > 0 {
+			rows, err := tx.Reservations(ctx, need)
+			if err != nil {
+				return err
+			}
+			for i := range rows {
+				r := rows[i]
+				m.res[r.ID] = &r
+			}
+			for _, id := range need {
+				if _, ok := m.res[id]; !ok {
+					if b.missing == nil {
+						b.missing = make(map[string]bool)
+					}
+					b.missing[id] = true
+				}
+			}
+		}
+	}
+
+	// The windows every operation reads or writes, and the limits they
+	// belong to.
+	refs := make(map[cache.Key]WindowRef)
+	lockIDs := make(map[string]bool)
+	needPrices := false
+	addEvent := func(key, provider, model string, at time.Time) error {
+		ls, err := t.limitsFor(ctx, tx, key)
+		if err != nil {
+			return err
+		}
+		needPrices = true
+		model = NormalizeModel(model)
+		for i := range ls {
+			l := &ls[i]
+			if l.Metric == MetricConcurrent || !l.Applies(key, provider, model) {
+				continue
+			}
+			lockIDs[l.ID] = true
+			r := refAt(l, at)
+			refs[windowKey(l, r.Start)] = r
+		}
+		return nil
+	}
+	lockHolds := func(r *ReservationRow) {
+		for _, h := range r.Holds {
+			lockIDs[h.LimitID] = true
+		}
+	}
+	for _, o := range b.ops {
+		if !o.active() {
+			continue
+		}
+		switch o.kind {
+		case opUsage:
+			if err := addEvent(o.ev.Key, o.ev.Provider, o.ev.Model, o.ev.At); err != nil {
+				return err
+			}
+		case opReserve:
+			ls, err := t.limitsFor(ctx, tx, o.req.Key)
+			if err != nil {
+				return err
+			}
+			model := NormalizeModel(o.req.Model)
+			for i := range ls {
+				l := &ls[i]
+				if !l.Enabled || !l.Applies(o.req.Key, o.req.Provider, model) {
+					continue
+				}
+				lockIDs[l.ID] = true
+				r := refAt(l, o.at)
+				refs[windowKey(l, r.Start)] = r
+				needPrices = needPrices || l.Metric == MetricUSD
+			}
+			if o.req.Provider != "" && !m.parkOK {
+				ps, err := tx.Providers(ctx)
+				if err != nil {
+					return err
+				}
+				m.parked = make(map[string]*ProviderState, len(ps))
+				for i := range ps {
+					m.parked[ps[i].Provider] = &ps[i]
+				}
+				m.parkOK = true
+			}
+		case opCommit:
+			if r := m.res[o.id]; r != nil {
+				lockHolds(r)
+				if err := addEvent(r.Key, r.Provider, r.Model, r.At); err != nil {
+					return err
+				}
+			}
+		case opRelease, opRenew:
+			if r := m.res[o.id]; r != nil {
+				lockHolds(r)
+			}
+		case opRecover:
+			for _, id := range b.expired[o] {
+				r := m.res[id]
+				if r == nil {
+					continue
+				}
+				lockHolds(r)
+				if r.OnExpiry == ExpireCharge {
+					if err := addEvent(r.Key, r.Provider, r.Model, r.At); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	if len(lockIDs) > 0 {
+		ids := make([]string, 0, len(lockIDs))
+		for id := range lockIDs {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		if err := tx.LockLimits(ctx, ids); err != nil {
+			return err
+		}
+	}
+	var need []WindowRef
+	var keys []cache.Key
+	for k, r := range refs {
+		if _, ok := m.windows[k]; !ok {
+			need = append(need, r)
+			keys = append(keys, k)
+		}
+	}
+	if len(need) > 0 {
+		at := b.now
+		for _, o := range b.ops {
+			if o.kind == opReserve && o.at.Before(at) {
+				at = o.at
+			}
+		}
+		got, err := tx.Windows(ctx, need, at)
+		if err != nil {
+			return err
+		}
+		for i, w := range got {
+			r := need[i]
+			m.windows[keys[i]] = &memWindow{ref: r, used: w.Used, stored: w.Stored, prev: w.PrevUsed, holds: w.Holds, cw: -1}
+			if r.Limit.Metric == MetricConcurrent {
+				continue
+			}
+			if w.Stored {
+				m.noteLatest(r.Limit, r.Start)
+			} else if !w.Latest.IsZero() {
+				m.noteLatest(r.Limit, w.Latest)
+			}
+		}
+	}
+	if needPrices {
+		var err error
+		if b.prices, err = t.writerPrices(ctx, tx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// maxRecover bounds the reservations one recovery operation settles.
+const maxRecover = 2000
+
+// window is the loaded window of l at at.
+func (b *batch) window(l *Limit, at time.Time) *memWindow {
+	if l.Metric == MetricConcurrent {
+		return b.t.w.mem.windows[windowKey(l, time.Time{})]
+	}
+	start, _ := l.Window.Bounds(at)
+	return b.t.w.mem.windows[windowKey(l, start)]
+}
+
+// decide is step 2: every active operation, in queue order, against the
+// memory alone.
+func (b *batch) decide(ctx context.Context, tx Tx) error {
+	for _, o := range b.ops {
+		if !o.active() {
+			continue
+		}
+		o.out = opResult{}
+		var err error
+		switch o.kind {
+		case opUsage:
+			err = b.event(ctx, tx, o.ev, o)
+		case opReserve:
+			err = b.reserve(ctx, tx, o)
+		case opCommit:
+			err = b.commit(ctx, tx, o)
+		case opRelease:
+			err = b.release(o)
+		case opRenew:
+			err = b.renew(o)
+		case opRecover:
+			err = b.recover(ctx, tx, o)
+		}
+		if err != nil {
+			if isDomainError(err) {
+				o.out.err = err // the caller's answer; nothing was planned
+				continue
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// event plans one event: priced, appended, and added to every matching
+// limit window (disabled limits count too: only enforcement stops).
+func (b *batch) event(ctx context.Context, tx Tx, ev Usage, o *op) error {
+	ls, err := b.t.limitsFor(ctx, tx, ev.Key)
+	if err != nil {
+		return err
+	}
+	model := NormalizeModel(ev.Model)
+	if p := b.prices.Lookup(ev.Provider, model, ev.At); p != nil {
+		ev.Cost, ev.Unpriced = p.Cost(&ev), false
+	} else {
+		ev.Cost, ev.Unpriced = 0, false
+		for j := range ls {
+			if ls[j].Metric == MetricUSD && ls[j].Applies(ev.Key, ev.Provider, model) {
+				ev.Unpriced = true
+				break
+			}
+		}
+	}
+	ew := EventWrite{Usage: ev}
+	for j := range ls {
+		l := &ls[j]
+		if l.Metric == MetricConcurrent || !l.Applies(ev.Key, ev.Provider, model) {
+			continue
+		}
+		w := b.window(l, ev.At)
+		if w == nil {
+			return errNotLoaded(l, ev.At)
+		}
+		if w.cw < 0 {
+			w.cw = len(b.ws.Counters)
+			b.ws.Counters = append(b.ws.Counters, CounterWrite{Ref: w.ref, Create: !w.stored})
+			b.touched = append(b.touched, w)
+			if !w.stored {
+				b.created(w)
+			}
+		}
+		amt := ev.Amount(l.Metric)
+		// Counters saturate at MaxTokens, past any limit, rather than
+		// overflow (contract section 1: sums are checked).
+		w.used = min(w.used+amt, MaxTokens)
+		ew.Adds = append(ew.Adds, CounterAdd{Counter: w.cw, Amount: amt})
+	}
+	b.ws.Events = append(b.ws.Events, ew)
+	b.evOps = append(b.evOps, o)
+	return nil
+}
+
+// created plans w's new row and, when it is later than every row its limit
+// has for the subject and the window before had usage, logs the rollover
+// (contract section 8).
+func (b *batch) created(w *memWindow) {
+	m, l := &b.t.w.mem, w.ref.Limit
+	latest, has := m.latest[latestKey{l.ID, l.Subject}]
+	prev := w.prev
+	if pw := m.windows[windowKey(l, w.ref.PrevStart)]; pw != nil {
+		prev = pw.used // it may have changed since w was read, in this batch even
+	}
+	if (!has || w.ref.Start.After(latest)) && prev > 0 && !w.ref.PrevStart.IsZero() {
+		b.ws.Rollovers = append(b.ws.Rollovers, Rollover{LimitID: l.ID, Subject: l.Subject,
+			PrevWindowStart: w.ref.PrevStart, PrevUsed: prev, WindowStart: w.ref.Start, LoggedAt: b.now})
+	}
+	m.noteLatest(l, w.ref.Start)
+	w.stored = true
+}
+
+func errNotLoaded(l *Limit, at time.Time) error {
+	return &internalError{"window of limit " + l.ID + " at " + at.Format(time.RFC3339Nano) + " was not loaded"}
+}
+
+type internalError struct{ s string }
+
+func (e *internalError) Error() string { return "budget: internal: " + e.s }
+
+// reserve plans one reservation: refused, or held on every applicable
+// enabled limit.
+func (b *batch) reserve(ctx context.Context, tx Tx, o *op) error {
+	t, m := b.t, &b.t.w.mem
+	req, at := o.req, o.at
+	if req.Provider != "" {
+		if p := m.parked[req.Provider]; p != nil && p.Refusing(at) {
+			o.out.err = &ParkedError{Provider: *p, RetryAfter: p.ResumeAt.Sub(at)}
+			return nil
+		}
+	}
+	ls, err := t.limitsFor(ctx, tx, req.Key)
+	if err != nil {
+		return err
+	}
+	model := NormalizeModel(req.Model)
+	var wins []*memWindow
+	var statuses []Status
+	for i := range ls {
+		l := &ls[i]
+		if !l.Enabled || !l.Applies(req.Key, req.Provider, model) {
+			continue
+		}
+		w := b.window(l, at)
+		if w == nil {
+			return errNotLoaded(l, at)
+		}
+		wins = append(wins, w)
+		statuses = append(statuses, w.status(at))
+	}
+	// The statuses and their windows in the contract's order.
+	idx := make([]int, len(statuses))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, c int) int { return statuses[a].Limit.Compare(&statuses[c].Limit) })
+	sorted := make([]Status, len(statuses))
+	sw := make([]*memWindow, len(statuses))
+	for i, j := range idx {
+		sorted[i], sw[i] = statuses[j], wins[j]
+	}
+	statuses = sorted
+	if hasUSD(ls) {
+		if !priceEstimate(b.prices, statuses, req.Provider, model, at, &req.Estimate) {
+			d := Decide(statuses, req.Estimate, at)
+			d.Allowed, d.Unpriced = false, &Unpriced{Provider: req.Provider, Model: req.Model}
+			o.out.err = &UnpricedError{Provider: req.Provider, Model: req.Model, Decision: d}
+			return nil
+		}
+	}
+	if d := Decide(statuses, req.Estimate, at); !d.Allowed {
+		fit, ok := FitOutput(statuses, req.Estimate, o.minOut)
+		if !ok {
+			o.out.err = &ExceededError{Decision: d}
+			return nil
+		}
+		req.Estimate = fit
+	}
+	r := &Reservation{ID: NewReservationID(at), Key: req.Key, Provider: req.Provider, Model: req.Model,
+		Estimate: req.Estimate, At: at, ExpiresAt: at.Add(o.ttl), OnExpiry: o.policy}
+	for i := range statuses {
+		l := &statuses[i].Limit
+		exp := r.ExpiresAt
+		if o.policy == ExpireCharge && l.Metric != MetricConcurrent {
+			exp = NoExpiry
+		}
+		h := Hold{ReservationID: r.ID, LimitID: l.ID, Subject: l.Subject, WindowStart: statuses[i].WindowStart,
+			Amount: req.Estimate.Amount(l.Metric), ExpiresAt: exp}
+		r.Holds = append(r.Holds, h)
+		sw[i].holds = append(sw[i].holds, h)
+	}
+	row := ReservationRow{ID: r.ID, Key: r.Key, Provider: r.Provider, Model: r.Model, Estimate: r.Estimate,
+		At: r.At, ExpiresAt: r.ExpiresAt, State: ReservationLive, OnExpiry: o.policy, Holds: r.Holds}
+	b.ws.NewReservations = append(b.ws.NewReservations, row)
+	m.res[r.ID] = &row
+	o.out.res = r
+	return nil
+}
+
+// reservation is o's reservation, or the error its caller gets.
+func (b *batch) reservation(id string) (*ReservationRow, error) {
+	r := b.t.w.mem.res[id]
+	if r == nil || b.missing[id] {
+		return nil, fmt.Errorf("reservation %q: %w", id, ErrNotFound)
+	}
+	if r.State == ReservationCommitted || r.State == ReservationReleased {
+		return nil, settledError(id, r.State)
+	}
+	return r, nil
+}
+
+// settle plans the end of r: state set, holds dropped from memory.
+func (b *batch) settle(r *ReservationRow, state ReservationState) {
+	b.ws.Settles = append(b.ws.Settles, Settle{ID: r.ID, State: state, At: b.now})
+	for _, h := range r.Holds {
+		if w := b.t.w.mem.windows[cache.Key{LimitID: h.LimitID, Subject: h.Subject, Start: nsOf(h.WindowStart)}]; w != nil {
+			w.dropHold(r.ID)
+		}
+	}
+	r.State = state
+	r.SettledAt = b.now
+}
+
+func (b *batch) commit(ctx context.Context, tx Tx, o *op) error {
+	r, err := b.reservation(o.id)
+	if err != nil {
+		return err
+	}
+	out := Settlement{RequestID: o.id, Expired: r.State == ReservationExpired || !b.now.Before(r.ExpiresAt)}
+	ev := o.ev
+	ev.Key, ev.Provider, ev.Model, ev.At = r.Key, r.Provider, r.Model, r.At
+	if r.State == ReservationExpired && r.OnExpiry == ExpireCharge {
+		out.Charged = true
+		ev = lateUsage(ev, r.Estimate)
+	}
+	// A commit records its event even with no tokens (it is a request);
+	// after a charge only an excess is recorded.
+	if !out.Charged || ev.Billable() > 0 {
+		if out.Charged {
+			out.LateRequestID = ev.RequestID
+		}
+		if err := b.event(ctx, tx, ev, o); err != nil {
+			return err
+		}
+	}
+	o.out.holds = r.Holds
+	b.settle(r, ReservationCommitted)
+	o.out.settlement = out
+	return nil
+}
+
+func (b *batch) release(o *op) error {
+	r, err := b.reservation(o.id)
+	if err != nil {
+		return err
+	}
+	o.out.holds = r.Holds
+	b.settle(r, ReservationReleased)
+	return nil
+}
+
+func (b *batch) renew(o *op) error {
+	r, err := b.reservation(o.id)
+	if errors.Is(err, ErrSettled) {
+		return ErrLeaseLost
+	}
+	if err != nil {
+		return err
+	}
+	if r.State != ReservationLive || !b.now.Before(r.ExpiresAt) {
+		return ErrLeaseLost
+	}
+	exp := b.now.Add(o.ttl)
+	b.ws.Renewals = append(b.ws.Renewals, Renewal{ID: r.ID, ExpiresAt: exp})
+	r.ExpiresAt = exp
+	for i := range r.Holds {
+		if !r.Holds[i].ExpiresAt.Equal(NoExpiry) {
+			r.Holds[i].ExpiresAt = exp
+		}
+	}
+	for _, h := range r.Holds {
+		if w := b.t.w.mem.windows[cache.Key{LimitID: h.LimitID, Subject: h.Subject, Start: nsOf(h.WindowStart)}]; w != nil {
+			for i := range w.holds {
+				if w.holds[i].ReservationID == r.ID {
+					w.holds[i].ExpiresAt = h.ExpiresAt
+				}
+			}
+		}
+	}
+	o.out.holds = slices.Clone(r.Holds)
+	o.out.expires = exp
+	return nil
+}
+
+func (b *batch) recover(ctx context.Context, tx Tx, o *op) error {
+	res := &o.out.recovered
+	ids := b.expired[o]
+	o.out.more = len(ids) >= maxRecover
+	o.out.dropped = make(map[string][]Hold)
+	for _, id := range ids {
+		r := b.t.w.mem.res[id]
+		// Another operation of this batch may have settled it, or another
+		// process did before our lock.
+		if r == nil || r.State != ReservationLive || r.ExpiresAt.After(o.at) {
+			continue
+		}
+		// Charged before the holds go, so the limits never show room the
+		// charge is about to take.
+		if r.OnExpiry == ExpireCharge {
+			if err := b.event(ctx, tx, chargedUsage(*r), o); err != nil {
+				return err
+			}
+			res.ChargedReservations++
+		}
+		o.out.dropped[id] = r.Holds
+		b.settle(r, ReservationExpired)
+		res.ReleasedReservations++
+		for _, h := range r.Holds {
+			if h.WindowStart.IsZero() {
+				res.ReleasedLeases++
+			}
+		}
+	}
+	b.ws.DeleteSettledBefore = o.at.Add(-b.t.cfg.SettledRetention)
+	return nil
+}
+
+// sortCounters orders the write set's counters so row-locking stores
+// update them in one global order; the adds follow their counters.
+func (b *batch) sortCounters() {
+	n := len(b.ws.Counters)
+	if n < 2 {
+		return
+	}
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	cs := b.ws.Counters
+	slices.SortFunc(idx, func(a, c int) int {
+		x, y := &cs[a].Ref, &cs[c].Ref
+		return cmp.Or(strings.Compare(x.Limit.ID, y.Limit.ID), strings.Compare(x.Limit.Subject, y.Limit.Subject),
+			x.Start.Compare(y.Start))
+	})
+	pos := make([]int, n) // old index -> new
+	sorted := make([]CounterWrite, n)
+	touched := make([]*memWindow, n)
+	for newI, oldI := range idx {
+		pos[oldI] = newI
+		sorted[newI] = cs[oldI]
+		touched[newI] = b.touched[oldI]
+	}
+	b.ws.Counters, b.touched = sorted, touched
+	for i := range b.ws.Events {
+		for j := range b.ws.Events[i].Adds {
+			a := &b.ws.Events[i].Adds[j]
+			a.Counter = pos[a.Counter]
+		}
+	}
+	for i, w := range b.touched {
+		w.cw = i
+	}
+}

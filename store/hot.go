@@ -1,0 +1,413 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/store/internal/sqlrow"
+)
+
+// The hot path: set-shaped reads and one Apply per writer batch. Every
+// statement here takes a whole set (chunks of up to chunk rows), so a batch
+// costs a handful of statements however many operations it holds.
+
+// Mark is PRAGMA data_version (it moves when another connection commits,
+// in any process) and this handle's count of committed write transactions
+// (every in-process write shares the one writer connection, which
+// data_version does not count).
+func (t *tx) Mark(ctx context.Context) (budget.Mark, error) {
+	var v int64
+	if err := t.get(ctx, &v, `PRAGMA data_version`); err != nil {
+		return budget.Mark{}, fmt.Errorf("read data version: %w", err)
+	}
+	return budget.Mark{External: uint64(v), Local: t.db.commits.Load()}, nil
+}
+
+// LockReservations and LockLimits: BEGIN IMMEDIATE already serialises every
+// write transaction on the file, across processes.
+func (t *tx) LockReservations(context.Context, []string) error { return t.write() }
+func (t *tx) LockLimits(context.Context, []string) error       { return t.write() }
+
+// inList is "(?, ?, ...)" with n placeholders.
+func inList(n int) string {
+	return "(" + strings.TrimSuffix(strings.Repeat("?, ", n), ", ") + ")"
+}
+
+const (
+	qWindowCountersN = `WITH v(i, lid, sub, ws) AS (VALUES %s)
+		SELECT v.i, c.used FROM v JOIN counters c ON c.limit_id = v.lid AND c.subject = v.sub AND c.window_start = v.ws`
+	qWindowHoldsN = `WITH v(i, lid, sub, ws) AS (VALUES %s)
+		SELECT v.i, h.reservation_id, h.amount, h.expires_at FROM v
+		JOIN holds h ON h.limit_id = v.lid AND h.subject = v.sub AND h.window_start = v.ws
+		WHERE h.expires_at > ?`
+)
+
+func (t *tx) Windows(ctx context.Context, refs []budget.WindowRef, now time.Time) ([]budget.WindowState, error) {
+	out := make([]budget.WindowState, len(refs))
+	for lo := 0; lo < len(refs); lo += chunk {
+		part := refs[lo:min(lo+chunk, len(refs))]
+		args := make([]any, 0, 4*len(part)+1)
+		for i, r := range part {
+			args = append(args, lo+i, r.Limit.ID, r.Limit.Subject, ns(r.Start))
+		}
+		if err := t.scan(ctx, multiRow(qWindowCountersN, 4, len(part)), args, func(s scanner) error {
+			var i int
+			var used int64
+			if err := s.Scan(&i, &used); err != nil {
+				return err
+			}
+			out[i].Used, out[i].Stored = used, true
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("read counters: %w", err)
+		}
+		args = append(args, now.UnixNano())
+		if err := t.scan(ctx, multiRow(qWindowHoldsN, 4, len(part)), args, func(s scanner) error {
+			var i int
+			var h budget.Hold
+			var exp int64
+			if err := s.Scan(&i, &h.ReservationID, &h.Amount, &exp); err != nil {
+				return err
+			}
+			r := refs[i]
+			h.LimitID, h.Subject, h.WindowStart, h.ExpiresAt = r.Limit.ID, r.Limit.Subject, r.Start, fromNs(exp)
+			out[i].Holds = append(out[i].Holds, h)
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("read holds: %w", err)
+		}
+	}
+	for i, r := range refs {
+		w := &out[i]
+		if r.Limit.Metric == budget.MetricConcurrent {
+			w.Used, w.Stored = 0, true
+			continue
+		}
+		if w.Stored {
+			continue
+		}
+		// A window with no row yet: seeded from the history (rare: once
+		// per limit, subject and window).
+		var err error
+		if w.Used, err = t.SumUsage(ctx, r.Limit, r.Start, r.End); err != nil {
+			return nil, err
+		}
+		if r.PrevStart.IsZero() {
+			continue
+		}
+		if w.Latest, err = t.latestCounterStart(ctx, r.Limit); err != nil {
+			return nil, err
+		}
+		var ok bool
+		if w.PrevUsed, ok, err = t.counter(ctx, r.Limit, r.PrevStart); err != nil {
+			return nil, err
+		}
+		if !ok {
+			if w.PrevUsed, err = t.SumUsage(ctx, r.Limit, r.PrevStart, r.PrevEnd); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
+
+func (t *tx) counter(ctx context.Context, l *budget.Limit, start time.Time) (int64, bool, error) {
+	var used int64
+	found := false
+	err := t.scan(ctx, `SELECT used FROM counters WHERE limit_id = ? AND subject = ? AND window_start = ?`,
+		[]any{l.ID, l.Subject, ns(start)}, func(s scanner) error {
+			found = true
+			return s.Scan(&used)
+		})
+	if err != nil {
+		return 0, false, fmt.Errorf("read counter of %s: %w", l.ID, err)
+	}
+	return used, found, nil
+}
+
+func (t *tx) latestCounterStart(ctx context.Context, l *budget.Limit) (time.Time, error) {
+	var v *int64
+	err := t.scan(ctx, `SELECT MAX(window_start) FROM counters WHERE limit_id = ? AND subject = ?`,
+		[]any{l.ID, l.Subject}, func(s scanner) error { return s.Scan(&v) })
+	if err != nil || v == nil {
+		return time.Time{}, err
+	}
+	return time.Unix(0, *v).UTC(), nil
+}
+
+// scanner is the part of *sqlx.Rows a scan callback needs.
+type scanner interface{ Scan(dest ...any) error }
+
+// scan runs q and calls row for each result row.
+func (t *tx) scan(ctx context.Context, q string, args []any, row func(scanner) error) error {
+	rows, err := t.query(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := row(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+func (t *tx) Reservations(ctx context.Context, ids []string) ([]budget.ReservationRow, error) {
+	var out []budget.ReservationRow
+	for lo := 0; lo < len(ids); lo += chunk {
+		part := ids[lo:min(lo+chunk, len(ids))]
+		args := make([]any, len(part))
+		for i, id := range part {
+			args[i] = id
+		}
+		var rows []sqlrow.Reservation
+		if err := t.sel(ctx, &rows, `SELECT `+sqlrow.ReservationCols+` FROM reservations WHERE id IN `+inList(len(part)), args...); err != nil {
+			return nil, fmt.Errorf("read reservations: %w", err)
+		}
+		for i := range rows {
+			out = append(out, rows[i].Decode())
+		}
+	}
+	return out, t.reservationHolds(ctx, out)
+}
+
+// reservationHolds fills the holds of rs, live or expired unrecovered.
+func (t *tx) reservationHolds(ctx context.Context, rs []budget.ReservationRow) error {
+	at := make(map[string]int, len(rs))
+	for i := range rs {
+		if rs[i].State == budget.ReservationLive {
+			at[rs[i].ID] = i
+		}
+	}
+	ids := make([]any, 0, len(at))
+	for id := range at {
+		ids = append(ids, id)
+	}
+	for lo := 0; lo < len(ids); lo += chunk {
+		part := ids[lo:min(lo+chunk, len(ids))]
+		err := t.scan(ctx, `SELECT reservation_id, limit_id, subject, window_start, amount, expires_at FROM holds
+			WHERE reservation_id IN `+inList(len(part))+` ORDER BY reservation_id, limit_id`, part, func(s scanner) error {
+			var h budget.Hold
+			var start, exp int64
+			if err := s.Scan(&h.ReservationID, &h.LimitID, &h.Subject, &start, &h.Amount, &exp); err != nil {
+				return err
+			}
+			h.WindowStart, h.ExpiresAt = fromNs(start), fromNs(exp)
+			r := &rs[at[h.ReservationID]]
+			r.Holds = append(r.Holds, h)
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("read holds: %w", err)
+		}
+	}
+	return nil
+}
+
+func (t *tx) ExpiredReservations(ctx context.Context, now time.Time, max int) ([]budget.ReservationRow, error) {
+	var rows []sqlrow.Reservation
+	if err := t.sel(ctx, &rows, `SELECT `+sqlrow.ReservationCols+` FROM reservations
+		WHERE state = 'live' AND expires_at <= ? ORDER BY expires_at, id LIMIT ?`, now.UnixNano(), max); err != nil {
+		return nil, fmt.Errorf("read expired reservations: %w", err)
+	}
+	out := make([]budget.ReservationRow, len(rows))
+	for i := range rows {
+		out[i] = rows[i].Decode()
+	}
+	return out, t.reservationHolds(ctx, out)
+}
+
+const (
+	qInsertReservationsN = `INSERT INTO reservations (id, key, provider, model, est_tokens, est_input, est_output, at, expires_at, state, settled_at, on_expiry)
+		VALUES %s`
+	qInsertHoldsN    = `INSERT INTO holds (reservation_id, limit_id, subject, window_start, amount, expires_at) VALUES %s`
+	qInsertRollovers = `INSERT INTO rollovers (limit_id, subject, window_start, prev_window_start, prev_used, logged_at)
+		VALUES %s ON CONFLICT DO NOTHING`
+)
+
+func (t *tx) Apply(ctx context.Context, w *budget.WriteSet) ([]bool, int64, error) {
+	if err := t.write(); err != nil {
+		return nil, 0, err
+	}
+	inserted, err := t.insertUsage(ctx, w.Events)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := t.applyCounters(ctx, w, inserted); err != nil {
+		return nil, 0, err
+	}
+	if err := t.insertRows(ctx, qInsertRollovers, 6, len(w.Rollovers), func(i int, a []any) []any {
+		r := &w.Rollovers[i]
+		return append(a, r.LimitID, r.Subject, ns(r.WindowStart), ns(r.PrevWindowStart), r.PrevUsed, ns(r.LoggedAt))
+	}); err != nil {
+		return nil, 0, fmt.Errorf("log rollovers: %w", err)
+	}
+	if err := t.insertReservations(ctx, w.NewReservations); err != nil {
+		return nil, 0, err
+	}
+	if err := t.settle(ctx, w.Settles); err != nil {
+		return nil, 0, err
+	}
+	for _, r := range w.Renewals {
+		n, err := t.exec(ctx, `UPDATE reservations SET expires_at = ? WHERE id = ? AND state = 'live'`, ns(r.ExpiresAt), r.ID)
+		if err != nil {
+			return nil, 0, fmt.Errorf("renew reservation %s: %w", r.ID, err)
+		}
+		if n != 1 {
+			return nil, 0, fmt.Errorf("%w: renew reservation %s: it is no longer live", budget.ErrConflict, r.ID)
+		}
+		if _, err := t.exec(ctx, `UPDATE holds SET expires_at = ? WHERE reservation_id = ? AND expires_at <> ?`, ns(r.ExpiresAt), r.ID, ns(budget.NoExpiry)); err != nil {
+			return nil, 0, fmt.Errorf("renew holds of %s: %w", r.ID, err)
+		}
+	}
+	var deleted int64
+	if !w.DeleteSettledBefore.IsZero() {
+		if deleted, err = t.exec(ctx, `DELETE FROM reservations WHERE state <> 'live' AND settled_at < ?`, w.DeleteSettledBefore.UnixNano()); err != nil {
+			return nil, 0, fmt.Errorf("delete settled reservations: %w", err)
+		}
+	}
+	return inserted, deleted, nil
+}
+
+// insertRows inserts n rows through the multi-row statement q (cols
+// columns), chunk rows per statement; row appends row i's values.
+func (t *tx) insertRows(ctx context.Context, q string, cols, n int, row func(i int, args []any) []any) error {
+	for lo := 0; lo < n; lo += chunk {
+		hi := min(lo+chunk, n)
+		args := make([]any, 0, cols*(hi-lo))
+		for i := lo; i < hi; i++ {
+			args = row(i, args)
+		}
+		if _, err := t.exec(ctx, multiRow(q, cols, hi-lo), args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *tx) insertReservations(ctx context.Context, rs []budget.ReservationRow) error {
+	if err := t.insertRows(ctx, qInsertReservationsN, 12, len(rs), func(i int, a []any) []any {
+		r := &rs[i]
+		return append(a, r.ID, r.Key, r.Provider, r.Model, r.Estimate.Tokens, r.Estimate.Input, r.Estimate.Output,
+			ns(r.At), ns(r.ExpiresAt), string(r.State), ns(r.SettledAt), sqlrow.OnExpiry(r.OnExpiry))
+	}); err != nil {
+		return fmt.Errorf("insert reservations: %w", err)
+	}
+	var holds []budget.Hold
+	for i := range rs {
+		holds = append(holds, rs[i].Holds...)
+	}
+	if err := t.insertRows(ctx, qInsertHoldsN, 6, len(holds), func(i int, a []any) []any {
+		h := &holds[i]
+		return append(a, h.ReservationID, h.LimitID, h.Subject, ns(h.WindowStart), h.Amount, ns(h.ExpiresAt))
+	}); err != nil {
+		return fmt.Errorf("insert holds: %w", err)
+	}
+	return nil
+}
+
+// settle sets the reservations' states, refusing (ErrConflict) one that is
+// already committed or released, and drops their holds.
+func (t *tx) settle(ctx context.Context, ss []budget.Settle) error {
+	for lo := 0; lo < len(ss); {
+		// One statement per run of equal state and instant (a batch's
+		// settlements share its instant).
+		hi := lo + 1
+		for hi < len(ss) && hi-lo < chunk && ss[hi].State == ss[lo].State && ss[hi].At.Equal(ss[lo].At) {
+			hi++
+		}
+		args := []any{string(ss[lo].State), ns(ss[lo].At)}
+		ids := make([]any, 0, hi-lo)
+		for i := lo; i < hi; i++ {
+			ids = append(ids, ss[i].ID)
+		}
+		from := `('live', 'expired')`
+		if ss[lo].State == budget.ReservationExpired {
+			from = `('live')`
+		}
+		n, err := t.exec(ctx, `UPDATE reservations SET state = ?, settled_at = ? WHERE state IN `+from+` AND id IN `+inList(len(ids)), append(args, ids...)...)
+		if err != nil {
+			return fmt.Errorf("settle reservations: %w", err)
+		}
+		if n != int64(len(ids)) {
+			return fmt.Errorf("%w: settle reservations: %d of %d were no longer unsettled", budget.ErrConflict, int64(len(ids))-n, len(ids))
+		}
+		if _, err := t.exec(ctx, `DELETE FROM holds WHERE reservation_id IN `+inList(len(ids)), ids...); err != nil {
+			return fmt.Errorf("drop holds: %w", err)
+		}
+		lo = hi
+	}
+	return nil
+}
+
+// applyCounters creates the counters w creates and adds to the others what
+// their inserted events contribute.
+func (t *tx) applyCounters(ctx context.Context, w *budget.WriteSet, inserted []bool) error {
+	deltas := make([]int64, len(w.Counters))
+	for i := range w.Events {
+		if !inserted[i] {
+			continue
+		}
+		for _, a := range w.Events[i].Adds {
+			deltas[a.Counter] = min(deltas[a.Counter]+a.Amount, budget.MaxTokens)
+		}
+	}
+	var args []any
+	rows := 0
+	flush := func() error {
+		if rows == 0 {
+			return nil
+		}
+		n, err := t.db.exec(ctx, t.tx, multiRow(qAddCountersN, 4, rows), args...)
+		if err != nil {
+			return fmt.Errorf("add to counters: %w", err)
+		}
+		if n != int64(rows) {
+			return fmt.Errorf("%w: add to counters: %d of %d rows are gone", budget.ErrConflict, int64(rows)-n, rows)
+		}
+		args, rows = args[:0], 0
+		return nil
+	}
+	for i := range w.Counters {
+		c := &w.Counters[i]
+		l := c.Ref.Limit
+		if c.Create {
+			if err := t.createCounter(ctx, l, c.Ref.Start, c.Ref.End, deltas[i]); err != nil {
+				return err
+			}
+			continue
+		}
+		if deltas[i] == 0 {
+			continue
+		}
+		args = append(args, l.ID, l.Subject, ns(c.Ref.Start), deltas[i])
+		if rows++; rows == chunk {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return flush()
+}
+
+// createCounter creates l's row for [start, end) from the history, which
+// already holds this transaction's events; if the row exists after all,
+// delta is added to it instead.
+func (t *tx) createCounter(ctx context.Context, l *budget.Limit, start, end time.Time, delta int64) error {
+	q, err := sumQuery(l)
+	if err != nil {
+		return err
+	}
+	q = strings.Replace(q, "SELECT ", "INSERT INTO counters (limit_id, subject, window_start, window_end, used) SELECT ?, ?, ?, ?, ", 1) +
+		` ON CONFLICT (limit_id, subject, window_start) DO UPDATE SET used = MIN(used + ?, 9007199254740991)`
+	args := append([]any{l.ID, l.Subject, start.UnixNano(), end.UnixNano()}, sumArgs(l, start, end)...)
+	args = append(args, delta)
+	if _, err := t.exec(ctx, q, args...); err != nil {
+		return fmt.Errorf("create counter %s@%d: %w", l.ID, start.Unix(), err)
+	}
+	return nil
+}

@@ -1,0 +1,364 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/store/internal/sqlrow"
+)
+
+// The hot path: set-shaped reads and one Apply per writer batch, each a
+// statement over arrays (unnest), so a batch costs a few round trips
+// however many operations it holds.
+//
+// Locks. A write transaction that decides on counters and holds locks the
+// reservations it settles or renews (FOR NO KEY UPDATE, ascending), then
+// the limits whose windows it reads or writes (FOR NO KEY UPDATE,
+// ascending), each once, before it reads them. Every such transaction
+// takes its locks in that one order, so they cannot deadlock; and because
+// every writer of a limit's counters and holds holds its limit lock, the
+// separate statements that read a window's counter and its holds see one
+// state, though READ COMMITTED gives each statement its own snapshot.
+// Counter rows are updated in (limit, subject, window) order (the writer
+// sorts them), under their limits' locks, so they never contend. Deleting a
+// limit takes its row lock exclusively, waiting for all of the above.
+
+// marks makes every PostgreSQL mark unique: other replicas' writes are
+// invisible to a handle, so the writer must read what it decides on in
+// every transaction.
+var marks atomic.Uint64
+
+func (t *tx) Mark(context.Context) (budget.Mark, error) {
+	return budget.Mark{External: marks.Add(1) << 1}, nil
+}
+
+func (t *tx) LockReservations(ctx context.Context, ids []string) error {
+	return t.lock(ctx, `SELECT id FROM reservations WHERE id = ANY($1) ORDER BY id COLLATE "C" FOR NO KEY UPDATE`, ids, "reservations")
+}
+
+func (t *tx) LockLimits(ctx context.Context, ids []string) error {
+	return t.lock(ctx, `SELECT id FROM limits WHERE id = ANY($1) ORDER BY id COLLATE "C" FOR NO KEY UPDATE`, ids, "limits")
+}
+
+func (t *tx) lock(ctx context.Context, q string, ids []string, what string) error {
+	if err := t.write(); err != nil {
+		return err
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := t.tx.ExecContext(ctx, q, ids); err != nil {
+		return fmt.Errorf("lock %s: %w", what, err)
+	}
+	return nil
+}
+
+func (t *tx) Windows(ctx context.Context, refs []budget.WindowRef, now time.Time) ([]budget.WindowState, error) {
+	out := make([]budget.WindowState, len(refs))
+	if len(refs) == 0 {
+		return out, nil
+	}
+	idx, ids, subs, starts := make([]int64, len(refs)), make([]string, len(refs)), make([]string, len(refs)), make([]int64, len(refs))
+	for i, r := range refs {
+		idx[i], ids[i], subs[i], starts[i] = int64(i), r.Limit.ID, r.Limit.Subject, ns(r.Start)
+	}
+	rows, err := t.tx.QueryContext(ctx, `SELECT v.i, c.used FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[]) AS v(i, lid, sub, ws)
+		JOIN counters c ON c.limit_id = v.lid AND c.subject = v.sub AND c.window_start = v.ws`, idx, ids, subs, starts)
+	if err != nil {
+		return nil, fmt.Errorf("read counters: %w", err)
+	}
+	for rows.Next() {
+		var i, used int64
+		if err := rows.Scan(&i, &used); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("read counters: %w", err)
+		}
+		out[i].Used, out[i].Stored = used, true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read counters: %w", err)
+	}
+	rows, err = t.tx.QueryContext(ctx, `SELECT v.i, h.reservation_id, h.amount, h.expires_at
+		FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[]) AS v(i, lid, sub, ws)
+		JOIN holds h ON h.limit_id = v.lid AND h.subject = v.sub AND h.window_start = v.ws
+		WHERE h.expires_at > $5`, idx, ids, subs, starts, now.UnixNano())
+	if err != nil {
+		return nil, fmt.Errorf("read holds: %w", err)
+	}
+	for rows.Next() {
+		var i, exp int64
+		var h budget.Hold
+		if err := rows.Scan(&i, &h.ReservationID, &h.Amount, &exp); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("read holds: %w", err)
+		}
+		r := refs[i]
+		h.LimitID, h.Subject, h.WindowStart, h.ExpiresAt = r.Limit.ID, r.Limit.Subject, r.Start, fromNs(exp)
+		out[i].Holds = append(out[i].Holds, h)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read holds: %w", err)
+	}
+	for i, r := range refs {
+		w := &out[i]
+		if r.Limit.Metric == budget.MetricConcurrent {
+			w.Used, w.Stored = 0, true
+			continue
+		}
+		if w.Stored {
+			continue
+		}
+		if w.Used, err = t.SumUsage(ctx, r.Limit, r.Start, r.End); err != nil {
+			return nil, err
+		}
+		if r.PrevStart.IsZero() {
+			continue
+		}
+		var latest, prev *int64
+		if err := t.tx.QueryRowContext(ctx, `SELECT (SELECT max(window_start) FROM counters WHERE limit_id = $1 AND subject = $2),
+			(SELECT used FROM counters WHERE limit_id = $1 AND subject = $2 AND window_start = $3)`,
+			r.Limit.ID, r.Limit.Subject, ns(r.PrevStart)).Scan(&latest, &prev); err != nil {
+			return nil, fmt.Errorf("read counters of %s: %w", r.Limit.ID, err)
+		}
+		if latest != nil {
+			w.Latest = time.Unix(0, *latest).UTC()
+		}
+		if prev != nil {
+			w.PrevUsed = *prev
+		} else if w.PrevUsed, err = t.SumUsage(ctx, r.Limit, r.PrevStart, r.PrevEnd); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (t *tx) Reservations(ctx context.Context, ids []string) ([]budget.ReservationRow, error) {
+	var rows []sqlrow.Reservation
+	if err := t.tx.SelectContext(ctx, &rows, `SELECT `+sqlrow.ReservationCols+` FROM reservations WHERE id = ANY($1)`, ids); err != nil {
+		return nil, fmt.Errorf("read reservations: %w", err)
+	}
+	out := make([]budget.ReservationRow, len(rows))
+	for i := range rows {
+		out[i] = rows[i].Decode()
+	}
+	return out, t.reservationHolds(ctx, out)
+}
+
+func (t *tx) reservationHolds(ctx context.Context, rs []budget.ReservationRow) error {
+	at := make(map[string]int, len(rs))
+	ids := make([]string, 0, len(rs))
+	for i := range rs {
+		if rs[i].State == budget.ReservationLive {
+			at[rs[i].ID] = i
+			ids = append(ids, rs[i].ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	rows, err := t.tx.QueryContext(ctx, `SELECT reservation_id, limit_id, subject, window_start, amount, expires_at FROM holds
+		WHERE reservation_id = ANY($1) ORDER BY reservation_id COLLATE "C", limit_id COLLATE "C"`, ids)
+	if err != nil {
+		return fmt.Errorf("read holds: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var h budget.Hold
+		var start, exp int64
+		if err := rows.Scan(&h.ReservationID, &h.LimitID, &h.Subject, &start, &h.Amount, &exp); err != nil {
+			return fmt.Errorf("read holds: %w", err)
+		}
+		h.WindowStart, h.ExpiresAt = fromNs(start), fromNs(exp)
+		r := &rs[at[h.ReservationID]]
+		r.Holds = append(r.Holds, h)
+	}
+	return rows.Err()
+}
+
+func (t *tx) ExpiredReservations(ctx context.Context, now time.Time, max int) ([]budget.ReservationRow, error) {
+	var rows []sqlrow.Reservation
+	if err := t.tx.SelectContext(ctx, &rows, `SELECT `+sqlrow.ReservationCols+` FROM reservations
+		WHERE state = 'live' AND expires_at <= $1 ORDER BY expires_at, id COLLATE "C" LIMIT $2`, now.UnixNano(), max); err != nil {
+		return nil, fmt.Errorf("read expired reservations: %w", err)
+	}
+	out := make([]budget.ReservationRow, len(rows))
+	for i := range rows {
+		out[i] = rows[i].Decode()
+	}
+	return out, t.reservationHolds(ctx, out)
+}
+
+func (t *tx) Apply(ctx context.Context, w *budget.WriteSet) ([]bool, int64, error) {
+	if err := t.write(); err != nil {
+		return nil, 0, err
+	}
+	inserted, err := t.insertUsage(ctx, w.Events)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := t.applyCounters(ctx, w, inserted); err != nil {
+		return nil, 0, err
+	}
+	if n := len(w.Rollovers); n > 0 {
+		lids, subs, starts, prevs, used, logged := make([]string, n), make([]string, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+		for i, r := range w.Rollovers {
+			lids[i], subs[i], starts[i], prevs[i], used[i], logged[i] = r.LimitID, r.Subject, ns(r.WindowStart), ns(r.PrevWindowStart), r.PrevUsed, ns(r.LoggedAt)
+		}
+		if _, err := t.tx.ExecContext(ctx, `INSERT INTO rollovers (limit_id, subject, window_start, prev_window_start, prev_used, logged_at)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[]) ON CONFLICT DO NOTHING`,
+			lids, subs, starts, prevs, used, logged); err != nil {
+			return nil, 0, fmt.Errorf("log rollovers: %w", err)
+		}
+	}
+	if err := t.insertReservations(ctx, w.NewReservations); err != nil {
+		return nil, 0, err
+	}
+	if err := t.settle(ctx, w.Settles); err != nil {
+		return nil, 0, err
+	}
+	for _, r := range w.Renewals {
+		n, err := t.exec(ctx, `UPDATE reservations SET expires_at = $1 WHERE id = $2 AND state = 'live'`, ns(r.ExpiresAt), r.ID)
+		if err != nil {
+			return nil, 0, fmt.Errorf("renew reservation %s: %w", r.ID, err)
+		}
+		if n != 1 {
+			return nil, 0, fmt.Errorf("%w: renew reservation %s: it is no longer live", budget.ErrConflict, r.ID)
+		}
+		if _, err := t.exec(ctx, `UPDATE holds SET expires_at = $1 WHERE reservation_id = $2 AND expires_at <> $3`, ns(r.ExpiresAt), r.ID, ns(budget.NoExpiry)); err != nil {
+			return nil, 0, fmt.Errorf("renew holds of %s: %w", r.ID, err)
+		}
+	}
+	var deleted int64
+	if !w.DeleteSettledBefore.IsZero() {
+		if deleted, err = t.exec(ctx, `DELETE FROM reservations WHERE state <> 'live' AND settled_at < $1`, w.DeleteSettledBefore.UnixNano()); err != nil {
+			return nil, 0, fmt.Errorf("delete settled reservations: %w", err)
+		}
+	}
+	return inserted, deleted, nil
+}
+
+func (t *tx) insertReservations(ctx context.Context, rs []budget.ReservationRow) error {
+	n := len(rs)
+	if n == 0 {
+		return nil
+	}
+	ids, keys, provs, models, states, pols := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	tok, in, out, at, exp, settled := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	var hr, hl, hs []string
+	var hw, ha, he []int64
+	for i := range rs {
+		r := &rs[i]
+		ids[i], keys[i], provs[i], models[i], states[i], pols[i] = r.ID, r.Key, r.Provider, r.Model, string(r.State), sqlrow.OnExpiry(r.OnExpiry)
+		tok[i], in[i], out[i], at[i], exp[i], settled[i] = r.Estimate.Tokens, r.Estimate.Input, r.Estimate.Output, ns(r.At), ns(r.ExpiresAt), ns(r.SettledAt)
+		for _, h := range r.Holds {
+			hr, hl, hs = append(hr, r.ID), append(hl, h.LimitID), append(hs, h.Subject)
+			hw, ha, he = append(hw, ns(h.WindowStart)), append(ha, h.Amount), append(he, ns(h.ExpiresAt))
+		}
+	}
+	if _, err := t.tx.ExecContext(ctx, `INSERT INTO reservations (id, key, provider, model, est_tokens, est_input, est_output, at, expires_at, state, settled_at, on_expiry)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::text[], $11::bigint[], $12::text[])`,
+		ids, keys, provs, models, tok, in, out, at, exp, states, settled, pols); err != nil {
+		return fmt.Errorf("insert reservations: %w", err)
+	}
+	if len(hr) == 0 {
+		return nil
+	}
+	if _, err := t.tx.ExecContext(ctx, `INSERT INTO holds (reservation_id, limit_id, subject, window_start, amount, expires_at)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[])`, hr, hl, hs, hw, ha, he); err != nil {
+		return fmt.Errorf("insert holds: %w", err)
+	}
+	return nil
+}
+
+// settle sets the reservations' states, refusing (ErrConflict) one that is
+// already committed or released, and drops their holds.
+func (t *tx) settle(ctx context.Context, ss []budget.Settle) error {
+	if len(ss) == 0 {
+		return nil
+	}
+	ids, states, ats := make([]string, len(ss)), make([]string, len(ss)), make([]int64, len(ss))
+	for i, s := range ss {
+		ids[i], states[i], ats[i] = s.ID, string(s.State), ns(s.At)
+	}
+	n, err := t.exec(ctx, `UPDATE reservations r SET state = v.state, settled_at = v.at
+		FROM unnest($1::text[], $2::text[], $3::bigint[]) AS v(id, state, at)
+		WHERE r.id = v.id AND (r.state = 'live' OR r.state = 'expired' AND v.state <> 'expired')`, ids, states, ats)
+	if err != nil {
+		return fmt.Errorf("settle reservations: %w", err)
+	}
+	if n != int64(len(ss)) {
+		return fmt.Errorf("%w: settle reservations: %d of %d were no longer unsettled", budget.ErrConflict, int64(len(ss))-n, len(ss))
+	}
+	if _, err := t.exec(ctx, `DELETE FROM holds WHERE reservation_id = ANY($1)`, ids); err != nil {
+		return fmt.Errorf("drop holds: %w", err)
+	}
+	return nil
+}
+
+// applyCounters creates the counters w creates and adds to the others what
+// their inserted events contribute, in w's order.
+func (t *tx) applyCounters(ctx context.Context, w *budget.WriteSet, inserted []bool) error {
+	deltas := make([]int64, len(w.Counters))
+	for i := range w.Events {
+		if !inserted[i] {
+			continue
+		}
+		for _, a := range w.Events[i].Adds {
+			deltas[a.Counter] = min(deltas[a.Counter]+a.Amount, budget.MaxTokens)
+		}
+	}
+	var ids, subs []string
+	var starts, ds []int64
+	for i := range w.Counters {
+		c := &w.Counters[i]
+		l := c.Ref.Limit
+		if c.Create {
+			if err := t.createCounter(ctx, l, c.Ref.Start, c.Ref.End, deltas[i]); err != nil {
+				return err
+			}
+			continue
+		}
+		if deltas[i] != 0 {
+			ids, subs, starts, ds = append(ids, l.ID), append(subs, l.Subject), append(starts, ns(c.Ref.Start)), append(ds, deltas[i])
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	n, err := t.exec(ctx, `UPDATE counters c SET used = LEAST(c.used + d.delta, 9007199254740991)
+		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS d(limit_id, subject, window_start, delta)
+		WHERE c.limit_id = d.limit_id AND c.subject = d.subject AND c.window_start = d.window_start`, ids, subs, starts, ds)
+	if err != nil {
+		return fmt.Errorf("add to counters: %w", err)
+	}
+	if n != int64(len(ids)) {
+		return fmt.Errorf("%w: add to counters: %d of %d rows are gone", budget.ErrConflict, int64(len(ids))-n, len(ids))
+	}
+	return nil
+}
+
+// createCounter inserts l's row seeded from the history this statement sees
+// (which holds this transaction's events); if another transaction created
+// it first, delta is added to that row.
+func (t *tx) createCounter(ctx context.Context, l *budget.Limit, start, end time.Time, delta int64) error {
+	sum, err := sumFrom(l, 2, 3, 4)
+	if err != nil {
+		return err
+	}
+	n := 4 + len(sumArgs(l))
+	q := `INSERT INTO counters (limit_id, window_start, window_end, subject, used)
+		SELECT $1::text, $2::bigint, $3::bigint, $` + strconv.Itoa(n) + `::text, ` + sum + `
+		ON CONFLICT (limit_id, subject, window_start) DO UPDATE SET used = LEAST(counters.used + $` + strconv.Itoa(n+1) + `::bigint, 9007199254740991)`
+	args := append([]any{l.ID, start.UnixNano(), end.UnixNano()}, sumArgs(l)...)
+	args = append(args, l.Subject, delta)
+	if _, err := t.exec(ctx, q, args...); err != nil {
+		return fmt.Errorf("create counter %s@%d: %w", l.ID, start.Unix(), err)
+	}
+	return nil
+}
