@@ -226,25 +226,6 @@ func (t *Tracker) Inspect(ctx context.Context, key string, at time.Time, rollove
 	return r, err
 }
 
-// storedStatuses are the limits' statuses at at as the store alone says,
-// read in one Windows call.
-func storedStatuses(ctx context.Context, tx Tx, ls []Limit, at time.Time) ([]Status, error) {
-	refs := make([]WindowRef, len(ls))
-	for i := range ls {
-		refs[i] = refAt(&ls[i], at)
-	}
-	ws, err := tx.Windows(ctx, refs, at)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Status, len(ls))
-	for i := range ls {
-		w := memWindow{ref: refs[i], used: ws[i].Used, holds: ws[i].Holds}
-		out[i] = w.status(at)
-	}
-	return out, nil
-}
-
 // Drift is a counter row that disagrees with the history of its window.
 type Drift struct {
 	LimitID     string

@@ -103,33 +103,6 @@ func refAt(l *Limit, at time.Time) WindowRef {
 	return WindowRef{Limit: l, Start: start, End: end, PrevStart: ps, PrevEnd: pe}
 }
 
-// status is the window's Status at at: only holds live at at count.
-func (w *memWindow) status(at time.Time) Status {
-	l := w.ref.Limit
-	st := Status{Limit: *l}
-	var sum, n int64
-	var next time.Time
-	for i := range w.holds {
-		h := &w.holds[i]
-		if !h.ExpiresAt.After(at) {
-			continue
-		}
-		sum = min(sum+h.Amount, MaxTokens)
-		n++
-		if next.IsZero() || h.ExpiresAt.Before(next) {
-			next = h.ExpiresAt
-		}
-	}
-	st.NextExpiry = next
-	if l.Metric == MetricConcurrent {
-		st.Used = n
-		return st
-	}
-	st.WindowStart, st.ResetAt = w.ref.Start, w.ref.End
-	st.Used, st.Reserved = w.used, sum
-	return st
-}
-
 func (w *memWindow) dropHold(id string) {
 	w.holds = slices.DeleteFunc(w.holds, func(h Hold) bool { return h.ReservationID == id })
 }
@@ -149,6 +122,14 @@ type batch struct {
 	evOps   []*op // the operation of each WriteSet event
 	// filled by write
 	inserted []bool
+}
+
+// events are o's events: Record's one or RecordSync's.
+func (o *op) events() []Usage {
+	if o.evs != nil {
+		return o.evs
+	}
+	return []Usage{o.ev}
 }
 
 // active reports whether the batch plans o: not when its caller withdrew
@@ -263,8 +244,10 @@ func (b *batch) load(ctx context.Context, tx Tx) error {
 		}
 		switch o.kind {
 		case opUsage:
-			if err := addEvent(o.ev.Key, o.ev.Provider, o.ev.Model, o.ev.At); err != nil {
-				return err
+			for _, ev := range o.events() {
+				if err := addEvent(ev.Key, ev.Provider, ev.Model, ev.At); err != nil {
+					return err
+				}
 			}
 		case opReserve:
 			ls, err := t.limitsFor(ctx, tx, o.req.Key)
@@ -393,7 +376,11 @@ func (b *batch) decide(ctx context.Context, tx Tx) error {
 		var err error
 		switch o.kind {
 		case opUsage:
-			err = b.event(ctx, tx, o.ev, o)
+			for _, ev := range o.events() {
+				if err = b.event(ctx, tx, ev, o); err != nil {
+					break
+				}
+			}
 		case opReserve:
 			err = b.reserve(ctx, tx, o)
 		case opCommit:

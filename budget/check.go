@@ -204,23 +204,6 @@ func (t *Tracker) loadCounter(ctx context.Context, l *Limit, k cache.Key, start,
 	}
 }
 
-// readCounter is a limit window's stored usage (seeded from the history
-// when it has no row yet) and its live holds at now.
-func readCounter(ctx context.Context, tx Tx, l *Limit, start, end, now time.Time) (int64, []cache.Hold, error) {
-	ws, err := tx.Windows(ctx, []WindowRef{{Limit: l, Start: start, End: end}}, now)
-	if err != nil {
-		return 0, nil, err
-	}
-	var holds []cache.Hold
-	if hs := ws[0].Holds; len(hs) > 0 {
-		holds = make([]cache.Hold, len(hs))
-		for i, h := range hs {
-			holds[i] = cache.Hold{ID: h.ReservationID, Amount: h.Amount, ExpiresAt: h.ExpiresAt.UnixNano()}
-		}
-	}
-	return ws[0].Used, holds, nil
-}
-
 // pause waits a little before retrying a read that raced a commit.
 func pause(ctx context.Context, attempt int) error {
 	d := time.Duration(min(attempt+1, 50)) * 100 * time.Microsecond

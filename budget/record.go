@@ -26,8 +26,9 @@ const (
 // (see batch.go), and the answer its caller waits for.
 type op struct {
 	kind     opKind
-	ev       Usage     // opUsage: the event; opCommit: the actual usage
-	contribs []contrib // opUsage: the pending deltas Record added for ev
+	ev       Usage     // opUsage from Record: the event; opCommit: the actual usage
+	evs      []Usage   // opUsage from RecordSync: the events, in order (ev unused)
+	contribs []contrib // opUsage: the pending deltas enqueue added for its events
 
 	req    Request       // opReserve
 	at     time.Time     // opReserve: the reservation's instant; opRecover: the recovery's
@@ -54,7 +55,8 @@ const (
 
 type opResult struct {
 	err        error
-	duplicate  bool
+	duplicate  bool   // Record
+	dups       []bool // RecordSync: per event
 	flush      FlushResult
 	res        *Reservation
 	settlement Settlement
@@ -142,29 +144,25 @@ func (t *Tracker) Record(ctx context.Context, u Usage) error {
 // for each whether it was a duplicate. It is the synchronous path of the CLI
 // and of imports.
 func (t *Tracker) RecordSync(ctx context.Context, events ...Usage) ([]bool, error) {
+	if len(events) == 0 {
+		return nil, nil
+	}
 	now := t.now()
-	ops := make([]*op, len(events))
+	evs := make([]Usage, len(events))
 	for i := range events {
 		u, err := events[i].Normalize(now)
 		if err != nil {
 			return nil, err
 		}
-		ops[i] = &op{kind: opUsage, ev: u, done: make(chan opResult, 1)}
+		evs[i] = u
 	}
-	for _, o := range ops {
-		if err := t.enqueue(ctx, o); err != nil {
-			return nil, err
-		}
+	// One operation for the whole call: one transaction, however many events.
+	o := &op{kind: opUsage, evs: evs, done: make(chan opResult, 1)}
+	if err := t.enqueue(ctx, o); err != nil {
+		return nil, err
 	}
-	dup := make([]bool, len(ops))
-	for i, o := range ops {
-		r := t.wait(ctx, o)
-		if r.err != nil {
-			return nil, r.err
-		}
-		dup[i] = r.duplicate
-	}
-	return dup, nil
+	r := t.wait(ctx, o)
+	return r.dups, r.err
 }
 
 // Flush waits until everything queued before it is committed. It returns
@@ -205,7 +203,7 @@ func (t *Tracker) enqueue(ctx context.Context, o *op) error {
 		}
 	}
 	if o.kind == opUsage {
-		t.stats.queued.Add(1)
+		t.stats.queued.Add(int64(max(len(o.evs), 1)))
 	}
 	return nil
 }
@@ -217,33 +215,46 @@ func (t *Tracker) unqueue(o *op) {
 	}
 }
 
-// addPending overlays the event on the cached counters of its key's limits.
-// Without cached limits nothing is overlaid: the event shows once written.
+// addPending overlays o's events on the cached counters of their keys'
+// limits. Without cached limits nothing is overlaid: an event shows once
+// written.
 func (t *Tracker) addPending(o *op) {
-	e, ok := t.limits.Peek(o.ev.Key)
+	if o.evs == nil {
+		t.addPendingEvent(o, &o.ev)
+		return
+	}
+	for i := range o.evs {
+		t.addPendingEvent(o, &o.evs[i])
+	}
+}
+
+func (t *Tracker) addPendingEvent(o *op, ev *Usage) {
+	e, ok := t.limits.Peek(ev.Key)
 	if !ok {
 		return
 	}
 	kl := e.Value
-	o.contribs = make([]contrib, 0, len(kl.limits))
-	model := NormalizeModel(o.ev.Model)
+	if o.contribs == nil {
+		o.contribs = make([]contrib, 0, len(kl.limits))
+	}
+	model := NormalizeModel(ev.Model)
 	if hasUSD(kl.limits) {
 		// The overlay's cost comes from the cached table (no I/O here); the
 		// writer prices the event again when it stores it.
 		if s := t.prices.Load(); s != nil {
-			if p := s.table.Lookup(o.ev.Provider, model, o.ev.At); p != nil {
-				o.ev.Cost = p.Cost(&o.ev)
+			if p := s.table.Lookup(ev.Provider, model, ev.At); p != nil {
+				ev.Cost = p.Cost(ev)
 			}
 		}
 	}
 	for i := range kl.limits {
 		l := &kl.limits[i]
-		if l.Metric == MetricConcurrent || !l.Applies(o.ev.Key, o.ev.Provider, model) {
+		if l.Metric == MetricConcurrent || !l.Applies(ev.Key, ev.Provider, model) {
 			continue
 		}
-		w := kl.window(i, o.ev.At)
+		w := kl.window(i, ev.At)
 		k := cache.Key{LimitID: l.ID, Subject: l.Subject, Start: w.start.UnixNano()}
-		d := o.ev.Amount(l.Metric)
+		d := ev.Amount(l.Metric)
 		c := w.c
 		if c == nil || !c.AddPending(d) {
 			c = t.counters.Acquire(k)

@@ -278,7 +278,10 @@ func (t *Tracker) abandon(ops []*op, sums map[*cache.Counter]*pendingSum, err er
 		c.EndCommit(ps.queued, 0, false)
 	}
 	for _, o := range ops {
-		if o.kind == opUsage || o.kind == opCommit || o.kind == opRelease {
+		switch o.kind {
+		case opUsage:
+			t.w.unwritten.Add(int64(max(len(o.evs), 1)))
+		case opCommit, opRelease:
 			t.w.unwritten.Add(1)
 		}
 		if o.kind == opUsage && sums == nil {
@@ -362,13 +365,16 @@ func (t *Tracker) settle(b *batch, sums map[*cache.Counter]*pendingSum) {
 		} else {
 			dups++
 		}
-		if o.done == nil {
+		switch {
+		case o.done == nil:
 			if ins {
 				asyncWritten++
 			} else {
 				asyncDups++
 			}
-		} else {
+		case o.evs != nil:
+			o.out.dups = append(o.out.dups, !ins)
+		default:
 			o.out.duplicate = !ins
 		}
 	}
