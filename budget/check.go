@@ -22,15 +22,16 @@ func (t *Tracker) CheckAt(ctx context.Context, req Request, now time.Time) (Deci
 	return t.check(ctx, req, now, t.now().UnixNano(), nil)
 }
 
-// CheckInto is CheckAt appending the statuses to buf[:0], so a caller that
-// reuses buf between calls checks without allocating. A zero now means the
-// tracker's clock, read once.
+// CheckInto is Check at now appending the statuses to buf[:0], so a caller
+// that reuses buf between calls checks without allocating. now is the
+// caller's clock: it picks the windows and ages the cache, so it must be
+// the current time (a proxy passes the request's arrival), which saves
+// reading the clock again. A zero now means the tracker's clock.
 func (t *Tracker) CheckInto(ctx context.Context, req Request, now time.Time, buf []Status) (Decision, error) {
-	clock := t.now()
 	if now.IsZero() {
-		now = clock
+		now = t.now()
 	}
-	return t.check(ctx, req, now, clock.UnixNano(), buf[:0])
+	return t.check(ctx, req, now, now.UnixNano(), buf[:0])
 }
 
 // check decides req at now; clock is the tracker's clock, which ages the

@@ -10,6 +10,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -45,6 +46,10 @@ type Options struct {
 	BusyTimeout time.Duration
 	// ReadConns bounds the read pool. (Optional; default 4.)
 	ReadConns int
+	// Driver is the database/sql driver the file is opened with: one
+	// registered as a wrapper of modernc.org/sqlite's "sqlite" driver, for
+	// instrumentation such as counting statements. (Optional; default "sqlite".)
+	Driver string
 }
 
 // DB is a budget.Store on one SQLite file.
@@ -83,6 +88,16 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 	if opts.ReadConns <= 0 {
 		opts.ReadConns = 4
 	}
+	if opts.Driver == "" {
+		opts.Driver = "sqlite"
+	}
+	open := func(dsn string) (*sqlx.DB, error) {
+		d, err := sql.Open(opts.Driver, dsn)
+		if err != nil {
+			return nil, err
+		}
+		return sqlx.NewDb(d, "sqlite"), nil // sqlite's bind type whatever the driver's name
+	}
 	if err := prepareFile(path, opts.Create); err != nil {
 		return nil, err
 	}
@@ -99,7 +114,7 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 	// gets a large page cache, and checkpoints less often than every 1,000
 	// WAL pages (each checkpoint is an fsync pair).
 	wq := url.Values{"_pragma": append([]string{"journal_mode(WAL)", "cache_size(-32768)", "wal_autocheckpoint(8192)", "temp_store(MEMORY)"}, q["_pragma"]...), "_txlock": {"immediate"}}
-	w, err := sqlx.Open("sqlite", base+"?mode=rw&"+wq.Encode())
+	w, err := open(base+"?mode=rw&"+wq.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
@@ -108,7 +123,7 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 	w.SetConnMaxIdleTime(0)
 	w.SetConnMaxLifetime(0)
 	rq := url.Values{"_pragma": append([]string{"query_only(1)"}, q["_pragma"]...)}
-	r, err := sqlx.Open("sqlite", base+"?mode=ro&"+rq.Encode())
+	r, err := open(base+"?mode=ro&"+rq.Encode())
 	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
@@ -132,7 +147,7 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 		// WAL index: nobody can write this file through that path, so it
 		// is read as immutable. Writes still fail, at once.
 		db.r.Close()
-		if db.r, err = sqlx.Open("sqlite", base+"?mode=ro&immutable=1&"+rq.Encode()); err != nil {
+		if db.r, err = open(base+"?mode=ro&immutable=1&"+rq.Encode()); err != nil {
 			w.Close()
 			return nil, fmt.Errorf("open %s: %w", path, err)
 		}

@@ -32,7 +32,7 @@ var errReadOnly = errors.New("store: write inside a read-only transaction")
 const (
 	// Multi-row statements: %s stands for the VALUES rows.
 	qInsertUsageN = `INSERT INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm, cost, unpriced)
-		VALUES %s ON CONFLICT DO NOTHING`
+		VALUES %s ON CONFLICT DO NOTHING RETURNING key, request_id`
 	qAddCountersN = `WITH v(lid, sub, ws, d) AS (VALUES %s)
 		UPDATE counters SET used = MIN(used + v.d, 9007199254740991) FROM v
 		WHERE counters.limit_id = v.lid AND counters.subject = v.sub AND counters.window_start = v.ws`
@@ -224,32 +224,21 @@ func (t *tx) insertUsage(ctx context.Context, evs []budget.EventWrite) ([]bool, 
 			args = append(args, e.Key, e.RequestID, e.Provider, e.Model, e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, ns(e.At),
 				budget.NormalizeModel(e.Model), e.Cost, e.Unpriced)
 		}
-		// Duplicates are rare: insert the chunk in one statement and, only
-		// if some row was skipped, redo it row by row to learn which.
-		if _, err := t.tx.ExecContext(ctx, "SAVEPOINT usage_chunk"); err != nil {
-			return nil, fmt.Errorf("insert usage: %w", err)
+		// The rows that went in come back (a duplicate of a stored row, or
+		// of an earlier row of the chunk, does not): one statement either way.
+		first := make(map[[2]string]int, len(part))
+		for i := len(part) - 1; i >= 0; i-- {
+			first[[2]string{part[i].Key, part[i].RequestID}] = lo + i
 		}
-		n, err := t.db.exec(ctx, t.tx, multiRow(qInsertUsageN, 13, len(part)), args...)
+		err := t.scan(ctx, multiRow(qInsertUsageN, 13, len(part)), args, func(s scanner) error {
+			var k [2]string
+			if err := s.Scan(&k[0], &k[1]); err != nil {
+				return err
+			}
+			inserted[first[k]] = true
+			return nil
+		})
 		if err != nil {
-			return nil, fmt.Errorf("insert usage: %w", err)
-		}
-		if n == int64(len(part)) {
-			for i := range part {
-				inserted[lo+i] = true
-			}
-		} else {
-			if _, err := t.tx.ExecContext(ctx, "ROLLBACK TO usage_chunk"); err != nil {
-				return nil, fmt.Errorf("insert usage: %w", err)
-			}
-			for i := range part {
-				n, err := t.db.exec(ctx, t.tx, multiRow(qInsertUsageN, 13, 1), args[13*i:13*i+13]...)
-				if err != nil {
-					return nil, fmt.Errorf("insert usage %s/%s: %w", part[i].Key, part[i].RequestID, err)
-				}
-				inserted[lo+i] = n == 1
-			}
-		}
-		if _, err := t.tx.ExecContext(ctx, "RELEASE usage_chunk"); err != nil {
 			return nil, fmt.Errorf("insert usage: %w", err)
 		}
 	}
