@@ -114,7 +114,7 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 	// gets a large page cache, and checkpoints less often than every 1,000
 	// WAL pages (each checkpoint is an fsync pair).
 	wq := url.Values{"_pragma": append([]string{"journal_mode(WAL)", "cache_size(-32768)", "wal_autocheckpoint(8192)", "temp_store(MEMORY)"}, q["_pragma"]...), "_txlock": {"immediate"}}
-	w, err := open(base+"?mode=rw&"+wq.Encode())
+	w, err := open(base + "?mode=rw&" + wq.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
@@ -123,7 +123,7 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 	w.SetConnMaxIdleTime(0)
 	w.SetConnMaxLifetime(0)
 	rq := url.Values{"_pragma": append([]string{"query_only(1)"}, q["_pragma"]...)}
-	r, err := open(base+"?mode=ro&"+rq.Encode())
+	r, err := open(base + "?mode=ro&" + rq.Encode())
 	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
@@ -147,7 +147,7 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 		// WAL index: nobody can write this file through that path, so it
 		// is read as immutable. Writes still fail, at once.
 		db.r.Close()
-		if db.r, err = open(base+"?mode=ro&immutable=1&"+rq.Encode()); err != nil {
+		if db.r, err = open(base + "?mode=ro&immutable=1&" + rq.Encode()); err != nil {
 			w.Close()
 			return nil, fmt.Errorf("open %s: %w", path, err)
 		}
