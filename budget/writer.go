@@ -208,12 +208,12 @@ func (o *op) answer(r opResult) {
 
 // reset empties the plan for a (re)try at now.
 func (b *batch) reset(now time.Time) {
+	for _, w := range b.touched { // a failed try's (a fresh batch has none)
+		w.cw = -1
+	}
 	b.now = now
 	b.ws = WriteSet{}
 	b.missing, b.prices, b.touched, b.expired, b.evOps, b.inserted = nil, nil, nil, nil, nil, nil
-	for _, w := range b.t.w.mem.windows {
-		w.cw = -1
-	}
 }
 
 // run is one try of the batch inside tx: load, decide, write.
