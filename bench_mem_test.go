@@ -102,8 +102,6 @@ func memChild(path string, keys int) error {
 	return nil
 }
 
-func rssNow() int64 { return procStatus("VmRSS:") }
-
 func peakRSS() int64 { return procStatus("VmHWM:") }
 
 func procStatus(field string) int64 {

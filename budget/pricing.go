@@ -68,38 +68,6 @@ func (t *Tracker) writerPrices(ctx context.Context, tx Tx) (*Prices, error) {
 	return w.prices.table, nil
 }
 
-// priceEvents fills each event's Cost from the price in force at its own
-// instant. An event with no price costs 0, and is marked Unpriced when a
-// dollar limit applies to it (the case that matters: it counts $0 there).
-// It runs in the writer's transaction, so what is stored is what the
-// table said when it was written; a later price never re-prices it.
-func (t *Tracker) priceEvents(ctx context.Context, tx Tx, events []Usage) error {
-	table, err := t.writerPrices(ctx, tx)
-	if err != nil {
-		return err
-	}
-	for i := range events {
-		e := &events[i]
-		model := NormalizeModel(e.Model)
-		if p := table.Lookup(e.Provider, model, e.At); p != nil {
-			e.Cost, e.Unpriced = p.Cost(e), false
-			continue
-		}
-		ls, err := t.limitsFor(ctx, tx, e.Key)
-		if err != nil {
-			return err
-		}
-		e.Cost, e.Unpriced = 0, false
-		for j := range ls {
-			if ls[j].Metric == MetricUSD && ls[j].Applies(e.Key, e.Provider, model) {
-				e.Unpriced = true
-				break
-			}
-		}
-	}
-	return nil
-}
-
 // priceEstimate fills est.USD when a usd limit is among statuses: the
 // estimate priced at the price in force at at. ok is false when a usd
 // limit applies and no price matches: the request must be refused, as it

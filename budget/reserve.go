@@ -155,10 +155,6 @@ func (t *Tracker) do(ctx context.Context, o *op) (opResult, error) {
 	return r, r.err
 }
 
-func sortStatuses(s []Status) {
-	slices.SortFunc(s, func(a, b Status) int { return a.Limit.Compare(&b.Limit) })
-}
-
 // Commit records the actual usage of reservation id as an event at the
 // reservation's instant (request id = reservation id; key, provider and
 // model from the reservation) and frees its holds, in one transaction. The

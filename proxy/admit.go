@@ -206,8 +206,7 @@ func (m *Middleware) startRenew(res *budget.Reservation) *renewer {
 	every := max(ttl/3, time.Millisecond)
 	ctx, cancel := context.WithCancel(context.Background())
 	rn := &renewer{cancel: cancel}
-	var tick func()
-	tick = func() {
+	tick := func() {
 		// Bounded by the interval: a renewal stuck behind an unwritable
 		// database must not pile up behind the next one.
 		rctx, done := context.WithTimeout(ctx, every)

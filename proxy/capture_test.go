@@ -26,7 +26,6 @@ type captureCase struct {
 	status           int
 	clientAsksUsage  bool // chat streams: the client set include_usage itself
 	wantStripped     bool // the usage-only chunk is removed for the client
-	requestedModelOK bool
 }
 
 var captureCases = []captureCase{

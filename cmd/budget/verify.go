@@ -61,9 +61,9 @@ func (m *Main) runVerify(ctx context.Context, args []string) (err error) {
 			Counter     int64  `json:"counter"`
 			History     int64  `json:"history"`
 		}
-		unpriced, err := db.UnpricedEvents(ctx)
-		if err != nil && len(storage.Problems) == 0 {
-			return err
+		unpriced, uerr := db.UnpricedEvents(ctx)
+		if uerr != nil && len(storage.Problems) == 0 {
+			return uerr
 		}
 		out := struct {
 			Drifted    []driftJSON `json:"drifted"`
