@@ -9,8 +9,10 @@
 //  1. its route (Config.Routes: path -> Format and provider; others 404;
 //     GET /v1/models and /v1/models/ID, see below);
 //  2. the gateway key, "Authorization: Bearer" or "x-api-key", looked up
-//     by its SHA-256 (Keys: found or not, an answer is trusted for
-//     DefaultKeyTTL; the key opens for its secret, or for the secret a
+//     by its SHA-256 in a KeyStore (Keys: found or not, an answer is
+//     trusted for DefaultKeyTTL; keys found and unknown secrets are cached
+//     apart, each bounded, so made-up secrets never evict a known key;
+//     the key opens for its secret, or for the secret a
 //     rotation replaced until the grace period ends, decided at each
 //     request with the current time; 401 otherwise); the secret is removed
 //     before forwarding and never logged. Keys records a key's last use at

@@ -102,14 +102,14 @@ func newEnv(t testing.TB, o envOptions, upstream http.HandlerFunc) *env {
 		upstream(w, r)
 	}))
 	t.Cleanup(e.upstream.Close)
-	if e.secret, err = proxy.AddKey(ctx, db.Store(), "team", testNow); err != nil {
+	if e.secret, err = proxy.AddKey(ctx, db.KeyStore(), "team", testNow); err != nil {
 		t.Fatal(err)
 	}
 	metrics := proxy.NewMetrics(e.reg)
 	metrics.SetTracker(db.Tracker)
 	// Its own key lookup, so that the cleanup waits for the key uses it
 	// records before the database closes.
-	keys := proxy.NewKeys(db.Store())
+	keys := proxy.NewKeys(db.KeyStore())
 	t.Cleanup(keys.Wait)
 	pc := proxy.Config{Mode: o.mode, Keys: keys, Metrics: metrics, Logger: slog.New(slog.NewTextHandler(e.logs, nil))}
 	if o.cfg != nil {

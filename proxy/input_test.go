@@ -145,16 +145,12 @@ func TestKeyNameBounded(t *testing.T) {
 		if len(err.Error()) > 300 {
 			t.Errorf("ValidKeyName(%.20q): a %d-byte error", name, len(err.Error()))
 		}
-		if _, err := proxy.AddKey(ctx, e.db.Store(), name, testNow); !errors.Is(err, budget.ErrInvalid) {
+		if _, err := proxy.AddKey(ctx, e.db.KeyStore(), name, testNow); !errors.Is(err, budget.ErrInvalid) {
 			t.Errorf("AddKey(%.20q): got %v; want ErrInvalid", name, err)
 		}
 	}
-	var keys []budget.GatewayKey
-	if err := e.db.Store().View(ctx, func(tx budget.Tx) error {
-		var err error
-		keys, err = tx.Keys(ctx)
-		return err
-	}); err != nil {
+	keys, err := e.db.KeyStore().ListKeys(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if len(keys) != 1 || keys[0].Name != "team" {

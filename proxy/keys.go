@@ -18,6 +18,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/gatekey"
 )
 
 // KeyPrefix starts every gateway key secret, so one is easy to recognise
@@ -37,12 +38,29 @@ const (
 )
 
 // DefaultTouchInterval is how often at most Keys records a key's use
-// (GatewayKey.LastUsedAt): a write a minute per key, off the request path.
+// (gatekey.Key.LastUsedAt): a write a minute per key, off the request path.
 const DefaultTouchInterval = time.Minute
 
 // DefaultRotateGrace is how long 'budget key rotate' keeps the old secret
 // working by default: time to roll the new one out.
 const DefaultRotateGrace = time.Hour
+
+// KeyStore keeps the gateway keys Keys looks up and the key functions
+// below write. Both stores (store.DB, postgres.DB) implement it; its
+// contract is gatekey.Store's, defined there so a store need not import
+// this package. tokenbudget.DB.KeyStore returns the one of a database.
+type KeyStore = gatekey.Store
+
+// keyStoreOf is the KeyStore under a tracker's store: the store itself, or
+// the one Metrics.InstrumentStore wraps (which times budget transactions
+// only, so it does not pass the key methods through).
+func keyStoreOf(s budget.Store) (KeyStore, bool) {
+	if ts, ok := s.(*timedStore); ok {
+		s = ts.Store
+	}
+	ks, ok := s.(KeyStore)
+	return ks, ok
+}
 
 // ErrUnknownKey is returned by a KeyLookup for a secret that names no
 // usable key: unknown, revoked, or absent. The proxy answers 401.
@@ -81,18 +99,18 @@ func HashKey(secret string) string {
 // AddKey creates the gateway key name in s with a new secret, stored only
 // as its hash, and returns the secret: it cannot be read back later. A name
 // that exists (revoked ones included) is invalid input; see ReuseKey.
-func AddKey(ctx context.Context, s budget.Store, name string, at time.Time) (secret string, err error) {
+func AddKey(ctx context.Context, s KeyStore, name string, at time.Time) (secret string, err error) {
 	return addKey(ctx, s, name, at, false)
 }
 
 // ReuseKey is AddKey that also takes the name of a revoked key: the name,
 // and so its limits and their windows, get a new secret (the revoked one
 // stays refused). A live key's name is invalid input: rotate it instead.
-func ReuseKey(ctx context.Context, s budget.Store, name string, at time.Time) (secret string, err error) {
+func ReuseKey(ctx context.Context, s KeyStore, name string, at time.Time) (secret string, err error) {
 	return addKey(ctx, s, name, at, true)
 }
 
-func addKey(ctx context.Context, s budget.Store, name string, at time.Time, reuse bool) (secret string, err error) {
+func addKey(ctx context.Context, s KeyStore, name string, at time.Time, reuse bool) (secret string, err error) {
 	name = strings.TrimSpace(name)
 	if err := ValidKeyName(name); err != nil {
 		return "", err
@@ -100,16 +118,19 @@ func addKey(ctx context.Context, s budget.Store, name string, at time.Time, reus
 	if secret, err = NewKeySecret(); err != nil {
 		return "", err
 	}
-	k := budget.GatewayKey{Name: name, Hash: HashKey(secret), CreatedAt: at.UTC()}
-	err = s.Update(ctx, func(tx budget.Tx) error {
-		if reuse {
-			if err := tx.ReuseKey(ctx, k); !errors.Is(err, budget.ErrNotFound) {
-				return err
-			}
+	k := gatekey.Key{Name: name, Hash: HashKey(secret), CreatedAt: at.UTC()}
+	if reuse {
+		err := s.ReuseKey(ctx, k)
+		if err == nil {
+			return secret, nil
 		}
-		return tx.InsertKey(ctx, k)
-	})
-	if err != nil {
+		if !errors.Is(err, budget.ErrNotFound) {
+			return "", err
+		}
+		// No key has the name: a new one. Should another process insert
+		// it first, InsertKey refuses the name as taken.
+	}
+	if err := s.InsertKey(ctx, k); err != nil {
 		return "", err
 	}
 	return secret, nil
@@ -121,7 +142,7 @@ func addKey(ctx context.Context, s budget.Store, name string, at time.Time, reus
 // name, its limits and their windows are unchanged. A secret replaced by
 // an earlier rotation stops working now. An unknown name is
 // budget.ErrNotFound; a revoked one invalid input.
-func RotateKey(ctx context.Context, s budget.Store, name string, grace time.Duration, at time.Time) (secret string, err error) {
+func RotateKey(ctx context.Context, s KeyStore, name string, grace time.Duration, at time.Time) (secret string, err error) {
 	name = strings.TrimSpace(name)
 	if err := ValidKeyName(name); err != nil {
 		return "", err
@@ -133,7 +154,7 @@ func RotateKey(ctx context.Context, s budget.Store, name string, grace time.Dura
 		return "", err
 	}
 	until := at.UTC().Add(grace)
-	if err := s.Update(ctx, func(tx budget.Tx) error { return tx.RotateKey(ctx, name, HashKey(secret), until) }); err != nil {
+	if err := s.RotateKey(ctx, name, HashKey(secret), until); err != nil {
 		return "", err
 	}
 	return secret, nil
@@ -169,11 +190,12 @@ func Secret(h http.Header) string {
 	return strings.TrimSpace(h.Get("X-Api-Key"))
 }
 
-// Keys looks gateway secrets up by their hash in a Store and caches each
+// Keys looks gateway secrets up by their hash in a KeyStore and caches each
 // answer (the key found, or that there is none) for TTL: a key added by
-// another process works at once, a revoked one stops within TTL. Whether a
+// another process works within TTL (at once unless its secret was just
+// tried in vain), a revoked one stops within TTL. Whether a
 // key found opens for a secret is decided at every lookup with the current
-// time (budget.GatewayKey.Accepts), so a rotated key's old secret stops at
+// time (gatekey.Key.Accepts), so a rotated key's old secret stops at
 // the end of its grace period exactly, cached or not. Known keys and
 // unknown secrets are cached apart, each bounded and evicting its least
 // recently used entry. A key's use is recorded in the store at most once
@@ -188,7 +210,7 @@ type Keys struct {
 	// not retried: the next one a minute later records it). (Optional.)
 	OnTouchError func(name string, err error)
 
-	store   budget.Store
+	store   KeyStore
 	known   *lru.Cache[string, *keyEntry] // by hash
 	unknown *lru.Cache[string, time.Time] // by hash: when it was found missing
 	touches sync.WaitGroup
@@ -197,13 +219,13 @@ type Keys struct {
 // keyEntry is a key found by a hash: the key's row as loaded, and when its
 // use was last recorded (Unix ns; shared by reloads of the same key).
 type keyEntry struct {
-	key      budget.GatewayKey
+	key      gatekey.Key
 	loadedAt time.Time
 	touched  *atomic.Int64
 }
 
 // NewKeys returns a lookup over s with the default TTL.
-func NewKeys(s budget.Store) *Keys {
+func NewKeys(s KeyStore) *Keys {
 	known, _ := lru.New[string, *keyEntry](defaultKeyCacheSize)
 	unknown, _ := lru.New[string, time.Time](defaultUnknownCacheSize)
 	return &Keys{store: s, known: known, unknown: unknown}
@@ -231,12 +253,7 @@ func (k *Keys) Lookup(ctx context.Context, secret string) (string, error) {
 		if at, ok := k.unknown.Get(hash); ok && fresh(at) {
 			return "", ErrUnknownKey
 		}
-		var gk budget.GatewayKey
-		err := k.store.View(ctx, func(tx budget.Tx) error {
-			var err error
-			gk, err = tx.KeyByHash(ctx, hash)
-			return err
-		})
+		gk, err := k.store.KeyByHash(ctx, hash)
 		switch {
 		case errors.Is(err, budget.ErrNotFound):
 			k.known.Remove(hash)
@@ -273,7 +290,7 @@ func (k *Keys) touch(e *keyEntry, t time.Time) {
 		defer k.touches.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		err := k.store.Update(ctx, func(tx budget.Tx) error { return tx.TouchKey(ctx, name, t) })
+		err := k.store.TouchKey(ctx, name, t)
 		if err != nil && k.OnTouchError != nil {
 			k.OnTouchError(name, err)
 		}

@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tokenbudget/tokenbudget"
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/gatekey"
 )
 
 var keysNow = time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
@@ -24,7 +27,7 @@ func keysEnv(t *testing.T, now *time.Time) (*tokenbudget.DB, *Keys) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := NewKeys(db.Store())
+	k := NewKeys(db.KeyStore())
 	k.Now = func() time.Time { return *now }
 	t.Cleanup(func() {
 		k.Wait()
@@ -38,15 +41,10 @@ func keysEnv(t *testing.T, now *time.Time) (*tokenbudget.DB, *Keys) {
 func revokeAll(t *testing.T, db *tokenbudget.DB, names []string) {
 	t.Helper()
 	ctx := context.Background()
-	if err := db.Store().Update(ctx, func(tx budget.Tx) error {
-		for _, n := range names {
-			if err := tx.RevokeKey(ctx, n, keysNow); err != nil {
-				return err
-			}
+	for _, n := range names {
+		if _, err := db.KeyStore().RevokeKey(ctx, n, keysNow); err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -63,7 +61,7 @@ func TestKeyCacheBounded(t *testing.T) {
 	var names, secrets []string
 	for i := range 6 {
 		name := fmt.Sprintf("k%d", i)
-		s, err := AddKey(ctx, db.Store(), name, now)
+		s, err := AddKey(ctx, db.KeyStore(), name, now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,9 +106,7 @@ func TestKeyLookupTTL(t *testing.T) {
 	if _, err := k.Lookup(ctx, secret); !errors.Is(err, ErrUnknownKey) {
 		t.Fatalf("unknown: %v", err)
 	}
-	if err := db.Store().Update(ctx, func(tx budget.Tx) error {
-		return tx.InsertKey(ctx, budget.GatewayKey{Name: "late", Hash: HashKey(secret), CreatedAt: now})
-	}); err != nil {
+	if err := db.KeyStore().InsertKey(ctx, gatekey.Key{Name: "late", Hash: HashKey(secret), CreatedAt: now}); err != nil {
 		t.Fatal(err)
 	}
 	now = now.Add(DefaultKeyTTL - time.Nanosecond)
@@ -134,11 +130,11 @@ func TestKeyRotationGrace(t *testing.T) {
 	// reused, and Accepts decides each time.
 	k.TTL = time.Hour
 	ctx := context.Background()
-	old, err := AddKey(ctx, db.Store(), "app", now)
+	old, err := AddKey(ctx, db.KeyStore(), "app", now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fresh, err := RotateKey(ctx, db.Store(), "app", time.Minute, now)
+	fresh, err := RotateKey(ctx, db.KeyStore(), "app", time.Minute, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +152,7 @@ func TestKeyRotationGrace(t *testing.T) {
 			t.Errorf("%s after %s: %q %v; want usable %v", map[bool]string{true: "old", false: "new"}[c.secret == old], c.after, name, err, c.ok)
 		}
 	}
-	if _, err := RotateKey(ctx, db.Store(), "nobody", 0, now); !errors.Is(err, budget.ErrNotFound) {
+	if _, err := RotateKey(ctx, db.KeyStore(), "nobody", 0, now); !errors.Is(err, budget.ErrNotFound) {
 		t.Errorf("rotate an unknown key: %v; want ErrNotFound", err)
 	}
 }
@@ -168,19 +164,15 @@ func TestKeyTouch(t *testing.T) {
 	now := keysNow
 	db, k := keysEnv(t, &now)
 	ctx := context.Background()
-	secret, err := AddKey(ctx, db.Store(), "app", now)
+	secret, err := AddKey(ctx, db.KeyStore(), "app", now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	lastUsed := func() time.Time {
 		t.Helper()
 		k.Wait()
-		var ks []budget.GatewayKey
-		if err := db.Store().View(ctx, func(tx budget.Tx) error {
-			var err error
-			ks, err = tx.Keys(ctx)
-			return err
-		}); err != nil || len(ks) != 1 {
+		ks, err := db.KeyStore().ListKeys(ctx)
+		if err != nil || len(ks) != 1 {
 			t.Fatalf("keys: %v %v", ks, err)
 		}
 		return ks[0].LastUsedAt
@@ -199,5 +191,143 @@ func TestKeyTouch(t *testing.T) {
 		if got := lastUsed(); !got.Equal(keysNow.Add(c.want)) {
 			t.Errorf("after a use at +%s: last used %v; want +%s", c.after, got, c.want)
 		}
+	}
+}
+
+// readCounter is a KeyStore that counts the lookups reaching it, to tell a
+// cached answer from a read.
+type readCounter struct {
+	KeyStore
+	reads atomic.Int64
+}
+
+func (c *readCounter) KeyByHash(ctx context.Context, hash string) (gatekey.Key, error) {
+	c.reads.Add(1)
+	return c.KeyStore.KeyByHash(ctx, hash)
+}
+
+// TestKeyRereadAfterTTL: a key found is answered from the cache until the
+// TTL has passed since it was read, then read again, once.
+func TestKeyRereadAfterTTL(t *testing.T) {
+	t.Parallel()
+	now := keysNow
+	db, k := keysEnv(t, &now)
+	ctx := context.Background()
+	secret, err := AddKey(ctx, db.KeyStore(), "app", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &readCounter{KeyStore: db.KeyStore()}
+	k.store = c
+	for _, step := range []struct {
+		after time.Duration
+		reads int64 // store reads so far
+	}{
+		{0, 1}, {time.Second, 1}, {DefaultKeyTTL - time.Nanosecond, 1},
+		{DefaultKeyTTL, 2}, {DefaultKeyTTL + time.Second, 2}, {2 * DefaultKeyTTL, 3},
+	} {
+		now = keysNow.Add(step.after)
+		if name, err := k.Lookup(ctx, secret); name != "app" || err != nil {
+			t.Fatalf("lookup at +%s: %q %v; want app", step.after, name, err)
+		}
+		if got := c.reads.Load(); got != step.reads {
+			t.Errorf("after a lookup at +%s: got %d store reads; want %d", step.after, got, step.reads)
+		}
+	}
+}
+
+// TestKeyRevocationSeenWithinTTL: a key revoked by another process is
+// refused at the latest TTL after this process last read it.
+func TestKeyRevocationSeenWithinTTL(t *testing.T) {
+	t.Parallel()
+	now := keysNow
+	db, k := keysEnv(t, &now)
+	ctx := context.Background()
+	secret, err := AddKey(ctx, db.KeyStore(), "app", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name, err := k.Lookup(ctx, secret); name != "app" || err != nil {
+		t.Fatalf("lookup of a new key: %q %v", name, err)
+	}
+	now = keysNow.Add(time.Second)
+	revokeAll(t, db, []string{"app"})
+	now = keysNow.Add(DefaultKeyTTL - time.Nanosecond)
+	if name, err := k.Lookup(ctx, secret); name != "app" || err != nil {
+		t.Errorf("within the TTL of the read: %q %v; want the cached app", name, err)
+	}
+	now = keysNow.Add(DefaultKeyTTL)
+	if name, err := k.Lookup(ctx, secret); !errors.Is(err, ErrUnknownKey) {
+		t.Errorf("TTL after the read: %q %v; want ErrUnknownKey", name, err)
+	}
+}
+
+// TestKeyUnknownFloodKeepsKnown: however many made-up secrets are tried,
+// each a store read, a key found stays cached and is not read again
+// within the TTL.
+func TestKeyUnknownFloodKeepsKnown(t *testing.T) {
+	t.Parallel()
+	now := keysNow
+	db, k := keysEnv(t, &now)
+	k.known, _ = lru.New[string, *keyEntry](2)
+	k.unknown, _ = lru.New[string, time.Time](2)
+	ctx := context.Background()
+	secret, err := AddKey(ctx, db.KeyStore(), "app", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &readCounter{KeyStore: db.KeyStore()}
+	k.store = c
+	if _, err := k.Lookup(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	const flood = 50
+	for i := range flood {
+		if _, err := k.Lookup(ctx, fmt.Sprintf("tbk_random-%d", i)); !errors.Is(err, ErrUnknownKey) {
+			t.Fatalf("made-up secret %d: %v; want ErrUnknownKey", i, err)
+		}
+	}
+	if name, err := k.Lookup(ctx, secret); name != "app" || err != nil {
+		t.Errorf("after the flood: %q %v; want app", name, err)
+	}
+	if got, want := c.reads.Load(), int64(1+flood); got != want {
+		t.Errorf("got %d store reads; want %d (the known key read once)", got, want)
+	}
+	if got := k.unknown.Len(); got != 2 {
+		t.Errorf("unknown secrets cached: got %d; want the bound, 2", got)
+	}
+}
+
+// TestDefaultKeysUnderMetrics: without Config.Keys the middleware looks
+// keys up in the tracker's store, also when Metrics.InstrumentStore wraps
+// it.
+func TestDefaultKeysUnderMetrics(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := tokenbudget.OpenStore(ctx, filepath.Join(t.TempDir(), "budget.db"), tokenbudget.Options{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := budget.DefaultConfig()
+	cfg.SweepInterval = -1
+	tr, err := budget.New(ctx, NewMetrics(prometheus.NewRegistry()).InstrumentStore(s), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(tr, Config{})
+	if err != nil {
+		t.Fatalf("New without Keys over an instrumented store: %v", err)
+	}
+	t.Cleanup(func() {
+		m.keys.(*Keys).Wait()
+		tr.Close(context.Background())
+		s.Close()
+	})
+	secret, err := AddKey(ctx, s.(KeyStore), "app", keysNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name, err := m.keys.Lookup(ctx, secret); name != "app" || err != nil {
+		t.Errorf("lookup through the default Keys: got %q %v; want app", name, err)
 	}
 }

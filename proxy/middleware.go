@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -105,7 +106,8 @@ type Config struct {
 	// Mode is ModeReserve or ModeCheck. (Optional; default ModeReserve.)
 	Mode Mode
 	// Keys maps a gateway secret to a key name. (Optional; default
-	// NewKeys(tracker.Store()).)
+	// NewKeys over the tracker's store, which must then be a KeyStore, as
+	// both of this module's stores are.)
 	Keys KeyLookup
 	// Routes maps URL paths to what is served there; any other path gets
 	// 404. A route without a provider gets its format's default.
@@ -259,7 +261,11 @@ func New(t *budget.Tracker, cfg Config) (*Middleware, error) {
 	}
 	m := &Middleware{t: t, cfg: cfg, keys: cfg.Keys, log: cfg.Logger}
 	if m.keys == nil {
-		m.keys = NewKeys(t.Store())
+		ks, ok := keyStoreOf(t.Store())
+		if !ok {
+			return nil, budget.Invalid("Keys", fmt.Sprintf("%T", t.Store()), "is required: the tracker's store keeps no gateway keys")
+		}
+		m.keys = NewKeys(ks)
 	}
 	if m.log == nil {
 		m.log = slog.Default()

@@ -197,12 +197,10 @@ func TestKeys(t *testing.T) {
 
 	// Revoked: refused within the key cache's TTL (its clock is real here,
 	// so a fresh middleware stands in for the TTL passing).
-	if err := e.db.Store().Update(context.Background(), func(tx budget.Tx) error {
-		return tx.RevokeKey(context.Background(), "team", testNow)
-	}); err != nil {
+	if _, err := e.db.KeyStore().RevokeKey(context.Background(), "team", testNow); err != nil {
 		t.Fatal(err)
 	}
-	keys := proxy.NewKeys(e.db.Store())
+	keys := proxy.NewKeys(e.db.KeyStore())
 	if _, err := keys.Lookup(context.Background(), e.secret); err != proxy.ErrUnknownKey {
 		t.Errorf("revoked key: lookup got %v; want ErrUnknownKey", err)
 	}
@@ -214,14 +212,16 @@ func TestKeyCacheTTL(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{}, okUpstream)
 	now := testNow
-	keys := proxy.NewKeys(e.db.Store())
+	keys := proxy.NewKeys(e.db.KeyStore())
 	keys.Now = func() time.Time { return now }
 	keys.TTL = 5 * time.Second
 	ctx := context.Background()
 	if name, err := keys.Lookup(ctx, e.secret); name != "team" || err != nil {
 		t.Fatalf("lookup: got %q %v", name, err)
 	}
-	e.db.Store().Update(ctx, func(tx budget.Tx) error { return tx.RevokeKey(ctx, "team", now) })
+	if _, err := e.db.KeyStore().RevokeKey(ctx, "team", now); err != nil {
+		t.Fatal(err)
+	}
 	now = now.Add(4 * time.Second)
 	if name, err := keys.Lookup(ctx, e.secret); name != "team" || err != nil {
 		t.Errorf("within the TTL: got %q %v; want the cached answer", name, err)

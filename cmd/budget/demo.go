@@ -95,7 +95,7 @@ func (m *Main) runDemo(ctx context.Context, args []string) (err error) {
 	}
 	defer func() { err = errors.Join(err, p.stop(ctx)) }()
 
-	secret, err := proxy.AddKey(ctx, p.store, "demo", m.Now())
+	secret, err := proxy.AddKey(ctx, p.keyStore, "demo", m.Now())
 	if err != nil {
 		return err
 	}

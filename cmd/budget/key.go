@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/gatekey"
 	"github.com/tokenbudget/tokenbudget/proxy"
 )
 
@@ -83,7 +84,7 @@ func (m *Main) runKeyAdd(ctx context.Context, args []string) (err error) {
 	if *reuse {
 		add = proxy.ReuseKey
 	}
-	secret, err := add(ctx, db.Store(), name, now)
+	secret, err := add(ctx, db.KeyStore(), name, now)
 	if err != nil {
 		return err
 	}
@@ -139,7 +140,7 @@ type keyJSON struct {
 
 // keyState is a key's state at now and, while rotating, until when its
 // previous secret works.
-func keyState(k *budget.GatewayKey, now time.Time) (string, time.Time) {
+func keyState(k *gatekey.Key, now time.Time) (string, time.Time) {
 	switch {
 	case !k.RevokedAt.IsZero():
 		return "revoked", time.Time{}
@@ -170,12 +171,8 @@ func (m *Main) runKeyLs(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	defer closeDB(ctx, db, &err)
-	var keys []budget.GatewayKey
-	if err := db.Store().View(ctx, func(tx budget.Tx) error {
-		var err error
-		keys, err = tx.Keys(ctx)
-		return err
-	}); err != nil {
+	keys, err := db.KeyStore().ListKeys(ctx)
+	if err != nil {
 		return err
 	}
 	if *asJSON {
@@ -245,7 +242,7 @@ func (m *Main) runKeyRotate(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	defer closeDB(ctx, db, &err)
-	secret, err := proxy.RotateKey(ctx, db.Store(), name, *grace, now)
+	secret, err := proxy.RotateKey(ctx, db.KeyStore(), name, *grace, now)
 	if err != nil {
 		return err
 	}
@@ -293,27 +290,11 @@ func (m *Main) runKeyRevoke(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	defer closeDB(ctx, db, &err)
-	already := false
-	err = db.Store().Update(ctx, func(tx budget.Tx) error {
-		already = false
-		keys, err := tx.Keys(ctx)
-		if err != nil {
-			return err
-		}
-		for _, k := range keys {
-			if k.Name == name {
-				if already = !k.RevokedAt.IsZero(); already {
-					return nil
-				}
-				return tx.RevokeKey(ctx, name, now)
-			}
-		}
-		return fmt.Errorf("gateway key %q: %w", name, budget.ErrNotFound)
-	})
+	revoked, err := db.KeyStore().RevokeKey(ctx, name, now)
 	if err != nil {
 		return err
 	}
-	if already {
+	if !revoked {
 		_, err = fmt.Fprintf(m.Stdout, "%s was already revoked\n", name)
 		return err
 	}

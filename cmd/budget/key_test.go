@@ -63,7 +63,7 @@ func TestKeyCommands(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer d.Close(ctx)
-		name, err := proxy.NewKeys(d.Store()).Lookup(ctx, secret)
+		name, err := proxy.NewKeys(d.KeyStore()).Lookup(ctx, secret)
 		if err == nil && name != "team-a" {
 			t.Errorf("lookup: got %q", name)
 		}
@@ -100,7 +100,7 @@ func lookupAt(t *testing.T, db, secret string, now time.Time) (string, error) {
 		t.Fatal(err)
 	}
 	defer d.Close(ctx)
-	keys := proxy.NewKeys(d.Store())
+	keys := proxy.NewKeys(d.KeyStore())
 	keys.Now = func() time.Time { return now }
 	defer keys.Wait()
 	return keys.Lookup(ctx, secret)

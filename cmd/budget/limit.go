@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/gatekey"
 )
 
 const limitHelp = `usage: budget limit <set|ls|rm> [flags]
@@ -121,7 +122,7 @@ func (m *Main) runLimitSet(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	if !l.IsDefault() {
-		m.warnNoGatewayKey(ctx, db.Store(), l.Key)
+		m.warnNoGatewayKey(ctx, db.KeyStore(), l.Key)
 	}
 	if *asJSON {
 		return writeJSON(m.Stdout, limitObj(&l))
@@ -219,13 +220,8 @@ func keyText(l *budget.Limit) string {
 
 // warnNoGatewayKey warns on stderr when key has no gateway key: a misspelt
 // --key would otherwise leave the real key unlimited without a word.
-func (m *Main) warnNoGatewayKey(ctx context.Context, s budget.Store, key string) {
-	var keys []budget.GatewayKey
-	err := s.View(ctx, func(tx budget.Tx) error {
-		var err error
-		keys, err = tx.Keys(ctx)
-		return err
-	})
+func (m *Main) warnNoGatewayKey(ctx context.Context, s gatekey.Store, key string) {
+	keys, err := s.ListKeys(ctx)
 	if err != nil {
 		return // a warning only; the limit is set
 	}

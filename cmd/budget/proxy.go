@@ -242,6 +242,7 @@ type runningProxy struct {
 	upstream string
 	tracker  *budget.Tracker
 	store    budget.Store
+	keyStore proxy.KeyStore // store's gateway keys
 	keys     *proxy.Keys
 	srv      *http.Server
 	mock     *http.Server
@@ -271,6 +272,11 @@ func (m *Main) startProxy(ctx context.Context, o proxyOptions) (_ *runningProxy,
 		return nil, err
 	}
 	p.store = s
+	ks, ok := s.(proxy.KeyStore)
+	if !ok {
+		return nil, fmt.Errorf("budget proxy: the store %T keeps no gateway keys", s)
+	}
+	p.keyStore = ks
 	cfg := budget.DefaultConfig()
 	cfg.Now = m.Now
 	cfg.OnError = func(err error) { o.log.Error("budget: write failed; retrying", "err", err) }
@@ -309,7 +315,7 @@ func (m *Main) startProxy(ctx context.Context, o proxyOptions) (_ *runningProxy,
 	}
 	// The key lookup records each key's last use; stop waits for those
 	// writes before it closes the database.
-	p.keys = proxy.NewKeys(p.tracker.Store())
+	p.keys = proxy.NewKeys(p.keyStore)
 	p.keys.Now = m.Now
 	p.keys.OnTouchError = func(name string, err error) {
 		o.log.Warn("proxy: recording a gateway key's last use failed", "key", name, "err", err)

@@ -1,0 +1,88 @@
+// Package gatekey holds the gateway keys of `budget proxy`: the credentials
+// applications present, stored only as hashes of their secrets.
+//
+// The proxy owns this seam (proxy.KeyStore is Store), but it lives in a leaf
+// package of its own so that the stores (store, store/postgres), which keep
+// the keys beside the budget state, implement it without importing the
+// HTTP layer, and the proxy without importing a database. A key's name is
+// the key limits are set for in budget; the secret, its hash and the
+// key's lifecycle are known only here and in the proxy.
+//
+// Errors wrap budget.ErrNotFound and budget.ErrInvalid, so callers (the CLI's
+// exit codes) treat a missing or refused key as they do a missing or
+// refused limit.
+package gatekey
+
+import (
+	"context"
+	"time"
+)
+
+// Key is a gateway key as stored: only the SHA-256 of its secret is kept.
+// A Key is a value; it is safe to copy and to read concurrently.
+type Key struct {
+	Name      string
+	Hash      string // hex SHA-256 of the secret
+	CreatedAt time.Time
+	RevokedAt time.Time // zero while usable
+	// PrevHash is the hash of the secret a rotation replaced, still
+	// accepted until PrevUntil (the grace period); "" when none.
+	PrevHash  string
+	PrevUntil time.Time
+	// LastUsedAt is when the key was last seen, to within a minute
+	// (zero: never).
+	LastUsedAt time.Time
+}
+
+// Accepts reports whether a secret with hash hash opens this key at now:
+// the key is not revoked and hash is its secret's, or its previous
+// secret's within the grace period of a rotation. It is decided at each
+// use with the current time, so a cached Key never stretches a grace.
+func (k *Key) Accepts(hash string, now time.Time) bool {
+	if !k.RevokedAt.IsZero() || hash == "" {
+		return false
+	}
+	return hash == k.Hash || hash == k.PrevHash && now.Before(k.PrevUntil)
+}
+
+// Store keeps gateway keys. Each method is one transaction of its own,
+// committed when it returns nil: no caller needs two of them to be atomic,
+// and key writes are rare next to budget writes.
+//
+// Implementations MUST be safe for concurrent use by several goroutines and
+// by several processes sharing the database, MUST retry transient conflicts
+// (SQLITE_BUSY, serialization failures) themselves, and store instants with
+// nanosecond precision. A method that finds no key of the name it is given
+// returns an error wrapping budget.ErrNotFound; one refused by the key's
+// state an error wrapping budget.ErrInvalid that names the field and value.
+type Store interface {
+	// InsertKey adds k. A name that exists, revoked or not, is
+	// budget.ErrInvalid ("name"); nothing is written.
+	InsertKey(ctx context.Context, k Key) error
+	// KeyByHash finds the key whose secret, or previous secret, hashes to
+	// hash, revoked or not and whatever the grace period: Key.Accepts
+	// decides whether it opens. An unknown hash is budget.ErrNotFound.
+	KeyByHash(ctx context.Context, hash string) (Key, error)
+	// RotateKey gives the live key name the secret hashing to hash; its
+	// current secret becomes the previous one, accepted until graceUntil,
+	// and a previous secret of an earlier rotation is forgotten. A revoked
+	// name is budget.ErrInvalid.
+	RotateKey(ctx context.Context, name, hash string, graceUntil time.Time) error
+	// ReuseKey gives a revoked key's name to k (k.Hash, k.CreatedAt; not
+	// revoked, no previous secret, never used). A live key's name is
+	// budget.ErrInvalid.
+	ReuseKey(ctx context.Context, k Key) error
+	// TouchKey records a use of key name at at, unless the use recorded
+	// last is a minute or less before at (or later), so a busy key costs
+	// a write a minute.
+	// An unknown name is not an error: the key may have been removed
+	// since it was looked up.
+	TouchKey(ctx context.Context, name string, at time.Time) error
+	// ListKeys lists every key, revoked ones included, ordered by name
+	// byte by byte.
+	ListKeys(ctx context.Context) ([]Key, error)
+	// RevokeKey revokes key name at at, for good: its name stays taken
+	// until ReuseKey. It reports whether this call revoked it (false: it
+	// was revoked already, which is no error).
+	RevokeKey(ctx context.Context, name string, at time.Time) (revoked bool, err error)
+}
