@@ -200,31 +200,6 @@ type ReservationRow struct {
 // comparison keeps it.
 var NoExpiry = time.Unix(0, math.MaxInt64).UTC()
 
-// GatewayKey is a proxy credential; only the SHA-256 of its secret is stored.
-type GatewayKey struct {
-	Name      string
-	Hash      string // hex SHA-256 of the secret
-	CreatedAt time.Time
-	RevokedAt time.Time // zero while usable
-	// PrevHash is the hash of the secret a rotation replaced, still
-	// accepted until PrevUntil (the grace period); "" when none.
-	PrevHash  string
-	PrevUntil time.Time
-	// LastUsedAt is when the key was last seen, to within a minute
-	// (zero: never).
-	LastUsedAt time.Time
-}
-
-// Accepts reports whether a secret with hash hash opens this key at now:
-// the key is not revoked and hash is its secret's, or its previous
-// secret's within the grace period of a rotation.
-func (k *GatewayKey) Accepts(hash string, now time.Time) bool {
-	if !k.RevokedAt.IsZero() || hash == "" {
-		return false
-	}
-	return hash == k.Hash || hash == k.PrevHash && now.Before(k.PrevUntil)
-}
-
 // Tx is one transaction of a Store. Times are stored with nanosecond
 // precision. Methods that find nothing return ErrNotFound unless they say
 // otherwise.
@@ -319,23 +294,4 @@ type Tx interface {
 	// a stale list cannot probe again right after another's failure); ok
 	// reports whether this caller got it.
 	ClaimProbe(ctx context.Context, name, owner string, now, until time.Time) (ok bool, err error)
-
-	InsertKey(ctx context.Context, k GatewayKey) error
-	// KeyByHash finds the key whose secret, or previous secret, hashes to
-	// hash, revoked or not and whatever the grace period: GatewayKey.Accepts
-	// decides.
-	KeyByHash(ctx context.Context, hash string) (GatewayKey, error)
-	// RotateKey gives the live key name the secret hashing to hash, keeping
-	// the current one as its previous secret until graceUntil. ErrNotFound
-	// when there is no such key; invalid when it is revoked.
-	RotateKey(ctx context.Context, name, hash string, graceUntil time.Time) error
-	// ReuseKey gives a revoked key's name to k (a new secret, no use yet),
-	// keeping the name's limits. ErrNotFound when there is no such key;
-	// invalid when it is not revoked.
-	ReuseKey(ctx context.Context, k GatewayKey) error
-	// TouchKey records a use of key name at at, unless one was recorded
-	// within the minute before: at most one write a minute per key.
-	TouchKey(ctx context.Context, name string, at time.Time) error
-	Keys(ctx context.Context) ([]GatewayKey, error)
-	RevokeKey(ctx context.Context, name string, at time.Time) error
 }

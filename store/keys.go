@@ -65,11 +65,17 @@ func (db *DB) RevokeKey(ctx context.Context, name string, at time.Time) (revoked
 // keyTx runs fn in a read (ro) or write transaction of db. It goes through
 // View and Update, not around them, so key writes queue behind the same
 // writer connection, retry SQLITE_BUSY and explain a read-only or full
-// disk as every other write does.
+// disk as every other write does; they do not count in Mark.
 func (db *DB) keyTx(ctx context.Context, ro bool, fn func(sqlrow.KeyTx) error) error {
 	run := db.Update
 	if ro {
 		run = db.View
 	}
-	return run(ctx, func(t budget.Tx) error { return fn(sqlrow.KeyTx{Tx: t.(*tx).tx}) })
+	return run(ctx, func(t budget.Tx) error {
+		x := t.(*tx)
+		// Keys are nothing a Tracker's writer decides on: writing one must
+		// not make it re-read its state (see Mark).
+		x.keysOnly = true
+		return fn(sqlrow.KeyTx{Tx: x.tx})
+	})
 }

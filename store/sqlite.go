@@ -408,13 +408,14 @@ func (db *DB) once(ctx context.Context, pool *sqlx.DB, ro bool, fn func(budget.T
 			_ = t.Rollback()
 		}
 	}()
-	if err = fn(&tx{db: db, tx: t, ro: ro}); err != nil {
+	x := &tx{db: db, tx: t, ro: ro}
+	if err = fn(x); err != nil {
 		return db.wrap(err)
 	}
 	if err = t.Commit(); err != nil {
 		return db.wrap(err)
 	}
-	if !ro {
+	if !ro && !x.keysOnly {
 		db.commits.Add(1)
 	}
 	return nil

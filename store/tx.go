@@ -17,9 +17,10 @@ import (
 
 // tx implements budget.Tx on one SQLite transaction.
 type tx struct {
-	db *DB
-	tx *sqlx.Tx
-	ro bool
+	db       *DB
+	tx       *sqlx.Tx
+	ro       bool
+	keysOnly bool // it writes gateway keys only: not counted in Mark
 }
 
 var _ budget.Tx = (*tx)(nil)

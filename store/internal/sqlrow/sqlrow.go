@@ -1,6 +1,7 @@
 // Package sqlrow is what the SQL stores (SQLite in store, PostgreSQL in
 // store/postgres) share: the rows of limits, reservations, providers and
-// gateway keys as sqlx scans them, their conversion to budget types, and
+// gateway keys as sqlx scans them, their conversion to budget and gatekey
+// types, and
 // instants as Unix nanoseconds (0 for the zero time). It is safe for
 // concurrent use.
 package sqlrow
@@ -180,12 +181,6 @@ type GatewayKey struct {
 
 // KeyCols are the columns of a GatewayKey, in order.
 const KeyCols = `name, hash, created_at, revoked_at, prev_hash, prev_until, last_used_at`
-
-// Decode is the row as a budget.GatewayKey.
-func (r *GatewayKey) Decode() budget.GatewayKey {
-	return budget.GatewayKey{Name: r.Name, Hash: r.Hash, CreatedAt: FromNs(r.CreatedAt), RevokedAt: FromNs(r.RevokedAt),
-		PrevHash: r.PrevHash, PrevUntil: FromNs(r.PrevUntil), LastUsedAt: FromNs(r.LastUsed)}
-}
 
 // OnExpiry is the stored form of a reservation's expiry policy.
 func OnExpiry(p budget.ExpiryPolicy) string {
