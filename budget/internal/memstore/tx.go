@@ -1,0 +1,299 @@
+package memstore
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+)
+
+// tx is one transaction: st is the state it reads and, when not ro, the
+// fork it writes.
+type tx struct {
+	s  *Store
+	st *state
+	ro bool
+}
+
+var _ budget.Tx = (*tx)(nil)
+
+func (t *tx) write() error {
+	if t.ro {
+		return errReadOnly
+	}
+	return nil
+}
+
+// ---- limits
+
+func (t *tx) LimitsVersion(context.Context) (int64, error) { return t.st.limitsVersion, nil }
+
+func (t *tx) Limits(_ context.Context, key string) ([]budget.Limit, error) {
+	var out []budget.Limit
+	for _, l := range t.st.limits {
+		if key == "" || l.Key == key || l.Key == "" {
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
+func (t *tx) Limit(_ context.Context, id string) (budget.Limit, error) {
+	l, ok := t.st.limits[id]
+	if !ok {
+		return budget.Limit{}, notFound("limit", id)
+	}
+	return l, nil
+}
+
+func (t *tx) InsertLimit(_ context.Context, l budget.Limit, _ time.Time) error {
+	if err := t.write(); err != nil {
+		return err
+	}
+	if _, ok := t.st.limits[l.ID]; ok {
+		return fmt.Errorf("insert limit %s: an id taken twice", l.ID)
+	}
+	for _, o := range t.st.limits {
+		if o.Key == l.Key && o.SameIdentity(&l) {
+			return fmt.Errorf("insert limit %s: limit %s has its key, scope, value, metric and window", l.ID, o.ID)
+		}
+	}
+	own(t.st, "limits", &t.st.limits)
+	l.Subject = ""
+	t.st.limits[l.ID] = l
+	t.st.limitsVersion++
+	return nil
+}
+
+func (t *tx) UpdateLimit(_ context.Context, l budget.Limit, _ time.Time) error {
+	if err := t.write(); err != nil {
+		return err
+	}
+	cur, ok := t.st.limits[l.ID]
+	if !ok {
+		return notFound("limit", l.ID)
+	}
+	own(t.st, "limits", &t.st.limits)
+	cur.Max, cur.Enabled = l.Max, l.Enabled
+	cur.Window.ResetTime, cur.Window.Zone = l.Window.ResetTime, l.Window.Zone
+	t.st.limits[l.ID] = cur
+	t.st.limitsVersion++
+	return nil
+}
+
+func (t *tx) DeleteLimit(_ context.Context, id string) error {
+	if err := t.write(); err != nil {
+		return err
+	}
+	if _, ok := t.st.limits[id]; !ok {
+		return notFound("limit", id)
+	}
+	st := t.st
+	own(st, "limits", &st.limits)
+	delete(st.limits, id)
+	st.limitsVersion++
+	own(st, "counters", &st.counters)
+	maps.DeleteFunc(st.counters, func(k counterKey, _ counterRow) bool { return k.limitID == id })
+	own(st, "rollovers", &st.rollovers)
+	maps.DeleteFunc(st.rollovers, func(k counterKey, _ budget.Rollover) bool { return k.limitID == id })
+	own(st, "holds", &st.holds)
+	maps.DeleteFunc(st.holds, func(k holdKey, _ budget.Hold) bool { return k.limitID == id })
+	return nil
+}
+
+// ---- prices
+
+func (t *tx) PricesVersion(context.Context) (int64, error) { return t.st.pricesVersion, nil }
+
+func (t *tx) Prices(context.Context) ([]budget.Price, error) {
+	out := make([]budget.Price, 0, len(t.st.prices))
+	for _, p := range t.st.prices {
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func (t *tx) UnpricedEvents(context.Context) (int64, error) {
+	var n int64
+	for _, e := range t.st.events {
+		if e.u.Unpriced {
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (t *tx) PutPrices(_ context.Context, ps []budget.Price) error {
+	if err := t.write(); err != nil {
+		return err
+	}
+	own(t.st, "prices", &t.st.prices)
+	for _, p := range ps {
+		p.From = stored(p.From)
+		t.st.prices[priceKey{p.Provider, p.Model, ns(p.From)}] = p
+	}
+	t.st.pricesVersion++
+	return nil
+}
+
+// ---- the history and counters
+
+// sum is the history's total for l over [start, end), saturating at
+// budget.MaxTokens like the SQL stores' sums.
+func (t *tx) sum(l *budget.Limit, start, end time.Time) (int64, error) {
+	switch l.Metric {
+	case budget.MetricTokens, budget.MetricInput, budget.MetricOutput, budget.MetricRequests, budget.MetricUSD:
+	default:
+		return 0, fmt.Errorf("no usage history for metric %s", l.Metric)
+	}
+	owner, lo, hi := l.Owner(), start.UnixNano(), end.UnixNano()
+	var total int64
+	for k, e := range t.st.events {
+		if k.key != owner {
+			continue
+		}
+		if a := e.u.At.UnixNano(); a < lo || a >= hi {
+			continue
+		}
+		switch l.Scope {
+		case budget.ScopeProvider:
+			if e.u.Provider != l.ScopeValue {
+				continue
+			}
+		case budget.ScopeModel:
+			if !budget.MatchModel(l.ScopeValue, e.modelNorm) {
+				continue
+			}
+		}
+		total = min(total+e.u.Amount(l.Metric), budget.MaxTokens)
+	}
+	return total, nil
+}
+
+// SumUsage counts the events of l.Owner() in [start, end) that l's scope
+// matches (a model pattern through budget.MatchModel, as GLOB does).
+func (t *tx) SumUsage(_ context.Context, l *budget.Limit, start, end time.Time) (int64, error) {
+	return t.sum(l, start, end)
+}
+
+func (t *tx) CounterRows(context.Context) ([]budget.CounterRow, error) {
+	out := make([]budget.CounterRow, 0, len(t.st.counters))
+	for k, c := range t.st.counters {
+		out = append(out, budget.CounterRow{LimitID: k.limitID, Subject: k.subject, WindowStart: fromNs(k.start),
+			WindowEnd: fromNs(c.end), Used: c.used})
+	}
+	slices.SortFunc(out, func(a, b budget.CounterRow) int {
+		return cmp.Or(strings.Compare(a.LimitID, b.LimitID), strings.Compare(a.Subject, b.Subject), a.WindowStart.Compare(b.WindowStart))
+	})
+	return out, nil
+}
+
+func (t *tx) Rollovers(_ context.Context, key string, n int) ([]budget.Rollover, error) {
+	var out []budget.Rollover
+	for k, r := range t.st.rollovers {
+		l, ok := t.st.limits[k.limitID]
+		if !ok {
+			continue
+		}
+		if key != "" && l.Key != key && (l.Key != "" || k.subject != key) {
+			continue
+		}
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b budget.Rollover) int {
+		return cmp.Or(b.LoggedAt.Compare(a.LoggedAt), b.WindowStart.Compare(a.WindowStart), strings.Compare(a.LimitID, b.LimitID))
+	})
+	if len(out) > n {
+		out = out[:max(n, 0)]
+	}
+	return out, nil
+}
+
+// ---- providers
+
+func (p *provider) state() budget.ProviderState {
+	s := p.p
+	s.Affected = nil
+	if p.affectedRaw != "" {
+		s.Affected = strings.Split(p.affectedRaw, "\n")
+	}
+	return s
+}
+
+func (t *tx) Provider(_ context.Context, name string) (budget.ProviderState, error) {
+	p, ok := t.st.providers[name]
+	if !ok {
+		return budget.ProviderState{}, notFound("provider", name)
+	}
+	return p.state(), nil
+}
+
+func (t *tx) Providers(context.Context) ([]budget.ProviderState, error) {
+	out := make([]budget.ProviderState, 0, len(t.st.providers))
+	for _, p := range t.st.providers {
+		out = append(out, p.state())
+	}
+	slices.SortFunc(out, func(a, b budget.ProviderState) int { return strings.Compare(a.Provider, b.Provider) })
+	return out, nil
+}
+
+func (t *tx) ParkProvider(_ context.Context, p budget.ProviderState) error {
+	if err := t.write(); err != nil {
+		return err
+	}
+	own(t.st, "providers", &t.st.providers)
+	cur := t.st.providers[p.Provider] // the probe count and claim stay
+	cur.p.Provider, cur.p.Kind, cur.p.RetryAfter = p.Provider, p.Kind, p.RetryAfter
+	cur.p.ParkedAt, cur.p.ResumeAt = stored(p.ParkedAt), stored(p.ResumeAt)
+	cur.affectedRaw = strings.Join(p.Affected, "\n")
+	t.st.providers[p.Provider] = cur
+	return nil
+}
+
+func (t *tx) DeleteProvider(_ context.Context, name string) (bool, error) {
+	if err := t.write(); err != nil {
+		return false, err
+	}
+	if _, ok := t.st.providers[name]; !ok {
+		return false, nil
+	}
+	own(t.st, "providers", &t.st.providers)
+	delete(t.st.providers, name)
+	return true, nil
+}
+
+func (t *tx) ProbeFailed(_ context.Context, name string, next func(budget.ProviderState) time.Time) (budget.ProviderState, error) {
+	if err := t.write(); err != nil {
+		return budget.ProviderState{}, err
+	}
+	cur, ok := t.st.providers[name]
+	if !ok {
+		return budget.ProviderState{}, fmt.Errorf("provider %q is not parked: %w", name, budget.ErrNotFound)
+	}
+	own(t.st, "providers", &t.st.providers)
+	cur.p.ProbeFailures++
+	cur.probeOwner, cur.probeUntil = "", 0
+	cur.p.ResumeAt = stored(next(cur.state()))
+	t.st.providers[name] = cur
+	return cur.state(), nil
+}
+
+func (t *tx) ClaimProbe(_ context.Context, name, owner string, now, until time.Time) (bool, error) {
+	if err := t.write(); err != nil {
+		return false, err
+	}
+	cur, ok := t.st.providers[name]
+	n := now.UnixNano()
+	if !ok || ns(cur.p.ResumeAt) > n || cur.probeOwner != "" && cur.probeOwner != owner && cur.probeUntil > n {
+		return false, nil
+	}
+	own(t.st, "providers", &t.st.providers)
+	cur.probeOwner, cur.probeUntil = owner, ns(until)
+	t.st.providers[name] = cur
+	return true, nil
+}
