@@ -78,7 +78,7 @@ CREATE TABLE IF NOT EXISTS rollovers (
 CREATE INDEX IF NOT EXISTS rollovers_logged ON rollovers (logged_at);
 
 CREATE TABLE IF NOT EXISTS reservations (
-    id          TEXT    PRIMARY KEY,
+    id          TEXT    PRIMARY KEY,  -- time-ordered: new rows go to the end of the index
     key         TEXT    NOT NULL,
     provider    TEXT    NOT NULL DEFAULT '',
     model       TEXT    NOT NULL DEFAULT '',
@@ -90,22 +90,26 @@ CREATE TABLE IF NOT EXISTS reservations (
     state       TEXT    NOT NULL CHECK (state IN ('live', 'committed', 'released', 'expired')),
     settled_at  INTEGER NOT NULL DEFAULT 0,
     -- release: holds lapse at expires_at; charge: recovery charges the estimate
-    on_expiry   TEXT    NOT NULL DEFAULT 'release' CHECK (on_expiry IN ('release', 'charge'))
+    on_expiry   TEXT    NOT NULL DEFAULT 'release' CHECK (on_expiry IN ('release', 'charge')),
+    -- a copy of its holds while live, one per line: limit_id, subject,
+    -- window_start, amount, and R (expires with the reservation) or N (never):
+    -- settling and renewing find the hold rows without an index of their own
+    holds       TEXT    NOT NULL DEFAULT ''
 );
-CREATE INDEX IF NOT EXISTS reservations_live ON reservations (state, expires_at);
+CREATE INDEX IF NOT EXISTS reservations_live ON reservations (expires_at) WHERE state = 'live';
 CREATE INDEX IF NOT EXISTS reservations_settled ON reservations (settled_at) WHERE state <> 'live';
 
--- holds: what a live reservation holds on each limit; leases have window_start 0.
+-- holds: what live reservations hold on each counter window (leases:
+-- window_start 0), keyed by the window, as reservations read them.
 CREATE TABLE IF NOT EXISTS holds (
-    reservation_id TEXT    NOT NULL REFERENCES reservations (id) ON DELETE CASCADE,
     limit_id       TEXT    NOT NULL REFERENCES limits (id) ON DELETE CASCADE,
+    subject        TEXT    NOT NULL DEFAULT '',  -- the counter's subject (see counters)
     window_start   INTEGER NOT NULL,
+    reservation_id TEXT    NOT NULL,
     amount         INTEGER NOT NULL,
     expires_at     INTEGER NOT NULL,
-    subject        TEXT    NOT NULL DEFAULT '',  -- the counter's subject (see counters)
-    PRIMARY KEY (reservation_id, limit_id)
+    PRIMARY KEY (limit_id, subject, window_start, reservation_id)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS holds_by_limit ON holds (limit_id, subject, window_start, expires_at, amount);
 
 CREATE TABLE IF NOT EXISTS providers (
     provider       TEXT    PRIMARY KEY,

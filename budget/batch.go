@@ -570,7 +570,7 @@ func (b *batch) reservation(id string) (*ReservationRow, error) {
 
 // settle plans the end of r: state set, holds dropped from memory.
 func (b *batch) settle(r *ReservationRow, state ReservationState) {
-	b.ws.Settles = append(b.ws.Settles, Settle{ID: r.ID, State: state, At: b.now})
+	b.ws.Settles = append(b.ws.Settles, Settle{ID: r.ID, State: state, At: b.now, Holds: r.Holds})
 	for _, h := range r.Holds {
 		if w := b.t.w.mem.windows[cache.Key{LimitID: h.LimitID, Subject: h.Subject, Start: nsOf(h.WindowStart)}]; w != nil {
 			w.dropHold(r.ID)
@@ -630,7 +630,7 @@ func (b *batch) renew(o *op) error {
 		return ErrLeaseLost
 	}
 	exp := b.now.Add(o.ttl)
-	b.ws.Renewals = append(b.ws.Renewals, Renewal{ID: r.ID, ExpiresAt: exp})
+	b.ws.Renewals = append(b.ws.Renewals, Renewal{ID: r.ID, ExpiresAt: exp, Holds: r.Holds})
 	r.ExpiresAt = exp
 	for i := range r.Holds {
 		if !r.Holds[i].ExpiresAt.Equal(NoExpiry) {

@@ -150,19 +150,21 @@ type CounterWrite struct {
 	Create bool
 }
 
-// Settle ends a reservation: its state and settled-at set, its holds
-// dropped.
+// Settle ends a reservation: its state and settled-at set, its holds (as
+// the reservation lists them) dropped.
 type Settle struct {
 	ID    string
 	State ReservationState
 	At    time.Time
+	Holds []Hold
 }
 
 // Renewal moves a live reservation's expiry and its holds' (except holds at
-// NoExpiry).
+// NoExpiry); Holds are the reservation's.
 type Renewal struct {
 	ID        string
 	ExpiresAt time.Time
+	Holds     []Hold
 }
 
 // ReservationState is where a reservation is in its life.

@@ -172,40 +172,7 @@ func (t *tx) Reservations(ctx context.Context, ids []string) ([]budget.Reservati
 			out = append(out, rows[i].Decode())
 		}
 	}
-	return out, t.reservationHolds(ctx, out)
-}
-
-// reservationHolds fills the holds of rs, live or expired unrecovered.
-func (t *tx) reservationHolds(ctx context.Context, rs []budget.ReservationRow) error {
-	at := make(map[string]int, len(rs))
-	for i := range rs {
-		if rs[i].State == budget.ReservationLive {
-			at[rs[i].ID] = i
-		}
-	}
-	ids := make([]any, 0, len(at))
-	for id := range at {
-		ids = append(ids, id)
-	}
-	for lo := 0; lo < len(ids); lo += chunk {
-		part := ids[lo:min(lo+chunk, len(ids))]
-		err := t.scan(ctx, `SELECT reservation_id, limit_id, subject, window_start, amount, expires_at FROM holds
-			WHERE reservation_id IN `+inList(len(part))+` ORDER BY reservation_id, limit_id`, part, func(s scanner) error {
-			var h budget.Hold
-			var start, exp int64
-			if err := s.Scan(&h.ReservationID, &h.LimitID, &h.Subject, &start, &h.Amount, &exp); err != nil {
-				return err
-			}
-			h.WindowStart, h.ExpiresAt = fromNs(start), fromNs(exp)
-			r := &rs[at[h.ReservationID]]
-			r.Holds = append(r.Holds, h)
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("read holds: %w", err)
-		}
-	}
-	return nil
+	return out, nil
 }
 
 func (t *tx) ExpiredReservations(ctx context.Context, now time.Time, max int) ([]budget.ReservationRow, error) {
@@ -218,13 +185,15 @@ func (t *tx) ExpiredReservations(ctx context.Context, now time.Time, max int) ([
 	for i := range rows {
 		out[i] = rows[i].Decode()
 	}
-	return out, t.reservationHolds(ctx, out)
+	return out, nil
 }
 
 const (
-	qInsertReservationsN = `INSERT INTO reservations (id, key, provider, model, est_tokens, est_input, est_output, at, expires_at, state, settled_at, on_expiry)
+	qInsertReservationsN = `INSERT INTO reservations (id, key, provider, model, est_tokens, est_input, est_output, at, expires_at, state, settled_at, on_expiry, holds)
 		VALUES %s`
-	qInsertHoldsN    = `INSERT INTO holds (reservation_id, limit_id, subject, window_start, amount, expires_at) VALUES %s`
+	qInsertHoldsN = `INSERT INTO holds (limit_id, subject, window_start, reservation_id, amount, expires_at) VALUES %s`
+	qDeleteHoldsN = `WITH v(lid, sub, ws, rid) AS (VALUES %s)
+		DELETE FROM holds WHERE (limit_id, subject, window_start, reservation_id) IN (SELECT lid, sub, ws, rid FROM v)`
 	qInsertRollovers = `INSERT INTO rollovers (limit_id, subject, window_start, prev_window_start, prev_used, logged_at)
 		VALUES %s ON CONFLICT DO NOTHING`
 )
@@ -260,8 +229,14 @@ func (t *tx) Apply(ctx context.Context, w *budget.WriteSet) ([]bool, int64, erro
 		if n != 1 {
 			return nil, 0, fmt.Errorf("%w: renew reservation %s: it is no longer live", budget.ErrConflict, r.ID)
 		}
-		if _, err := t.exec(ctx, `UPDATE holds SET expires_at = ? WHERE reservation_id = ? AND expires_at <> ?`, ns(r.ExpiresAt), r.ID, ns(budget.NoExpiry)); err != nil {
-			return nil, 0, fmt.Errorf("renew holds of %s: %w", r.ID, err)
+		for _, h := range r.Holds {
+			if h.ExpiresAt.Equal(budget.NoExpiry) {
+				continue
+			}
+			if _, err := t.exec(ctx, `UPDATE holds SET expires_at = ? WHERE limit_id = ? AND subject = ? AND window_start = ? AND reservation_id = ?`,
+				ns(r.ExpiresAt), h.LimitID, h.Subject, ns(h.WindowStart), r.ID); err != nil {
+				return nil, 0, fmt.Errorf("renew holds of %s: %w", r.ID, err)
+			}
 		}
 	}
 	var deleted int64
@@ -290,10 +265,10 @@ func (t *tx) insertRows(ctx context.Context, q string, cols, n int, row func(i i
 }
 
 func (t *tx) insertReservations(ctx context.Context, rs []budget.ReservationRow) error {
-	if err := t.insertRows(ctx, qInsertReservationsN, 12, len(rs), func(i int, a []any) []any {
+	if err := t.insertRows(ctx, qInsertReservationsN, 13, len(rs), func(i int, a []any) []any {
 		r := &rs[i]
 		return append(a, r.ID, r.Key, r.Provider, r.Model, r.Estimate.Tokens, r.Estimate.Input, r.Estimate.Output,
-			ns(r.At), ns(r.ExpiresAt), string(r.State), ns(r.SettledAt), sqlrow.OnExpiry(r.OnExpiry))
+			ns(r.At), ns(r.ExpiresAt), string(r.State), ns(r.SettledAt), sqlrow.OnExpiry(r.OnExpiry), sqlrow.EncodeHolds(r.Holds))
 	}); err != nil {
 		return fmt.Errorf("insert reservations: %w", err)
 	}
@@ -303,7 +278,7 @@ func (t *tx) insertReservations(ctx context.Context, rs []budget.ReservationRow)
 	}
 	if err := t.insertRows(ctx, qInsertHoldsN, 6, len(holds), func(i int, a []any) []any {
 		h := &holds[i]
-		return append(a, h.ReservationID, h.LimitID, h.Subject, ns(h.WindowStart), h.Amount, ns(h.ExpiresAt))
+		return append(a, h.LimitID, h.Subject, ns(h.WindowStart), h.ReservationID, h.Amount, ns(h.ExpiresAt))
 	}); err != nil {
 		return fmt.Errorf("insert holds: %w", err)
 	}
@@ -313,6 +288,7 @@ func (t *tx) insertReservations(ctx context.Context, rs []budget.ReservationRow)
 // settle sets the reservations' states, refusing (ErrConflict) one that is
 // already committed or released, and drops their holds.
 func (t *tx) settle(ctx context.Context, ss []budget.Settle) error {
+	var holds []budget.Hold
 	for lo := 0; lo < len(ss); {
 		// One statement per run of equal state and instant (a batch's
 		// settlements share its instant).
@@ -321,25 +297,32 @@ func (t *tx) settle(ctx context.Context, ss []budget.Settle) error {
 			hi++
 		}
 		args := []any{string(ss[lo].State), ns(ss[lo].At)}
-		ids := make([]any, 0, hi-lo)
 		for i := lo; i < hi; i++ {
-			ids = append(ids, ss[i].ID)
+			args = append(args, ss[i].ID)
+			holds = append(holds, ss[i].Holds...)
 		}
 		from := `('live', 'expired')`
 		if ss[lo].State == budget.ReservationExpired {
 			from = `('live')`
 		}
-		n, err := t.exec(ctx, `UPDATE reservations SET state = ?, settled_at = ? WHERE state IN `+from+` AND id IN `+inList(len(ids)), append(args, ids...)...)
+		n, err := t.exec(ctx, `UPDATE reservations SET state = ?, settled_at = ?, holds = '' WHERE state IN `+from+` AND id IN `+inList(hi-lo), args...)
 		if err != nil {
 			return fmt.Errorf("settle reservations: %w", err)
 		}
-		if n != int64(len(ids)) {
-			return fmt.Errorf("%w: settle reservations: %d of %d were no longer unsettled", budget.ErrConflict, int64(len(ids))-n, len(ids))
-		}
-		if _, err := t.exec(ctx, `DELETE FROM holds WHERE reservation_id IN `+inList(len(ids)), ids...); err != nil {
-			return fmt.Errorf("drop holds: %w", err)
+		if n != int64(hi-lo) {
+			return fmt.Errorf("%w: settle reservations: %d of %d were no longer unsettled", budget.ErrConflict, int64(hi-lo)-n, hi-lo)
 		}
 		lo = hi
+	}
+	for lo := 0; lo < len(holds); lo += chunk {
+		part := holds[lo:min(lo+chunk, len(holds))]
+		args := make([]any, 0, 4*len(part))
+		for _, h := range part {
+			args = append(args, h.LimitID, h.Subject, ns(h.WindowStart), h.ReservationID)
+		}
+		if _, err := t.exec(ctx, multiRow(qDeleteHoldsN, 4, len(part)), args...); err != nil {
+			return fmt.Errorf("drop holds: %w", err)
+		}
 	}
 	return nil
 }

@@ -30,7 +30,7 @@ import (
 )
 
 // SchemaVersion is the PRAGMA user_version this build writes and reads.
-const SchemaVersion = 6
+const SchemaVersion = 7
 
 // Options configure Open. The zero value is usable.
 type Options struct {
@@ -260,6 +260,27 @@ func migrations(schema string) []migration {
 			CREATE INDEX gateway_keys_prev ON gateway_keys (prev_hash) WHERE prev_hash <> '';`},
 		// 6: budgets in dollars (migrate_usd.go).
 		{sql: migrateUSDSQL, fn: migrateUSD},
+		// 7: holds keyed by their window, with a copy on the reservation
+		// row; the live-reservation index is partial.
+		{sql: `ALTER TABLE reservations ADD COLUMN holds TEXT NOT NULL DEFAULT '';
+			UPDATE reservations SET holds = COALESCE((SELECT group_concat(h.limit_id || char(9) || h.subject || char(9) || h.window_start || char(9) ||
+				h.amount || char(9) || CASE WHEN h.expires_at = 9223372036854775807 THEN 'N' ELSE 'R' END, char(10))
+				FROM holds h WHERE h.reservation_id = reservations.id), '') WHERE state = 'live';
+			CREATE TABLE holds_v7 (
+				limit_id       TEXT    NOT NULL REFERENCES limits (id) ON DELETE CASCADE,
+				subject        TEXT    NOT NULL DEFAULT '',
+				window_start   INTEGER NOT NULL,
+				reservation_id TEXT    NOT NULL,
+				amount         INTEGER NOT NULL,
+				expires_at     INTEGER NOT NULL,
+				PRIMARY KEY (limit_id, subject, window_start, reservation_id)
+			) WITHOUT ROWID;
+			INSERT INTO holds_v7 (limit_id, subject, window_start, reservation_id, amount, expires_at)
+				SELECT limit_id, subject, window_start, reservation_id, amount, expires_at FROM holds;
+			DROP TABLE holds;
+			ALTER TABLE holds_v7 RENAME TO holds;
+			DROP INDEX reservations_live;
+			CREATE INDEX reservations_live ON reservations (expires_at) WHERE state = 'live';`},
 	}
 }
 

@@ -147,39 +147,9 @@ func (t *tx) Reservations(ctx context.Context, ids []string) ([]budget.Reservati
 	for i := range rows {
 		out[i] = rows[i].Decode()
 	}
-	return out, t.reservationHolds(ctx, out)
+	return out, nil
 }
 
-func (t *tx) reservationHolds(ctx context.Context, rs []budget.ReservationRow) error {
-	at := make(map[string]int, len(rs))
-	ids := make([]string, 0, len(rs))
-	for i := range rs {
-		if rs[i].State == budget.ReservationLive {
-			at[rs[i].ID] = i
-			ids = append(ids, rs[i].ID)
-		}
-	}
-	if len(ids) == 0 {
-		return nil
-	}
-	rows, err := t.tx.QueryContext(ctx, `SELECT reservation_id, limit_id, subject, window_start, amount, expires_at FROM holds
-		WHERE reservation_id = ANY($1) ORDER BY reservation_id COLLATE "C", limit_id COLLATE "C"`, ids)
-	if err != nil {
-		return fmt.Errorf("read holds: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var h budget.Hold
-		var start, exp int64
-		if err := rows.Scan(&h.ReservationID, &h.LimitID, &h.Subject, &start, &h.Amount, &exp); err != nil {
-			return fmt.Errorf("read holds: %w", err)
-		}
-		h.WindowStart, h.ExpiresAt = fromNs(start), fromNs(exp)
-		r := &rs[at[h.ReservationID]]
-		r.Holds = append(r.Holds, h)
-	}
-	return rows.Err()
-}
 
 func (t *tx) ExpiredReservations(ctx context.Context, now time.Time, max int) ([]budget.ReservationRow, error) {
 	var rows []sqlrow.Reservation
@@ -191,7 +161,7 @@ func (t *tx) ExpiredReservations(ctx context.Context, now time.Time, max int) ([
 	for i := range rows {
 		out[i] = rows[i].Decode()
 	}
-	return out, t.reservationHolds(ctx, out)
+	return out, nil
 }
 
 func (t *tx) Apply(ctx context.Context, w *budget.WriteSet) ([]bool, int64, error) {
@@ -230,8 +200,14 @@ func (t *tx) Apply(ctx context.Context, w *budget.WriteSet) ([]bool, int64, erro
 		if n != 1 {
 			return nil, 0, fmt.Errorf("%w: renew reservation %s: it is no longer live", budget.ErrConflict, r.ID)
 		}
-		if _, err := t.exec(ctx, `UPDATE holds SET expires_at = $1 WHERE reservation_id = $2 AND expires_at <> $3`, ns(r.ExpiresAt), r.ID, ns(budget.NoExpiry)); err != nil {
-			return nil, 0, fmt.Errorf("renew holds of %s: %w", r.ID, err)
+		for _, h := range r.Holds {
+			if h.ExpiresAt.Equal(budget.NoExpiry) {
+				continue
+			}
+			if _, err := t.exec(ctx, `UPDATE holds SET expires_at = $1 WHERE limit_id = $2 AND subject = $3 AND window_start = $4 AND reservation_id = $5`,
+				ns(r.ExpiresAt), h.LimitID, h.Subject, ns(h.WindowStart), r.ID); err != nil {
+				return nil, 0, fmt.Errorf("renew holds of %s: %w", r.ID, err)
+			}
 		}
 	}
 	var deleted int64
@@ -248,7 +224,7 @@ func (t *tx) insertReservations(ctx context.Context, rs []budget.ReservationRow)
 	if n == 0 {
 		return nil
 	}
-	ids, keys, provs, models, states, pols := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	ids, keys, provs, models, states, pols, copies := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	tok, in, out, at, exp, settled := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	var hr, hl, hs []string
 	var hw, ha, he []int64
@@ -256,21 +232,23 @@ func (t *tx) insertReservations(ctx context.Context, rs []budget.ReservationRow)
 		r := &rs[i]
 		ids[i], keys[i], provs[i], models[i], states[i], pols[i] = r.ID, r.Key, r.Provider, r.Model, string(r.State), sqlrow.OnExpiry(r.OnExpiry)
 		tok[i], in[i], out[i], at[i], exp[i], settled[i] = r.Estimate.Tokens, r.Estimate.Input, r.Estimate.Output, ns(r.At), ns(r.ExpiresAt), ns(r.SettledAt)
+		copies[i] = sqlrow.EncodeHolds(r.Holds)
 		for _, h := range r.Holds {
 			hr, hl, hs = append(hr, r.ID), append(hl, h.LimitID), append(hs, h.Subject)
 			hw, ha, he = append(hw, ns(h.WindowStart)), append(ha, h.Amount), append(he, ns(h.ExpiresAt))
 		}
 	}
-	if _, err := t.tx.ExecContext(ctx, `INSERT INTO reservations (id, key, provider, model, est_tokens, est_input, est_output, at, expires_at, state, settled_at, on_expiry)
-		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::text[], $11::bigint[], $12::text[])`,
-		ids, keys, provs, models, tok, in, out, at, exp, states, settled, pols); err != nil {
+	if _, err := t.tx.ExecContext(ctx, `INSERT INTO reservations (id, key, provider, model, est_tokens, est_input, est_output, at, expires_at, state, settled_at, on_expiry, holds)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::text[], $11::bigint[], $12::text[], $13::text[])`,
+		ids, keys, provs, models, tok, in, out, at, exp, states, settled, pols, copies); err != nil {
 		return fmt.Errorf("insert reservations: %w", err)
 	}
 	if len(hr) == 0 {
 		return nil
 	}
 	if _, err := t.tx.ExecContext(ctx, `INSERT INTO holds (reservation_id, limit_id, subject, window_start, amount, expires_at)
-		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[])`, hr, hl, hs, hw, ha, he); err != nil {
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[]) AS v(rid, lid, sub, ws, amt, exp)
+		ORDER BY lid COLLATE "C", sub COLLATE "C", ws, rid COLLATE "C"`, hr, hl, hs, hw, ha, he); err != nil {
 		return fmt.Errorf("insert holds: %w", err)
 	}
 	return nil
@@ -286,7 +264,7 @@ func (t *tx) settle(ctx context.Context, ss []budget.Settle) error {
 	for i, s := range ss {
 		ids[i], states[i], ats[i] = s.ID, string(s.State), ns(s.At)
 	}
-	n, err := t.exec(ctx, `UPDATE reservations r SET state = v.state, settled_at = v.at
+	n, err := t.exec(ctx, `UPDATE reservations r SET state = v.state, settled_at = v.at, holds = ''
 		FROM unnest($1::text[], $2::text[], $3::bigint[]) AS v(id, state, at)
 		WHERE r.id = v.id AND (r.state = 'live' OR r.state = 'expired' AND v.state <> 'expired')`, ids, states, ats)
 	if err != nil {
@@ -295,7 +273,15 @@ func (t *tx) settle(ctx context.Context, ss []budget.Settle) error {
 	if n != int64(len(ss)) {
 		return fmt.Errorf("%w: settle reservations: %d of %d were no longer unsettled", budget.ErrConflict, int64(len(ss))-n, len(ss))
 	}
-	if _, err := t.exec(ctx, `DELETE FROM holds WHERE reservation_id = ANY($1)`, ids); err != nil {
+	var hl, hs, hr []string
+	var hw []int64
+	for _, st := range ss {
+		for _, h := range st.Holds {
+			hl, hs, hw, hr = append(hl, h.LimitID), append(hs, h.Subject), append(hw, ns(h.WindowStart)), append(hr, h.ReservationID)
+		}
+	}
+	if _, err := t.exec(ctx, `DELETE FROM holds h USING unnest($1::text[], $2::text[], $3::bigint[], $4::text[]) AS v(lid, sub, ws, rid)
+		WHERE h.limit_id = v.lid AND h.subject = v.sub AND h.window_start = v.ws AND h.reservation_id = v.rid`, hl, hs, hw, hr); err != nil {
 		return fmt.Errorf("drop holds: %w", err)
 	}
 	return nil

@@ -8,6 +8,7 @@ package sqlrow
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -131,17 +132,70 @@ type Reservation struct {
 	State     string `db:"state"`
 	SettledAt int64  `db:"settled_at"`
 	OnExpiry  string `db:"on_expiry"`
+	Holds     string `db:"holds"`
 }
 
 // ReservationCols are the columns of a Reservation, in order.
-const ReservationCols = `id, key, provider, model, est_tokens, est_input, est_output, at, expires_at, state, settled_at, on_expiry`
+const ReservationCols = `id, key, provider, model, est_tokens, est_input, est_output, at, expires_at, state, settled_at, on_expiry, holds`
 
 // Decode is the row as a budget.ReservationRow.
 func (r *Reservation) Decode() budget.ReservationRow {
 	return budget.ReservationRow{ID: r.ID, Key: r.Key, Provider: r.Provider, Model: r.Model,
 		Estimate: budget.Estimate{Tokens: r.Tokens, Input: r.Input, Output: r.Output},
 		At:       FromNs(r.At), ExpiresAt: FromNs(r.ExpiresAt), State: budget.ReservationState(r.State), SettledAt: FromNs(r.SettledAt),
-		OnExpiry: budget.ExpiryPolicy(r.OnExpiry)}
+		OnExpiry: budget.ExpiryPolicy(r.OnExpiry), Holds: DecodeHolds(r.ID, r.Holds, FromNs(r.ExpiresAt))}
+}
+
+// EncodeHolds is the copy of a reservation's holds its row keeps: one line
+// per hold, tab-separated limit id, subject, window start and amount, then
+// R when it expires with the reservation or N when never (NoExpiry). Ids
+// and subjects hold no control characters (budget.CheckName).
+func EncodeHolds(hs []budget.Hold) string {
+	var b strings.Builder
+	for i, h := range hs {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(h.LimitID)
+		b.WriteByte('\t')
+		b.WriteString(h.Subject)
+		b.WriteByte('\t')
+		b.WriteString(strconv.FormatInt(Ns(h.WindowStart), 10))
+		b.WriteByte('\t')
+		b.WriteString(strconv.FormatInt(h.Amount, 10))
+		if h.ExpiresAt.Equal(budget.NoExpiry) {
+			b.WriteString("\tN")
+		} else {
+			b.WriteString("\tR")
+		}
+	}
+	return b.String()
+}
+
+// DecodeHolds reads EncodeHolds' form back for reservation id expiring at
+// expires; a malformed line is skipped (it can only come from outside).
+func DecodeHolds(id, s string, expires time.Time) []budget.Hold {
+	if s == "" {
+		return nil
+	}
+	var out []budget.Hold
+	for line := range strings.SplitSeq(s, "\n") {
+		f := strings.Split(line, "\t")
+		if len(f) != 5 {
+			continue
+		}
+		start, err1 := strconv.ParseInt(f[2], 10, 64)
+		amount, err2 := strconv.ParseInt(f[3], 10, 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		h := budget.Hold{ReservationID: id, LimitID: f[0], Subject: f[1], WindowStart: FromNs(start), Amount: amount, ExpiresAt: expires}
+		if f[4] == "N" {
+			h.ExpiresAt = budget.NoExpiry
+		}
+		out = append(out, h)
+	}
+	return out
 }
 
 // Provider is a providers row (the probe claim left out).
