@@ -1,0 +1,104 @@
+package store_test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	tokenbudget "github.com/tokenbudget/tokenbudget"
+	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/store"
+)
+
+func TestOpenRefusesBadFiles(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	notDB := filepath.Join(dir, "notes.txt")
+	content := []byte("this is not a database, and it must stay exactly like this\n")
+	if err := os.WriteFile(notDB, content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := store.Open(ctx, notDB, tokenbudget.SQLiteSchema, store.Options{Create: true})
+	if err == nil || !strings.Contains(err.Error(), "not a SQLite database") {
+		t.Fatalf("Open(text file) = %v; want a not-a-database error", err)
+	}
+	if got, _ := os.ReadFile(notDB); string(got) != string(content) {
+		t.Fatalf("the refused file changed: %q", got)
+	}
+	missing := filepath.Join(dir, "missing.db")
+	if _, err := store.Open(ctx, missing, tokenbudget.SQLiteSchema, store.Options{}); err == nil || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("Open(missing) = %v; want an error naming the path", err)
+	}
+	if _, err := os.Stat(missing); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("Open without Create created the file")
+	}
+	created := filepath.Join(dir, "new.db")
+	db, err := store.Open(ctx, created, tokenbudget.SQLiteSchema, store.Options{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if fi, _ := os.Stat(created); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("new database mode = %v; want 0600", fi.Mode().Perm())
+	}
+}
+
+func TestSchemaVersions(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "budget.db")
+	// An empty version-0 file is migrated to the current schema.
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db, err := store.Open(ctx, path, tokenbudget.SQLiteSchema, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.View(ctx, func(tx budget.Tx) error {
+		_, err := tx.Limits(ctx, "")
+		return err
+	})
+	if err != nil {
+		t.Fatalf("migrated schema unusable: %v", err)
+	}
+	// Stamp a newer version: this build must refuse it.
+	raw, err := store.Open(ctx, path, tokenbudget.SQLiteSchema, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.SetUserVersion(ctx, store.SchemaVersion+1); err != nil {
+		t.Fatal(err)
+	}
+	raw.Close()
+	db.Close()
+	_, err = store.Open(ctx, path, tokenbudget.SQLiteSchema, store.Options{})
+	if !errors.Is(err, budget.ErrSchemaTooNew) {
+		t.Fatalf("Open(newer schema) = %v; want ErrSchemaTooNew", err)
+	}
+}
+
+func TestOpenLeavesForeignDatabasesAlone(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "app.db")
+	raw, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Exec(`CREATE TABLE notes (body TEXT); INSERT INTO notes VALUES ('keep me')`); err != nil {
+		t.Fatal(err)
+	}
+	raw.Close()
+	before, _ := os.ReadFile(path)
+	_, err = store.Open(ctx, path, tokenbudget.SQLiteSchema, store.Options{Create: true})
+	if err == nil || !strings.Contains(err.Error(), "not a tokenbudget database") {
+		t.Fatalf("Open(another application's database) = %v; want refused", err)
+	}
+	if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
+		t.Fatal("opening another application's database changed it")
+	}
+}
