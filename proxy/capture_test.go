@@ -18,14 +18,14 @@ const capturesDir = "../testdata/captures"
 // captureCase is a recorded response served by the upstream, and what the
 // proxy must record for it.
 type captureCase struct {
-	file             string
-	path             string
-	stream           bool
-	input, output    int64 // output includes reasoning (the output metric)
-	billable         int64 // 0: no usage (an error body)
-	status           int
-	clientAsksUsage  bool // chat streams: the client set include_usage itself
-	wantStripped     bool // the usage-only chunk is removed for the client
+	file            string
+	path            string
+	stream          bool
+	input, output   int64 // output includes reasoning (the output metric)
+	billable        int64 // 0: no usage (an error body)
+	status          int
+	clientAsksUsage bool // chat streams: the client set include_usage itself
+	wantStripped    bool // the usage-only chunk is removed for the client
 }
 
 var captureCases = []captureCase{

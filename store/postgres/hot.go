@@ -150,7 +150,6 @@ func (t *tx) Reservations(ctx context.Context, ids []string) ([]budget.Reservati
 	return out, nil
 }
 
-
 func (t *tx) ExpiredReservations(ctx context.Context, now time.Time, max int) ([]budget.ReservationRow, error) {
 	var rows []sqlrow.Reservation
 	if err := t.tx.SelectContext(ctx, &rows, `SELECT `+sqlrow.ReservationCols+` FROM reservations
