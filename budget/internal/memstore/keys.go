@@ -27,7 +27,9 @@ func (s *Store) keys(fn func(m map[string]keyRow) error) error {
 	return fn(s.db.keys)
 }
 
-func keyNotFound(name string) error { return fmt.Errorf("gateway key %q: %w", name, budget.ErrNotFound) }
+func keyNotFound(name string) error {
+	return fmt.Errorf("gateway key %q: %w", name, budget.ErrNotFound)
+}
 
 // InsertKey implements gatekey.Store.
 func (s *Store) InsertKey(_ context.Context, k gatekey.Key) error {

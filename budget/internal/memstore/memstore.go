@@ -101,8 +101,9 @@ func (s *Store) View(ctx context.Context, fn func(budget.Tx) error) error {
 }
 
 // Update implements budget.Store. The hooks armed on s act first, in this
-// order: a gate holds it, FailNext fails it, RetryNext runs fn once more
-// than needed, FailCommit drops what fn wrote.
+// order: FailNext fails it, a gate holds it (so a gate armed after
+// FailNext holds the first transaction that will run), RetryNext runs fn
+// once more than needed, FailCommit drops what fn wrote.
 func (s *Store) Update(ctx context.Context, fn func(budget.Tx) error) error {
 	err := s.update(ctx, fn)
 	if err != nil {
@@ -115,6 +116,9 @@ func (s *Store) update(ctx context.Context, fn func(budget.Tx) error) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
+	if err := s.takeFailure(); err != nil {
+		return err
+	}
 	if g := s.takeGate(); g != nil {
 		close(g.reached)
 		select {
@@ -126,10 +130,7 @@ func (s *Store) update(ctx context.Context, fn func(budget.Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	before, retry, after := s.takeFailures()
-	if before != nil {
-		return before
-	}
+	retry, after := s.takeRetryAndCommitFailure()
 	s.db.mu.Lock()
 	defer s.db.mu.Unlock()
 	if retry {
@@ -159,9 +160,10 @@ type Gate struct {
 	once    sync.Once
 }
 
-// Gate arms a gate for the next write transaction of s that has none yet:
-// Update blocks before it begins until the gate is released (or its
-// context ends). Gates armed in a row hold successive transactions.
+// Gate arms a gate for the next write transaction of s that has none yet
+// and that FailNext does not fail: Update blocks before it begins until
+// the gate is released (or its context ends). Gates armed in a row hold
+// successive transactions.
 func (s *Store) Gate() *Gate {
 	g := &Gate{reached: make(chan struct{}), release: make(chan struct{})}
 	s.hookMu.Lock()
@@ -221,13 +223,19 @@ func (s *Store) Pending() (fail, failCommit, retry int) {
 	return max(s.failBefore, 0), max(s.failAfter, 0), max(s.retryBefore, 0)
 }
 
-func (s *Store) takeFailures() (before error, retry bool, after error) {
+func (s *Store) takeFailure() error {
 	s.hookMu.Lock()
 	defer s.hookMu.Unlock()
 	if s.failBefore > 0 {
 		s.failBefore--
-		return s.failErr, false, nil
+		return s.failErr
 	}
+	return nil
+}
+
+func (s *Store) takeRetryAndCommitFailure() (retry bool, after error) {
+	s.hookMu.Lock()
+	defer s.hookMu.Unlock()
 	if s.retryBefore > 0 {
 		s.retryBefore--
 		retry = true
@@ -236,7 +244,7 @@ func (s *Store) takeFailures() (before error, retry bool, after error) {
 		s.failAfter--
 		after = s.failAftErr
 	}
-	return nil, retry, after
+	return retry, after
 }
 
 // ---- the state
@@ -330,4 +338,6 @@ func fromNs(n int64) time.Time {
 // stored is t as stored and read back.
 func stored(t time.Time) time.Time { return fromNs(ns(t)) }
 
-func notFound(what, name string) error { return fmt.Errorf("%s %q: %w", what, name, budget.ErrNotFound) }
+func notFound(what, name string) error {
+	return fmt.Errorf("%s %q: %w", what, name, budget.ErrNotFound)
+}
