@@ -86,9 +86,6 @@ func (s *Store) Stats() budget.StoreStats {
 	return budget.StoreStats{Retries: s.retries.Load(), Failures: s.failures.Load()}
 }
 
-// Commits is the number of write transactions this handle committed.
-func (s *Store) Commits() uint64 { return s.commits.Load() }
-
 // View implements budget.Store: fn reads the last committed state.
 func (s *Store) View(ctx context.Context, fn func(budget.Tx) error) error {
 	if s.closed.Load() {
