@@ -3,8 +3,10 @@ package budget
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"slices"
 	"strings"
 	"time"
@@ -35,14 +37,53 @@ import (
 // If any step fails the transaction rolls back, the memory is forgotten
 // (decide changed it) and the batch is planned again from a fresh load.
 
-// memWindow is one counter window as the writer knows it.
+// memWindow is one counter window as the writer knows it. It is kept
+// small: the writer may know hundreds of thousands.
 type memWindow struct {
-	ref    WindowRef
-	used   int64
-	stored bool
-	prev   int64 // only when !stored: the window before's usage when read
-	holds  []Hold
-	cw     int // this batch's index in WriteSet.Counters, or -1
+	l          *Limit
+	start, end int64 // Unix nanos; 0 for leases
+	used       int64
+	prev       int64 // only when !stored: the window before's usage when read
+	holds      []memHold
+	cw         int32 // this batch's index in WriteSet.Counters, or -1
+	stored     bool
+	// hot: a reservation decided on it, so it stays in memory between
+	// batches; other windows are forgotten after their batch, their rows'
+	// existence kept in memory.stored.
+	hot bool
+	// known: used (and holds) are known; a window found in memory.stored
+	// only is known to have a row, not what it holds, and takes events only.
+	known bool
+}
+
+// memHold is a hold as a window keeps it.
+type memHold struct {
+	id      string
+	amount  int64
+	expires int64 // Unix nanos; math.MaxInt64 for NoExpiry
+}
+
+// newMemWindow is a known window as the store read it.
+func newMemWindow(r WindowRef, ws WindowState) *memWindow {
+	w := &memWindow{l: r.Limit, start: nsOf(r.Start), end: nsOf(r.End), used: ws.Used, prev: ws.PrevUsed,
+		stored: ws.Stored, known: true, cw: -1}
+	if len(ws.Holds) > 0 {
+		w.holds = make([]memHold, len(ws.Holds))
+		for i, h := range ws.Holds {
+			w.holds[i] = memHold{id: h.ReservationID, amount: h.Amount, expires: h.ExpiresAt.UnixNano()}
+		}
+	}
+	return w
+}
+
+func (w *memWindow) ref() WindowRef {
+	r := WindowRef{Limit: w.l}
+	if w.l.Metric == MetricConcurrent {
+		return r
+	}
+	r.Start, r.End = time.Unix(0, w.start).UTC(), time.Unix(0, w.end).UTC()
+	r.PrevStart, r.PrevEnd = w.l.Window.Bounds(r.Start.Add(-1))
+	return r
 }
 
 // memory is what the writer knows of the store, valid while valid is set
@@ -57,6 +98,28 @@ type memory struct {
 	// latest is the newest window start each (limit, subject) has a row
 	// for, as far as the windows loaded and created tell.
 	latest map[latestKey]time.Time
+	// stored holds a hash of each window known to have a counter row that
+	// is not in windows. A collision would make a missing row look stored:
+	// Apply then fails with ErrConflict and the batch is planned again from
+	// a fresh load, so it costs a retry, never a wrong count.
+	stored map[uint64]struct{}
+}
+
+// maxStored bounds memory.stored (16 bytes or so an entry).
+const maxStored = 2_000_000
+
+var storedSeed = maphash.MakeSeed()
+
+func storedHash(k cache.Key) uint64 {
+	var h maphash.Hash
+	h.SetSeed(storedSeed)
+	h.WriteString(k.LimitID)
+	h.WriteByte(0)
+	h.WriteString(k.Subject)
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(k.Start))
+	h.Write(b[:])
+	return h.Sum64()
 }
 
 type latestKey struct{ limitID, subject string }
@@ -87,6 +150,7 @@ func (m *memory) forget() {
 	}
 	m.parked, m.parkOK = nil, false
 	m.latest = make(map[latestKey]time.Time)
+	m.stored = make(map[uint64]struct{})
 }
 
 func windowKey(l *Limit, start time.Time) cache.Key {
@@ -104,7 +168,7 @@ func refAt(l *Limit, at time.Time) WindowRef {
 }
 
 func (w *memWindow) dropHold(id string) {
-	w.holds = slices.DeleteFunc(w.holds, func(h Hold) bool { return h.ReservationID == id })
+	w.holds = slices.DeleteFunc(w.holds, func(h memHold) bool { return h.id == id })
 }
 
 // batch is one transaction's plan.
@@ -120,6 +184,9 @@ type batch struct {
 	// expired reservations found by recovery ops, by op
 	expired map[*op][]string
 	evOps   []*op // the operation of each WriteSet event
+	// windows loaded or recalled into memory for this batch: those not hot
+	// leave it once the batch lands
+	visited []cache.Key
 	// filled by write
 	inserted []bool
 }
@@ -144,7 +211,7 @@ func (b *batch) load(ctx context.Context, tx Tx) error {
 	if err != nil {
 		return err
 	}
-	if !m.valid || mark != m.expect {
+	if !m.valid || mark != m.expect || len(m.windows) > maxMemWindows {
 		m.forget()
 		t.w.checked, t.w.pricesChecked = false, false
 	} else {
@@ -212,7 +279,11 @@ func (b *batch) load(ctx context.Context, tx Tx) error {
 
 	// The windows every operation reads or writes, and the limits they
 	// belong to.
-	refs := make(map[cache.Key]WindowRef)
+	type want struct {
+		ref     WindowRef
+		reserve bool // a reservation decides on it: it must be known
+	}
+	refs := make(map[cache.Key]want)
 	lockIDs := make(map[string]bool)
 	needPrices := false
 	addEvent := func(key, provider, model string, at time.Time) error {
@@ -229,7 +300,10 @@ func (b *batch) load(ctx context.Context, tx Tx) error {
 			}
 			lockIDs[l.ID] = true
 			r := refAt(l, at)
-			refs[windowKey(l, r.Start)] = r
+			k := windowKey(l, r.Start)
+			if _, ok := refs[k]; !ok {
+				refs[k] = want{ref: r}
+			}
 		}
 		return nil
 	}
@@ -262,7 +336,7 @@ func (b *batch) load(ctx context.Context, tx Tx) error {
 				}
 				lockIDs[l.ID] = true
 				r := refAt(l, o.at)
-				refs[windowKey(l, r.Start)] = r
+				refs[windowKey(l, r.Start)] = want{ref: r, reserve: true}
 				needPrices = needPrices || l.Metric == MetricUSD
 			}
 			if o.req.Provider != "" && !m.parkOK {
@@ -315,10 +389,23 @@ func (b *batch) load(ctx context.Context, tx Tx) error {
 	var need []WindowRef
 	var keys []cache.Key
 	for k, r := range refs {
-		if _, ok := m.windows[k]; !ok {
-			need = append(need, r)
-			keys = append(keys, k)
+		w := m.windows[k]
+		switch {
+		case w != nil && (w.known || !r.reserve):
+			w.hot = w.hot || r.reserve
+			continue
+		case w == nil && !r.reserve:
+			if _, ok := m.stored[storedHash(k)]; ok {
+				// A row exists; events only add to it: nothing to read.
+				w = newMemWindow(r.ref, WindowState{Stored: true})
+				w.known = false
+				m.windows[k] = w
+				b.visited = append(b.visited, k)
+				continue
+			}
 		}
+		need = append(need, r.ref)
+		keys = append(keys, k)
 	}
 	if len(need) > 0 {
 		at := b.now
@@ -331,16 +418,19 @@ func (b *batch) load(ctx context.Context, tx Tx) error {
 		if err != nil {
 			return err
 		}
-		for i, w := range got {
+		for i, ws := range got {
 			r := need[i]
-			m.windows[keys[i]] = &memWindow{ref: r, used: w.Used, stored: w.Stored, prev: w.PrevUsed, holds: w.Holds, cw: -1}
+			w := newMemWindow(r, ws)
+			w.hot = refs[keys[i]].reserve
+			m.windows[keys[i]] = w
+			b.visited = append(b.visited, keys[i])
 			if r.Limit.Metric == MetricConcurrent {
 				continue
 			}
-			if w.Stored {
+			if ws.Stored {
 				m.noteLatest(r.Limit, r.Start)
-			} else if !w.Latest.IsZero() {
-				m.noteLatest(r.Limit, w.Latest)
+			} else if !ws.Latest.IsZero() {
+				m.noteLatest(r.Limit, ws.Latest)
 			}
 		}
 	}
@@ -433,8 +523,8 @@ func (b *batch) event(ctx context.Context, tx Tx, ev Usage, o *op) error {
 			return errNotLoaded(l, ev.At)
 		}
 		if w.cw < 0 {
-			w.cw = len(b.ws.Counters)
-			b.ws.Counters = append(b.ws.Counters, CounterWrite{Ref: w.ref, Create: !w.stored})
+			w.cw = int32(len(b.ws.Counters))
+			b.ws.Counters = append(b.ws.Counters, CounterWrite{Ref: w.ref(), Create: !w.stored})
 			b.touched = append(b.touched, w)
 			if !w.stored {
 				b.created(w)
@@ -444,7 +534,7 @@ func (b *batch) event(ctx context.Context, tx Tx, ev Usage, o *op) error {
 		// Counters saturate at MaxTokens, past any limit, rather than
 		// overflow (contract section 1: sums are checked).
 		w.used = min(w.used+amt, MaxTokens)
-		ew.Adds = append(ew.Adds, CounterAdd{Counter: w.cw, Amount: amt})
+		ew.Adds = append(ew.Adds, CounterAdd{Counter: int(w.cw), Amount: amt})
 	}
 	b.ws.Events = append(b.ws.Events, ew)
 	b.evOps = append(b.evOps, o)
@@ -455,17 +545,17 @@ func (b *batch) event(ctx context.Context, tx Tx, ev Usage, o *op) error {
 // has for the subject and the window before had usage, logs the rollover
 // (contract section 8).
 func (b *batch) created(w *memWindow) {
-	m, l := &b.t.w.mem, w.ref.Limit
+	m, l, r := &b.t.w.mem, w.l, w.ref()
 	latest, has := m.latest[latestKey{l.ID, l.Subject}]
 	prev := w.prev
-	if pw := m.windows[windowKey(l, w.ref.PrevStart)]; pw != nil {
+	if pw := m.windows[windowKey(l, r.PrevStart)]; pw != nil && pw.known {
 		prev = pw.used // it may have changed since w was read, in this batch even
 	}
-	if (!has || w.ref.Start.After(latest)) && prev > 0 && !w.ref.PrevStart.IsZero() {
+	if (!has || r.Start.After(latest)) && prev > 0 {
 		b.ws.Rollovers = append(b.ws.Rollovers, Rollover{LimitID: l.ID, Subject: l.Subject,
-			PrevWindowStart: w.ref.PrevStart, PrevUsed: prev, WindowStart: w.ref.Start, LoggedAt: b.now})
+			PrevWindowStart: r.PrevStart, PrevUsed: prev, WindowStart: r.Start, LoggedAt: b.now})
 	}
-	m.noteLatest(l, w.ref.Start)
+	m.noteLatest(l, r.Start)
 	w.stored = true
 }
 
@@ -501,7 +591,7 @@ func (b *batch) reserve(ctx context.Context, tx Tx, o *op) error {
 			continue
 		}
 		w := b.window(l, at)
-		if w == nil {
+		if w == nil || !w.known {
 			return errNotLoaded(l, at)
 		}
 		wins = append(wins, w)
@@ -546,7 +636,7 @@ func (b *batch) reserve(ctx context.Context, tx Tx, o *op) error {
 		h := Hold{ReservationID: r.ID, LimitID: l.ID, Subject: l.Subject, WindowStart: statuses[i].WindowStart,
 			Amount: req.Estimate.Amount(l.Metric), ExpiresAt: exp}
 		r.Holds = append(r.Holds, h)
-		sw[i].holds = append(sw[i].holds, h)
+		sw[i].holds = append(sw[i].holds, memHold{id: r.ID, amount: h.Amount, expires: h.ExpiresAt.UnixNano()})
 	}
 	row := ReservationRow{ID: r.ID, Key: r.Key, Provider: r.Provider, Model: r.Model, Estimate: r.Estimate,
 		At: r.At, ExpiresAt: r.ExpiresAt, State: ReservationLive, OnExpiry: o.policy, Holds: r.Holds}
@@ -640,8 +730,8 @@ func (b *batch) renew(o *op) error {
 	for _, h := range r.Holds {
 		if w := b.t.w.mem.windows[cache.Key{LimitID: h.LimitID, Subject: h.Subject, Start: nsOf(h.WindowStart)}]; w != nil {
 			for i := range w.holds {
-				if w.holds[i].ReservationID == r.ID {
-					w.holds[i].ExpiresAt = h.ExpiresAt
+				if w.holds[i].id == r.ID {
+					w.holds[i].expires = h.ExpiresAt.UnixNano()
 				}
 			}
 		}
@@ -717,6 +807,6 @@ func (b *batch) sortCounters() {
 		}
 	}
 	for i, w := range b.touched {
-		w.cw = i
+		w.cw = int32(i)
 	}
 }

@@ -24,27 +24,28 @@ import (
 
 // status is the window's Status at at: only holds live at at count.
 func (w *memWindow) status(at time.Time) Status {
-	l := w.ref.Limit
-	st := Status{Limit: *l}
-	var sum, n int64
-	var next time.Time
+	st := Status{Limit: *w.l}
+	atNs := at.UnixNano()
+	var sum, n, next int64
 	for i := range w.holds {
 		h := &w.holds[i]
-		if !h.ExpiresAt.After(at) {
+		if h.expires <= atNs {
 			continue
 		}
-		sum = min(sum+h.Amount, MaxTokens)
+		sum = min(sum+h.amount, MaxTokens)
 		n++
-		if next.IsZero() || h.ExpiresAt.Before(next) {
-			next = h.ExpiresAt
+		if next == 0 || h.expires < next {
+			next = h.expires
 		}
 	}
-	st.NextExpiry = next
-	if l.Metric == MetricConcurrent {
+	if next != 0 {
+		st.NextExpiry = time.Unix(0, next).UTC()
+	}
+	if w.l.Metric == MetricConcurrent {
 		st.Used = n
 		return st
 	}
-	st.WindowStart, st.ResetAt = w.ref.Start, w.ref.End
+	st.WindowStart, st.ResetAt = time.Unix(0, w.start).UTC(), time.Unix(0, w.end).UTC()
 	st.Used, st.Reserved = w.used, sum
 	return st
 }
@@ -62,8 +63,7 @@ func storedStatuses(ctx context.Context, tx Tx, ls []Limit, at time.Time) ([]Sta
 	}
 	out := make([]Status, len(ls))
 	for i := range ls {
-		w := memWindow{ref: refs[i], used: ws[i].Used, holds: ws[i].Holds}
-		out[i] = w.status(at)
+		out[i] = newMemWindow(refs[i], ws[i]).status(at)
 	}
 	return out, nil
 }

@@ -213,7 +213,7 @@ func (b *batch) reset(now time.Time) {
 	}
 	b.now = now
 	b.ws = WriteSet{}
-	b.missing, b.prices, b.touched, b.expired, b.evOps, b.inserted = nil, nil, nil, nil, nil, nil
+	b.missing, b.prices, b.touched, b.expired, b.evOps, b.inserted, b.visited = nil, nil, nil, nil, nil, nil, nil
 }
 
 // run is one try of the batch inside tx: load, decide, write.
@@ -267,6 +267,21 @@ func (b *batch) landed() {
 	}
 	for _, w := range b.touched {
 		w.cw = -1
+	}
+	// Windows no reservation decides on leave memory; that their rows
+	// exist is all later events need.
+	if len(m.stored) > maxStored {
+		clear(m.stored)
+	}
+	for _, k := range b.visited {
+		w := m.windows[k]
+		if w == nil || w.hot {
+			continue
+		}
+		if w.stored {
+			m.stored[storedHash(k)] = struct{}{}
+		}
+		delete(m.windows, k)
 	}
 }
 
