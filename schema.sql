@@ -95,7 +95,7 @@ CREATE TABLE IF NOT EXISTS reservations (
     -- window_start, amount, and R (expires with the reservation) or N (never):
     -- settling and renewing find the hold rows without an index of their own
     holds       TEXT    NOT NULL DEFAULT ''
-);
+) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS reservations_live ON reservations (expires_at) WHERE state = 'live';
 CREATE INDEX IF NOT EXISTS reservations_settled ON reservations (settled_at) WHERE state <> 'live';
 

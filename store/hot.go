@@ -31,6 +31,13 @@ func (t *tx) Mark(ctx context.Context) (budget.Mark, error) {
 func (t *tx) LockReservations(context.Context, []string) error { return t.write() }
 func (t *tx) LockLimits(context.Context, []string) error       { return t.write() }
 
+// holdKeys matches n holds by their whole primary key, as an OR of
+// equalities: SQLite searches the key once per hold, where a row-value IN
+// over VALUES would scan the table.
+func holdKeys(n int) string {
+	return strings.TrimSuffix(strings.Repeat("(limit_id = ? AND subject = ? AND window_start = ? AND reservation_id = ?) OR ", n), " OR ")
+}
+
 // inList is "(?, ?, ...)" with n placeholders.
 func inList(n int) string {
 	return "(" + strings.TrimSuffix(strings.Repeat("?, ", n), ", ") + ")"
@@ -192,8 +199,7 @@ const (
 	qInsertReservationsN = `INSERT INTO reservations (id, key, provider, model, est_tokens, est_input, est_output, at, expires_at, state, settled_at, on_expiry, holds)
 		VALUES %s`
 	qInsertHoldsN = `INSERT INTO holds (limit_id, subject, window_start, reservation_id, amount, expires_at) VALUES %s`
-	qDeleteHoldsN = `WITH v(lid, sub, ws, rid) AS (VALUES %s)
-		DELETE FROM holds WHERE (limit_id, subject, window_start, reservation_id) IN (SELECT lid, sub, ws, rid FROM v)`
+
 	qInsertRollovers = `INSERT INTO rollovers (limit_id, subject, window_start, prev_window_start, prev_used, logged_at)
 		VALUES %s ON CONFLICT DO NOTHING`
 )
@@ -320,7 +326,7 @@ func (t *tx) settle(ctx context.Context, ss []budget.Settle) error {
 		for _, h := range part {
 			args = append(args, h.LimitID, h.Subject, ns(h.WindowStart), h.ReservationID)
 		}
-		if _, err := t.exec(ctx, multiRow(qDeleteHoldsN, 4, len(part)), args...); err != nil {
+		if _, err := t.exec(ctx, `DELETE FROM holds WHERE `+holdKeys(len(part)), args...); err != nil {
 			return fmt.Errorf("drop holds: %w", err)
 		}
 	}
