@@ -95,9 +95,11 @@ type memory struct {
 	res     map[string]*ReservationRow // reservations known live or expired unrecovered
 	parked  map[string]*ProviderState  // every parked provider, when parkedOK
 	parkOK  bool
-	// latest is the newest window start each (limit, subject) has a row
-	// for, as far as the windows loaded and created tell.
-	latest map[latestKey]time.Time
+	// latest is the newest window start (Unix nanos) each (limit,
+	// subject) has a row for, as far as the windows loaded and created
+	// tell, by a hash of the pair (a collision could only misplace a
+	// rollover's log line, never a count).
+	latest map[uint64]int64
 	// stored holds a hash of each window known to have a counter row that
 	// is not in windows. A collision would make a missing row look stored:
 	// Apply then fails with ErrConflict and the batch is planned again from
@@ -122,16 +124,23 @@ func storedHash(k cache.Key) uint64 {
 	return h.Sum64()
 }
 
-type latestKey struct{ limitID, subject string }
-
-// noteLatest records that (l, subject) has a row starting at start.
-func (m *memory) noteLatest(l *Limit, start time.Time) {
-	k := latestKey{l.ID, l.Subject}
-	if cur, ok := m.latest[k]; !ok || start.After(cur) {
+// noteLatest records that l's counter for its subject has a row starting
+// at start.
+func (m *memory) noteLatest(l *Limit, start int64) {
+	k := latestHash(l)
+	if cur, ok := m.latest[k]; !ok || start > cur {
 		m.latest[k] = start
 	}
 }
 
+func latestHash(l *Limit) uint64 {
+	var h maphash.Hash
+	h.SetSeed(storedSeed)
+	h.WriteString(l.ID)
+	h.WriteByte(0)
+	h.WriteString(l.Subject)
+	return h.Sum64()
+}
 // maxMemWindows bounds the writer's window memory: past it, it is forgotten
 // and reloaded as batches need it.
 const maxMemWindows = 200_000
@@ -149,7 +158,7 @@ func (m *memory) forget() {
 		clear(m.res)
 	}
 	m.parked, m.parkOK = nil, false
-	m.latest = make(map[latestKey]time.Time)
+	m.latest = make(map[uint64]int64)
 	m.stored = make(map[uint64]struct{})
 }
 
@@ -428,9 +437,9 @@ func (b *batch) load(ctx context.Context, tx Tx) error {
 				continue
 			}
 			if ws.Stored {
-				m.noteLatest(r.Limit, r.Start)
+				m.noteLatest(r.Limit, nsOf(r.Start))
 			} else if !ws.Latest.IsZero() {
-				m.noteLatest(r.Limit, ws.Latest)
+				m.noteLatest(r.Limit, nsOf(ws.Latest))
 			}
 		}
 	}
@@ -546,16 +555,16 @@ func (b *batch) event(ctx context.Context, tx Tx, ev Usage, o *op) error {
 // (contract section 8).
 func (b *batch) created(w *memWindow) {
 	m, l, r := &b.t.w.mem, w.l, w.ref()
-	latest, has := m.latest[latestKey{l.ID, l.Subject}]
+	latest, has := m.latest[latestHash(l)]
 	prev := w.prev
 	if pw := m.windows[windowKey(l, r.PrevStart)]; pw != nil && pw.known {
 		prev = pw.used // it may have changed since w was read, in this batch even
 	}
-	if (!has || r.Start.After(latest)) && prev > 0 {
+	if (!has || w.start > latest) && prev > 0 {
 		b.ws.Rollovers = append(b.ws.Rollovers, Rollover{LimitID: l.ID, Subject: l.Subject,
 			PrevWindowStart: r.PrevStart, PrevUsed: prev, WindowStart: r.Start, LoggedAt: b.now})
 	}
-	m.noteLatest(l, r.Start)
+	m.noteLatest(l, w.start)
 	w.stored = true
 }
 
