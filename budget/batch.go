@@ -141,6 +141,7 @@ func latestHash(l *Limit) uint64 {
 	h.WriteString(l.Subject)
 	return h.Sum64()
 }
+
 // maxMemWindows bounds the writer's window memory: past it, it is forgotten
 // and reloaded as batches need it.
 const maxMemWindows = 200_000
@@ -413,7 +414,9 @@ func (b *batch) load(ctx context.Context, tx Tx) error {
 				continue
 			}
 		}
-		need = append(need, r.ref)
+		ref := r.ref
+		ref.NoSeed = !r.reserve // events only add to the row: its total is not needed
+		need = append(need, ref)
 		keys = append(keys, k)
 	}
 	if len(need) > 0 {
@@ -431,6 +434,7 @@ func (b *batch) load(ctx context.Context, tx Tx) error {
 			r := need[i]
 			w := newMemWindow(r, ws)
 			w.hot = refs[keys[i]].reserve
+			w.known = !r.NoSeed || ws.Stored
 			m.windows[keys[i]] = w
 			b.visited = append(b.visited, keys[i])
 			if r.Limit.Metric == MetricConcurrent {
@@ -452,6 +456,11 @@ func (b *batch) load(ctx context.Context, tx Tx) error {
 	return nil
 }
 
+// size counts what w writes, to tell whether an operation planned anything.
+func (w *WriteSet) size() int {
+	return len(w.Events) + len(w.NewReservations) + len(w.Settles) + len(w.Renewals)
+}
+
 // maxRecover bounds the reservations one recovery operation settles.
 const maxRecover = 2000
 
@@ -471,7 +480,10 @@ func (b *batch) decide(ctx context.Context, tx Tx) error {
 		if !o.active() {
 			continue
 		}
-		o.out = opResult{}
+		if o.out != nil {
+			*o.out = opResult{}
+		}
+		mark := b.ws.size()
 		var err error
 		switch o.kind {
 		case opUsage:
@@ -492,10 +504,15 @@ func (b *batch) decide(ctx context.Context, tx Tx) error {
 			err = b.recover(ctx, tx, o)
 		}
 		if err != nil {
-			if isDomainError(err) {
-				o.out.err = err // the caller's answer; nothing was planned
+			// A refusal or a bad request is the caller's answer, and what
+			// the operation planned before it is dropped with it; usage is
+			// never refused, so its errors fail the batch.
+			if isDomainError(err) && o.kind != opUsage && b.ws.size() == mark {
+				o.out.err = err
 				continue
 			}
+			// Anything else, or a refusal after the operation planned a
+			// write (memory cannot take it back), fails the batch.
 			return err
 		}
 	}
@@ -557,8 +574,13 @@ func (b *batch) created(w *memWindow) {
 	m, l, r := &b.t.w.mem, w.l, w.ref()
 	latest, has := m.latest[latestHash(l)]
 	prev := w.prev
+	// The window before may have changed since w was read, in this batch
+	// even: known, its total; otherwise what this batch added to it (an
+	// unknown window's used counts only that) on top of what w read.
 	if pw := m.windows[windowKey(l, r.PrevStart)]; pw != nil && pw.known {
-		prev = pw.used // it may have changed since w was read, in this batch even
+		prev = pw.used
+	} else if pw != nil {
+		prev = min(prev+pw.used, MaxTokens)
 	}
 	if (!has || w.start > latest) && prev > 0 {
 		b.ws.Rollovers = append(b.ws.Rollovers, Rollover{LimitID: l.ID, Subject: l.Subject,

@@ -30,21 +30,26 @@ type op struct {
 	evs      []Usage   // opUsage from RecordSync: the events, in order (ev unused)
 	contribs []contrib // opUsage: the pending deltas enqueue added for its events
 
+	*opArgs // nil for usage and flushes, which queue by the thousand
+
+	done  chan opResult // nil for fire-and-forget usage
+	state atomic.Int32  // withdrawable ops: opQueued, then opClaimed by the writer or opWithdrawn by the caller
+
+	// Writer-owned.
+	skip     bool      // not planned: withdrawn, or told of a failure and not a settlement
+	told     bool      // its waiter was answered with a failure
+	answered bool      // done has its answer
+	out      *opResult // the planned answer, sent once the batch commits (nil for Record's)
+}
+
+// opArgs are what a reservation operation asks.
+type opArgs struct {
 	req    Request       // opReserve
 	at     time.Time     // opReserve: the reservation's instant; opRecover: the recovery's
 	ttl    time.Duration // opReserve, opRenew
 	policy ExpiryPolicy  // opReserve
 	minOut int64         // opReserve
 	id     string        // opCommit, opRelease, opRenew
-
-	done  chan opResult // nil for fire-and-forget usage
-	state atomic.Int32  // withdrawable ops: opQueued, then opClaimed by the writer or opWithdrawn by the caller
-
-	// Writer-owned.
-	skip     bool     // not planned: withdrawn, or told of a failure and not a settlement
-	told     bool     // its waiter was answered with a failure
-	answered bool     // done has its answer
-	out      opResult // the planned answer, sent once the batch commits
 }
 
 const (
@@ -157,7 +162,7 @@ func (t *Tracker) RecordSync(ctx context.Context, events ...Usage) ([]bool, erro
 		evs[i] = u
 	}
 	// One operation for the whole call: one transaction, however many events.
-	o := &op{kind: opUsage, evs: evs, done: make(chan opResult, 1)}
+	o := &op{kind: opUsage, evs: evs, done: make(chan opResult, 1), out: new(opResult)}
 	if err := t.enqueue(ctx, o); err != nil {
 		return nil, err
 	}
@@ -169,7 +174,7 @@ func (t *Tracker) RecordSync(ctx context.Context, events ...Usage) ([]bool, erro
 // the writer's error once a batch has failed Config.FlushFailures times (the
 // writer keeps retrying), or ctx's error.
 func (t *Tracker) Flush(ctx context.Context) (FlushResult, error) {
-	o := &op{kind: opFlush, done: make(chan opResult, 1)}
+	o := &op{kind: opFlush, done: make(chan opResult, 1), out: new(opResult)}
 	if err := t.enqueue(ctx, o); err != nil {
 		return FlushResult{}, err
 	}

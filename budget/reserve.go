@@ -138,12 +138,17 @@ func (t *Tracker) ReserveWith(ctx context.Context, req Request, opts ReserveOpti
 	if opts.MinOutput < 0 || opts.MinOutput > MaxTokens {
 		return nil, invalid("min_output", opts.MinOutput, "must be between 0 and 2^53-1")
 	}
-	o := &op{kind: opReserve, req: req, at: t.now(), ttl: ttl, policy: policy, minOut: opts.MinOutput, done: make(chan opResult, 1)}
+	o := newOp(opReserve, &opArgs{req: req, at: t.now(), ttl: ttl, policy: policy, minOut: opts.MinOutput})
 	r, err := t.do(ctx, o)
 	if err != nil {
 		return nil, err
 	}
 	return r.res, nil
+}
+
+// newOp is a reservation operation with its answer's room.
+func newOp(kind opKind, args *opArgs) *op {
+	return &op{kind: kind, opArgs: args, done: make(chan opResult, 1), out: new(opResult)}
 }
 
 // do queues o and waits for its answer.
@@ -173,7 +178,9 @@ func (t *Tracker) Commit(ctx context.Context, id string, actual Usage) (Settleme
 	if _, err := actual.Normalize(time.Unix(0, 0)); err != nil {
 		return Settlement{}, err
 	}
-	r, err := t.do(ctx, &op{kind: opCommit, id: id, ev: actual, done: make(chan opResult, 1)})
+	o := newOp(opCommit, &opArgs{id: id})
+	o.ev = actual
+	r, err := t.do(ctx, o)
 	return r.settlement, err
 }
 
@@ -213,7 +220,7 @@ func lateUsage(actual Usage, est Estimate) Usage {
 // usage, for a request that failed. Releasing an expired, unsettled
 // reservation succeeds; a settled one returns ErrSettled.
 func (t *Tracker) Release(ctx context.Context, id string) error {
-	_, err := t.do(ctx, &op{kind: opRelease, id: id, done: make(chan opResult, 1)})
+	_, err := t.do(ctx, newOp(opRelease, &opArgs{id: id}))
 	return err
 }
 
@@ -227,7 +234,7 @@ func (t *Tracker) Renew(ctx context.Context, id string, ttl time.Duration) (time
 	if ttl == 0 {
 		ttl = t.cfg.ReservationTTL
 	}
-	r, err := t.do(ctx, &op{kind: opRenew, id: id, ttl: ttl, done: make(chan opResult, 1)})
+	r, err := t.do(ctx, newOp(opRenew, &opArgs{id: id, ttl: ttl}))
 	return r.expires, err
 }
 
@@ -253,7 +260,7 @@ func (e *settled) Unwrap() error { return ErrSettled }
 func (t *Tracker) Recover(ctx context.Context, now time.Time) (RecoverResult, error) {
 	var res RecoverResult
 	for {
-		r, err := t.do(ctx, &op{kind: opRecover, at: now, done: make(chan opResult, 1)})
+		r, err := t.do(ctx, newOp(opRecover, &opArgs{at: now}))
 		if err != nil {
 			return res, err
 		}

@@ -95,6 +95,10 @@ type WindowRef struct {
 	Start, End time.Time
 	PrevStart  time.Time
 	PrevEnd    time.Time
+	// NoSeed: the caller only needs to know whether the row exists (it
+	// will only add events to it), so a missing row's Used is left 0
+	// instead of summing the history.
+	NoSeed bool
 }
 
 // WindowState is what the store holds for one WindowRef.

@@ -389,8 +389,8 @@ func (t *Tracker) settle(b *batch, sums map[*cache.Counter]*pendingSum) {
 			}
 		case o.evs != nil:
 			o.out.dups = append(o.out.dups, !ins)
-		default:
-			o.out.duplicate = !ins
+		case !o.told:
+			o.answer(opResult{duplicate: !ins})
 		}
 	}
 	t.stats.written.Add(written)
@@ -402,6 +402,9 @@ func (t *Tracker) settle(b *batch, sums map[*cache.Counter]*pendingSum) {
 	for _, o := range b.ops {
 		if o.skip {
 			continue
+		}
+		if o.out == nil {
+			continue // a Record: answered above, if anyone waits
 		}
 		if o.out.err == nil {
 			switch o.kind {
@@ -424,6 +427,6 @@ func (t *Tracker) settle(b *batch, sums map[*cache.Counter]*pendingSum) {
 			o.out.flush = FlushResult{Written: t.stats.sinceFlushWritten, Duplicates: t.stats.sinceFlushDup}
 			t.stats.sinceFlushWritten, t.stats.sinceFlushDup = 0, 0
 		}
-		o.answer(o.out)
+		o.answer(*o.out)
 	}
 }

@@ -99,20 +99,32 @@ func (t *tx) Windows(ctx context.Context, refs []budget.WindowRef, now time.Time
 		// A window with no row yet: seeded from the history (rare: once
 		// per limit, subject and window).
 		var err error
-		if w.Used, err = t.SumUsage(ctx, r.Limit, r.Start, r.End); err != nil {
-			return nil, err
+		if !r.NoSeed {
+			if w.Used, err = t.SumUsage(ctx, r.Limit, r.Start, r.End); err != nil {
+				return nil, err
+			}
 		}
 		if r.PrevStart.IsZero() {
 			continue
 		}
-		if w.Latest, err = t.latestCounterStart(ctx, r.Limit); err != nil {
-			return nil, err
+		var latest, prev *int64
+		if err := t.scan(ctx, `SELECT (SELECT MAX(window_start) FROM counters WHERE limit_id = ? AND subject = ?),
+			(SELECT used FROM counters WHERE limit_id = ? AND subject = ? AND window_start = ?)`,
+			[]any{r.Limit.ID, r.Limit.Subject, r.Limit.ID, r.Limit.Subject, ns(r.PrevStart)}, func(s scanner) error {
+				return s.Scan(&latest, &prev)
+			}); err != nil {
+			return nil, fmt.Errorf("read counters of %s: %w", r.Limit.ID, err)
 		}
-		var ok bool
-		if w.PrevUsed, ok, err = t.counter(ctx, r.Limit, r.PrevStart); err != nil {
-			return nil, err
+		if latest != nil {
+			w.Latest = time.Unix(0, *latest).UTC()
 		}
-		if !ok {
+		switch {
+		case prev != nil:
+			w.PrevUsed = *prev
+		case latest != nil && *latest >= ns(r.Start):
+			// A later row exists: no rollover is logged, the window
+			// before does not matter.
+		default:
 			if w.PrevUsed, err = t.SumUsage(ctx, r.Limit, r.PrevStart, r.PrevEnd); err != nil {
 				return nil, err
 			}
@@ -121,29 +133,7 @@ func (t *tx) Windows(ctx context.Context, refs []budget.WindowRef, now time.Time
 	return out, nil
 }
 
-func (t *tx) counter(ctx context.Context, l *budget.Limit, start time.Time) (int64, bool, error) {
-	var used int64
-	found := false
-	err := t.scan(ctx, `SELECT used FROM counters WHERE limit_id = ? AND subject = ? AND window_start = ?`,
-		[]any{l.ID, l.Subject, ns(start)}, func(s scanner) error {
-			found = true
-			return s.Scan(&used)
-		})
-	if err != nil {
-		return 0, false, fmt.Errorf("read counter of %s: %w", l.ID, err)
-	}
-	return used, found, nil
-}
 
-func (t *tx) latestCounterStart(ctx context.Context, l *budget.Limit) (time.Time, error) {
-	var v *int64
-	err := t.scan(ctx, `SELECT MAX(window_start) FROM counters WHERE limit_id = ? AND subject = ?`,
-		[]any{l.ID, l.Subject}, func(s scanner) error { return s.Scan(&v) })
-	if err != nil || v == nil {
-		return time.Time{}, err
-	}
-	return time.Unix(0, *v).UTC(), nil
-}
 
 // scanner is the part of *sqlx.Rows a scan callback needs.
 type scanner interface{ Scan(dest ...any) error }

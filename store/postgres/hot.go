@@ -114,8 +114,10 @@ func (t *tx) Windows(ctx context.Context, refs []budget.WindowRef, now time.Time
 		if w.Stored {
 			continue
 		}
-		if w.Used, err = t.SumUsage(ctx, r.Limit, r.Start, r.End); err != nil {
-			return nil, err
+		if !r.NoSeed {
+			if w.Used, err = t.SumUsage(ctx, r.Limit, r.Start, r.End); err != nil {
+				return nil, err
+			}
 		}
 		if r.PrevStart.IsZero() {
 			continue

@@ -52,8 +52,10 @@ func (t *tx) Windows(_ context.Context, refs []budget.WindowRef, now time.Time) 
 			continue
 		}
 		var err error
-		if w.Used, err = t.sum(l, r.Start, r.End); err != nil {
-			return nil, err
+		if !r.NoSeed {
+			if w.Used, err = t.sum(l, r.Start, r.End); err != nil {
+				return nil, err
+			}
 		}
 		if r.PrevStart.IsZero() {
 			continue
