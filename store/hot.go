@@ -133,8 +133,6 @@ func (t *tx) Windows(ctx context.Context, refs []budget.WindowRef, now time.Time
 	return out, nil
 }
 
-
-
 // scanner is the part of *sqlx.Rows a scan callback needs.
 type scanner interface{ Scan(dest ...any) error }
 
