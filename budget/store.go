@@ -132,6 +132,21 @@ type WriteSet struct {
 	DeleteSettledBefore time.Time
 }
 
+// CounterDeltas is what each of w.Counters gains from the events that
+// were inserted (inserted[i] for w.Events[i]), saturating at MaxTokens.
+func (w *WriteSet) CounterDeltas(inserted []bool) []int64 {
+	deltas := make([]int64, len(w.Counters))
+	for i := range w.Events {
+		if !inserted[i] {
+			continue
+		}
+		for _, a := range w.Events[i].Adds {
+			deltas[a.Counter] = min(deltas[a.Counter]+a.Amount, MaxTokens)
+		}
+	}
+	return deltas
+}
+
 // EventWrite is one event and what it adds to counters when it is new.
 type EventWrite struct {
 	Usage Usage // Cost and Unpriced set

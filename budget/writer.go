@@ -345,14 +345,10 @@ func (t *Tracker) sleep(d time.Duration) bool {
 // commit needs no store read) and answers the waiters.
 func (t *Tracker) settle(b *batch, sums map[*cache.Counter]*pendingSum) {
 	applied := make(map[cache.Key]int64, len(b.ws.Counters))
-	for i := range b.ws.Events {
-		if !b.inserted[i] {
-			continue
-		}
-		for _, a := range b.ws.Events[i].Adds {
-			r := &b.ws.Counters[a.Counter].Ref
-			k := windowKey(r.Limit, r.Start)
-			applied[k] = min(applied[k]+a.Amount, MaxTokens)
+	for i, d := range b.ws.CounterDeltas(b.inserted) {
+		if d != 0 {
+			r := &b.ws.Counters[i].Ref
+			applied[windowKey(r.Limit, r.Start)] = d
 		}
 	}
 	for c, ps := range sums {

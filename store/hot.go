@@ -324,15 +324,7 @@ func (t *tx) settle(ctx context.Context, ss []budget.Settle) error {
 // applyCounters creates the counters w creates and adds to the others what
 // their inserted events contribute.
 func (t *tx) applyCounters(ctx context.Context, w *budget.WriteSet, inserted []bool) error {
-	deltas := make([]int64, len(w.Counters))
-	for i := range w.Events {
-		if !inserted[i] {
-			continue
-		}
-		for _, a := range w.Events[i].Adds {
-			deltas[a.Counter] = min(deltas[a.Counter]+a.Amount, budget.MaxTokens)
-		}
-	}
+	deltas := w.CounterDeltas(inserted)
 	var args []any
 	rows := 0
 	flush := func() error {

@@ -189,15 +189,7 @@ func (t *tx) applyCounters(w *budget.WriteSet, inserted []bool) error {
 	if len(w.Counters) == 0 {
 		return nil
 	}
-	deltas := make([]int64, len(w.Counters))
-	for i := range w.Events {
-		if !inserted[i] {
-			continue
-		}
-		for _, a := range w.Events[i].Adds {
-			deltas[a.Counter] = min(deltas[a.Counter]+a.Amount, budget.MaxTokens)
-		}
-	}
+	deltas := w.CounterDeltas(inserted)
 	st := t.st
 	own(st, "counters", &st.counters)
 	for i := range w.Counters {
