@@ -194,6 +194,10 @@ type batch struct {
 	// expired reservations found by recovery ops, by op
 	expired map[*op][]string
 	evOps   []*op // the operation of each WriteSet event
+	// dups are the commit and charge events an earlier try of this batch
+	// found already in the history (key, NUL, request id): planned again
+	// without them. The writer keeps the map across tries.
+	dups map[string]bool
 	// windows loaded or recalled into memory for this batch: those not hot
 	// leave it once the batch lands
 	visited []cache.Key
@@ -420,13 +424,10 @@ func (b *batch) load(ctx context.Context, tx Tx) error {
 		keys = append(keys, k)
 	}
 	if len(need) > 0 {
-		at := b.now
-		for _, o := range b.ops {
-			if o.kind == opReserve && o.at.Before(at) {
-				at = o.at
-			}
-		}
-		got, err := tx.Windows(ctx, need, at)
+		// Every hold, expired or not: a window stays in memory across
+		// batches, and each decision counts the holds live at its own
+		// instant (an expired one lasts only until recovery settles it).
+		got, err := tx.Windows(ctx, need, time.Unix(0, 0))
 		if err != nil {
 			return err
 		}
@@ -590,6 +591,9 @@ func (b *batch) created(w *memWindow) {
 	w.stored = true
 }
 
+// stored reports whether an earlier try found ev in the history.
+func (b *batch) stored(ev Usage) bool { return b.dups[ev.Key+"\x00"+ev.RequestID] }
+
 func errNotLoaded(l *Limit, at time.Time) error {
 	return &internalError{"window of limit " + l.ID + " at " + at.Format(time.RFC3339Nano) + " was not loaded"}
 }
@@ -669,8 +673,10 @@ func (b *batch) reserve(ctx context.Context, tx Tx, o *op) error {
 		r.Holds = append(r.Holds, h)
 		sw[i].holds = append(sw[i].holds, memHold{id: r.ID, amount: h.Amount, expires: h.ExpiresAt.UnixNano()})
 	}
+	// The row the writer keeps (and renews in place) has its own copy of
+	// the holds: the caller's Reservation is the caller's.
 	row := ReservationRow{ID: r.ID, Key: r.Key, Provider: r.Provider, Model: r.Model, Estimate: r.Estimate,
-		At: r.At, ExpiresAt: r.ExpiresAt, State: ReservationLive, OnExpiry: o.policy, Holds: r.Holds}
+		At: r.At, ExpiresAt: r.ExpiresAt, State: ReservationLive, OnExpiry: o.policy, Holds: slices.Clone(r.Holds)}
 	b.ws.NewReservations = append(b.ws.NewReservations, row)
 	m.res[r.ID] = &row
 	o.out.res = r
@@ -714,8 +720,9 @@ func (b *batch) commit(ctx context.Context, tx Tx, o *op) error {
 		ev = lateUsage(ev, r.Estimate)
 	}
 	// A commit records its event even with no tokens (it is a request);
-	// after a charge only an excess is recorded.
-	if !out.Charged || ev.Billable() > 0 {
+	// after a charge only an excess is recorded; an event whose id the
+	// history already holds (found by an earlier try) is not recorded twice.
+	if (!out.Charged || ev.Billable() > 0) && !b.stored(ev) {
 		if out.Charged {
 			out.LateRequestID = ev.RequestID
 		}
@@ -786,7 +793,7 @@ func (b *batch) recover(ctx context.Context, tx Tx, o *op) error {
 		}
 		// Charged before the holds go, so the limits never show room the
 		// charge is about to take.
-		if r.OnExpiry == ExpireCharge {
+		if r.OnExpiry == ExpireCharge && !b.stored(chargedUsage(*r)) {
 			if err := b.event(ctx, tx, chargedUsage(*r), o); err != nil {
 				return err
 			}

@@ -137,10 +137,12 @@ func (t *Tracker) process(ops []*op) bool {
 	}
 	m := &t.w.mem
 	var b *batch
+	dups := make(map[string]bool)
 	backoff := 10 * time.Millisecond
+	conflicts := 0
 	for attempt := 1; ; attempt++ {
 		ctx := context.Background()
-		b = &batch{t: t, ops: ops}
+		b = &batch{t: t, ops: ops, dups: dups}
 		tries := 0
 		err := t.store.Update(ctx, func(tx Tx) error {
 			if tries++; tries > 1 {
@@ -156,6 +158,14 @@ func (t *Tracker) process(ops []*op) bool {
 			break
 		}
 		m.forget()
+		if errors.Is(err, ErrConflict) && conflicts < maxConflicts {
+			// Another process changed what the batch was planned on (or
+			// the plan met an event already stored): plan again at once,
+			// from a fresh read. Not a failure of the store.
+			conflicts++
+			attempt--
+			continue
+		}
 		t.stats.failures.Add(1)
 		t.w.fail(err)
 		if t.cfg.OnError != nil {
@@ -191,6 +201,10 @@ func (t *Tracker) process(ops []*op) bool {
 	return true
 }
 
+// maxConflicts bounds the immediate re-plans of one batch after
+// ErrConflict; past it, conflicts are retried with backoff like failures.
+const maxConflicts = 3
+
 // withdrawable reports whether o's caller may take it back while it is
 // queued: a reservation, renewal or recovery (never usage, a flush or a
 // settlement).
@@ -225,7 +239,7 @@ func (b *batch) run(ctx context.Context, tx Tx) error {
 		return err
 	}
 	b.sortCounters()
-	if len(b.ws.Events)+len(b.ws.NewReservations)+len(b.ws.Settles)+len(b.ws.Renewals) == 0 && b.ws.DeleteSettledBefore.IsZero() {
+	if b.ws.size() == 0 && b.ws.DeleteSettledBefore.IsZero() {
 		return nil
 	}
 	inserted, deleted, err := tx.Apply(ctx, &b.ws)
@@ -233,13 +247,20 @@ func (b *batch) run(ctx context.Context, tx Tx) error {
 		return err
 	}
 	b.inserted = inserted
+	conflict := false
 	for i, o := range b.evOps {
 		if !inserted[i] && o.kind != opUsage {
 			// A commit's or a charge's event already stored: another
 			// process charged this reservation between our read and our
-			// write. Plan again from what the store says now.
-			return fmt.Errorf("%w: event %s of reservation was already recorded", ErrConflict, b.ws.Events[i].Usage.RequestID)
+			// write, or the history holds an event with its id. Plan again
+			// from what the store says now, without that event.
+			ev := &b.ws.Events[i].Usage
+			b.dups[ev.Key+"\x00"+ev.RequestID] = true
+			conflict = true
 		}
+	}
+	if conflict {
+		return fmt.Errorf("%w: a reservation's event was already recorded", ErrConflict)
 	}
 	for _, o := range b.ops {
 		if o.kind == opRecover && o.active() && o.out.err == nil {

@@ -439,6 +439,10 @@ func (db *DB) run(ctx context.Context, pool *sqlx.DB, ro bool, fn func(budget.Tx
 	}
 }
 
+// afterCommit, when set (by a test), runs right after a transaction
+// commits, before anything else does.
+var afterCommit func(*DB)
+
 func (db *DB) once(ctx context.Context, pool *sqlx.DB, ro bool, fn func(budget.Tx) error) (err error) {
 	t, err := pool.BeginTxx(ctx, nil)
 	if err != nil {
@@ -453,13 +457,18 @@ func (db *DB) once(ctx context.Context, pool *sqlx.DB, ro bool, fn func(budget.T
 	if err = fn(x); err != nil {
 		return db.wrap(err)
 	}
-	if err = t.Commit(); err != nil {
-		return db.wrap(err)
-	}
+	// Counted before COMMIT, while this transaction still holds the only
+	// writer connection: once Commit returns, the next write transaction
+	// may already be reading Mark. A commit that then fails has moved the
+	// count for nothing, which only makes the writer re-read.
 	if !ro && !x.keysOnly {
 		db.commits.Add(1)
 	}
-	return nil
+	err = t.Commit()
+	if afterCommit != nil {
+		afterCommit(db)
+	}
+	return db.wrap(err)
 }
 
 func (db *DB) wrap(err error) error {

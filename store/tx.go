@@ -203,9 +203,6 @@ func (t *tx) DeleteLimit(ctx context.Context, id string) error {
 	return nil
 }
 
-// LockLimits does nothing: BEGIN IMMEDIATE already serialises every write
-// transaction on the file, across processes.
-
 // ---- usage and counters
 
 func (t *tx) insertUsage(ctx context.Context, evs []budget.EventWrite) ([]bool, error) {

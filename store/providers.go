@@ -12,8 +12,6 @@ import (
 	"github.com/tokenbudget/tokenbudget/store/internal/sqlrow"
 )
 
-// ---- reservations and holds
-
 // ---- providers
 
 func (t *tx) Provider(ctx context.Context, name string) (budget.ProviderState, error) {
