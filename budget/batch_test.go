@@ -509,7 +509,6 @@ func TestBatchDecision(t *testing.T) {
 			// The charge counted the request; its late excess is more tokens
 			// of the same request, not another one.
 			name:   "a late excess counts no second request",
-			bug:    "the :late event is an event of its own, so a requests limit counts the request twice (charge + late)",
 			limits: []limitDef{tok100, req10},
 			steps: []step{
 				{ops: []op{charge(reserve("r1", 50, time.Minute))}, live: 1},

@@ -199,7 +199,7 @@ func chargedUsage(r ReservationRow) Usage {
 // event carries none.
 func lateUsage(actual Usage, est Estimate) Usage {
 	late := actual
-	late.RequestID += ":late"
+	late.RequestID += LateSuffix
 	late.CacheRead, late.CacheWrite = 0, 0
 	shared := est.Tokens
 	over := func(v, allowance int64) int64 {

@@ -41,6 +41,15 @@ type Usage struct {
 // every generated token, each once.
 func (u Usage) Billable() int64 { return u.Input + u.Output + u.Reasoning }
 
+// LateSuffix ends the request id of a late commit's event: what a commit
+// added to a reservation recovery had already charged (see Settlement). It
+// is the excess of a request the charge counted, so it counts tokens and
+// dollars but no request; the stores' history sums agree.
+const LateSuffix = ":late"
+
+// IsLate reports whether requestID is a late commit's (ends in LateSuffix).
+func IsLate(requestID string) bool { return strings.HasSuffix(requestID, LateSuffix) }
+
 // Amount is the event's contribution to a limit of metric m.
 func (u Usage) Amount(m Metric) int64 {
 	switch m {
@@ -51,6 +60,9 @@ func (u Usage) Amount(m Metric) int64 {
 	case MetricOutput:
 		return u.Output + u.Reasoning
 	case MetricRequests:
+		if IsLate(u.RequestID) {
+			return 0 // the excess of a request already counted (see LateSuffix)
+		}
 		return 1
 	case MetricUSD:
 		return u.Cost

@@ -250,7 +250,7 @@ var sumExpr = map[budget.Metric]string{
 	budget.MetricTokens:   "CAST(MIN(TOTAL(input + output + reasoning), 9007199254740991) AS INTEGER)",
 	budget.MetricInput:    "CAST(MIN(TOTAL(input), 9007199254740991) AS INTEGER)",
 	budget.MetricOutput:   "CAST(MIN(TOTAL(output + reasoning), 9007199254740991) AS INTEGER)",
-	budget.MetricRequests: "COUNT(*)",
+	budget.MetricRequests: "SUM(substr(request_id, -5) <> ':late')", // budget.LateSuffix: no request of its own
 	budget.MetricUSD:      "CAST(MIN(TOTAL(cost), 9007199254740991) AS INTEGER)",
 }
 

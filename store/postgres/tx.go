@@ -228,7 +228,7 @@ var sumExpr = map[budget.Metric]string{
 	budget.MetricTokens:   "LEAST(COALESCE(SUM(input + output + reasoning), 0), 9007199254740991)",
 	budget.MetricInput:    "LEAST(COALESCE(SUM(input), 0), 9007199254740991)",
 	budget.MetricOutput:   "LEAST(COALESCE(SUM(output + reasoning), 0), 9007199254740991)",
-	budget.MetricRequests: "COUNT(*)",
+	budget.MetricRequests: "COUNT(*) FILTER (WHERE right(request_id, 5) <> ':late')", // budget.LateSuffix: no request of its own
 	budget.MetricUSD:      "LEAST(COALESCE(SUM(cost), 0), 9007199254740991)",
 }
 
