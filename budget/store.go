@@ -117,7 +117,13 @@ type WindowState struct {
 }
 
 // WriteSet is everything one writer batch writes, applied by Tx.Apply in
-// one transaction.
+// one transaction. It is also where rows that must land with the usage
+// they derive from go as they are added: per-day rollups of the events
+// and alert outbox rows become fields Apply writes in the same
+// transaction, and an event's team, organisation and end user ride on its
+// Usage; counters are already per (limit, subject, window), the subject
+// being whatever a limit counts for (a key for a default limit, later a
+// user for a per-user one).
 type WriteSet struct {
 	Events   []EventWrite
 	Counters []CounterWrite
