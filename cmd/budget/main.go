@@ -71,6 +71,7 @@ Commands:
 	check            ask whether a request may run now (exit 3 when refused)
 	inspect          show every limit in its current window and the latest rollovers
 	verify           compare every counter with the usage history (exit 5 on drift)
+	backup           write a consistent copy of the SQLite database to a new file
 	reserve          hold an estimate against every applicable limit (exit 3 when refused)
 	commit           settle a reservation with the actual usage
 	release          free a reservation without recording usage
@@ -174,6 +175,8 @@ func (m *Main) Run(ctx context.Context, args []string) (err error) {
 		return m.runInspect(ctx, rest)
 	case "verify":
 		return m.runVerify(ctx, rest)
+	case "backup":
+		return m.runBackup(ctx, rest)
 	case "reserve":
 		return m.runReserve(ctx, rest)
 	case "commit":
