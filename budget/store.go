@@ -230,6 +230,20 @@ var NoExpiry = time.Unix(0, math.MaxInt64).UTC()
 // Tx is one transaction of a Store. Times are stored with nanosecond
 // precision. Methods that find nothing return ErrNotFound unless they say
 // otherwise.
+//
+// Locking contract. No read takes a lock. A write transaction that decides
+// on counters and holds (reservations, commits, releases, renewals,
+// recovery, and events, which change counters) first calls
+// LockReservations with every reservation it will settle or renew, then
+// LockLimits with every limit whose windows it reads or writes, each at
+// most once and with ids in ascending order; only then does it read them.
+// Writers that all follow that order cannot deadlock, and while one holds
+// its locks no other transaction can change those reservations, or the
+// counters and holds of those limits, so its separate reads of a window
+// (the counter, then the holds) agree even under READ COMMITTED. Admin
+// writes take the same rows' locks implicitly (updating or deleting a
+// limit row). A store whose write transactions are already serialised
+// (SQLite's BEGIN IMMEDIATE) implements both locks as no-ops.
 type Tx interface {
 	// LimitsVersion changes whenever any limit is created, changed or
 	// deleted, by any process.
@@ -263,18 +277,8 @@ type Tx interface {
 	// limits' counters included ("" for all).
 	Rollovers(ctx context.Context, key string, n int) ([]Rollover, error)
 
-	// The hot path: reads over sets, one explicit lock, one write.
-	//
-	// Locking contract. No read takes a lock. A write transaction that
-	// decides on counters and holds (reservations, commits, releases,
-	// renewals, recovery) first calls LockReservations with every
-	// reservation it will settle or renew, then LockLimits with every limit
-	// whose windows it reads or writes, each at most once and with ids in
-	// ascending order; only then does it read them. Every writer following
-	// that order cannot deadlock, and while it holds the locks no other
-	// transaction can change those reservations, or the counters and holds
-	// of those limits. A store whose write transactions are already
-	// serialised (SQLite's BEGIN IMMEDIATE) implements both as no-ops.
+	// The hot path: reads over sets, one explicit lock, one write (see
+	// the locking contract above).
 
 	// Mark identifies the database state this transaction started from,
 	// as seen through this store handle. See Mark.
@@ -285,7 +289,8 @@ type Tx interface {
 	// LockLimits locks the limits ids (ascending) until the transaction
 	// ends, so decisions on one limit's windows are made one at a time.
 	LockLimits(ctx context.Context, ids []string) error
-	// Windows reads the counters of refs at now: Window i answers refs[i].
+	// Windows reads the counters of refs, with their holds expiring after
+	// now: WindowState i answers refs[i].
 	// One statement per kind of row however many refs.
 	Windows(ctx context.Context, refs []WindowRef, now time.Time) ([]WindowState, error)
 	// Reservations reads the reservations ids with their holds; an id with
