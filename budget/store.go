@@ -231,7 +231,8 @@ var NoExpiry = time.Unix(0, math.MaxInt64).UTC()
 // precision. Methods that find nothing return ErrNotFound unless they say
 // otherwise.
 //
-// Locking contract. No read takes a lock. A write transaction that decides
+// Locking contract. No read takes a lock but LimitsVersion (see there). A
+// write transaction that decides
 // on counters and holds (reservations, commits, releases, renewals,
 // recovery, and events, which change counters) first calls
 // LockReservations with every reservation it will settle or renew, then
@@ -246,7 +247,11 @@ var NoExpiry = time.Unix(0, math.MaxInt64).UTC()
 // (SQLite's BEGIN IMMEDIATE) implements both locks as no-ops.
 type Tx interface {
 	// LimitsVersion changes whenever any limit is created, changed or
-	// deleted, by any process.
+	// deleted, by any process. In a write transaction a store may also lock
+	// the limit definitions shared from here until the transaction ends, so
+	// that what the transaction resolved from the version stays true
+	// (PostgreSQL does; limit changes take that lock exclusively). It is
+	// the one read that may lock.
 	LimitsVersion(ctx context.Context) (int64, error)
 	// Limits lists the limits of key and the default limits (Key ""), or
 	// every limit when key is "", unordered.
