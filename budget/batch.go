@@ -227,7 +227,20 @@ func (b *batch) load(ctx context.Context, tx Tx) error {
 	}
 	if !m.valid || mark != m.expect || len(m.windows) > maxMemWindows {
 		m.forget()
-		t.w.checked, t.w.pricesChecked = false, false
+		// Both versions in one read: what limits and prices the writer
+		// holds stays valid only if they did not move.
+		lv, pv, err := tx.Versions(ctx)
+		if err != nil {
+			return err
+		}
+		if lv != t.w.version || len(t.w.byKey) > maxWriterKeys {
+			clear(t.w.byKey)
+			t.w.version = lv
+		}
+		if t.w.prices != nil && t.w.prices.version != pv {
+			t.w.prices = nil
+		}
+		t.w.checked, t.w.pricesChecked = true, t.w.prices != nil
 	} else {
 		// Nothing else wrote since this writer's last commit: the limits
 		// and prices it read then are current.

@@ -265,6 +265,9 @@ type Tx interface {
 	// PricesVersion changes whenever a price is added or replaced, by any
 	// process.
 	PricesVersion(ctx context.Context) (int64, error)
+	// Versions is LimitsVersion (with its lock) and PricesVersion in one
+	// read.
+	Versions(ctx context.Context) (limits, prices int64, err error)
 	// Prices lists every price version, unordered.
 	Prices(ctx context.Context) ([]Price, error)
 	// UnpricedEvents counts the history's events written with no price.

@@ -118,6 +118,15 @@ func (t *tx) LimitsVersion(ctx context.Context) (int64, error) {
 	return v, nil
 }
 
+func (t *tx) Versions(ctx context.Context) (limits, prices int64, err error) {
+	err = t.scan(ctx, `SELECT (SELECT value FROM meta WHERE name = 'limits_version'), (SELECT value FROM meta WHERE name = 'prices_version')`,
+		nil, func(s scanner) error { return s.Scan(&limits, &prices) })
+	if err != nil {
+		return 0, 0, fmt.Errorf("read versions: %w", err)
+	}
+	return limits, prices, nil
+}
+
 func (t *tx) PricesVersion(ctx context.Context) (int64, error) {
 	var v int64
 	if err := t.get(ctx, &v, `SELECT value FROM meta WHERE name = 'prices_version'`); err != nil {

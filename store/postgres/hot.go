@@ -66,44 +66,36 @@ func (t *tx) Windows(ctx context.Context, refs []budget.WindowRef, now time.Time
 	for i, r := range refs {
 		idx[i], ids[i], subs[i], starts[i] = int64(i), r.Limit.ID, r.Limit.Subject, ns(r.Start)
 	}
-	rows, err := t.tx.QueryContext(ctx, `SELECT v.i, c.used FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[]) AS v(i, lid, sub, ws)
-		JOIN counters c ON c.limit_id = v.lid AND c.subject = v.sub AND c.window_start = v.ws`, idx, ids, subs, starts)
+	// Counters and holds in one round trip: a row per counter (kind 0)
+	// and per live hold (kind 1).
+	rows, err := t.tx.QueryContext(ctx, `WITH v AS (SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[]) AS v(i, lid, sub, ws))
+		SELECT 0, v.i, c.used, '', 0::bigint FROM v JOIN counters c ON c.limit_id = v.lid AND c.subject = v.sub AND c.window_start = v.ws
+		UNION ALL
+		SELECT 1, v.i, h.amount, h.reservation_id, h.expires_at FROM v
+		JOIN holds h ON h.limit_id = v.lid AND h.subject = v.sub AND h.window_start = v.ws AND h.expires_at > $5`,
+		idx, ids, subs, starts, now.UnixNano())
 	if err != nil {
-		return nil, fmt.Errorf("read counters: %w", err)
+		return nil, fmt.Errorf("read counters and holds: %w", err)
 	}
 	for rows.Next() {
-		var i, used int64
-		if err := rows.Scan(&i, &used); err != nil {
+		var kind int
+		var i, n, exp int64
+		var rid string
+		if err := rows.Scan(&kind, &i, &n, &rid, &exp); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("read counters: %w", err)
+			return nil, fmt.Errorf("read counters and holds: %w", err)
 		}
-		out[i].Used, out[i].Stored = used, true
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read counters: %w", err)
-	}
-	rows, err = t.tx.QueryContext(ctx, `SELECT v.i, h.reservation_id, h.amount, h.expires_at
-		FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[]) AS v(i, lid, sub, ws)
-		JOIN holds h ON h.limit_id = v.lid AND h.subject = v.sub AND h.window_start = v.ws
-		WHERE h.expires_at > $5`, idx, ids, subs, starts, now.UnixNano())
-	if err != nil {
-		return nil, fmt.Errorf("read holds: %w", err)
-	}
-	for rows.Next() {
-		var i, exp int64
-		var h budget.Hold
-		if err := rows.Scan(&i, &h.ReservationID, &h.Amount, &exp); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("read holds: %w", err)
+		if kind == 0 {
+			out[i].Used, out[i].Stored = n, true
+			continue
 		}
 		r := refs[i]
-		h.LimitID, h.Subject, h.WindowStart, h.ExpiresAt = r.Limit.ID, r.Limit.Subject, r.Start, fromNs(exp)
-		out[i].Holds = append(out[i].Holds, h)
+		out[i].Holds = append(out[i].Holds, budget.Hold{ReservationID: rid, LimitID: r.Limit.ID, Subject: r.Limit.Subject,
+			WindowStart: r.Start, Amount: n, ExpiresAt: fromNs(exp)})
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read holds: %w", err)
+		return nil, fmt.Errorf("read counters and holds: %w", err)
 	}
 	for i, r := range refs {
 		w := &out[i]

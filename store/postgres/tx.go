@@ -52,6 +52,22 @@ func (t *tx) exec(ctx context.Context, q string, args ...any) (int64, error) {
 
 const limitCols = `id, key, scope, scope_value, metric, max, "window", window_seconds, reset_time, timezone, enabled`
 
+func (t *tx) Versions(ctx context.Context) (limits, prices int64, err error) {
+	q := `SELECT (SELECT value FROM meta WHERE name = 'limits_version'), (SELECT value FROM meta WHERE name = 'prices_version')`
+	if !t.ro {
+		// The limits version through the function that first takes the
+		// limits lock shared (see LimitsVersion).
+		q = `SELECT tokenbudget_limits_version($1), (SELECT value FROM meta WHERE name = 'prices_version')`
+		err = t.tx.QueryRowContext(ctx, q, t.db.lockKey).Scan(&limits, &prices)
+	} else {
+		err = t.tx.QueryRowContext(ctx, q).Scan(&limits, &prices)
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("read versions: %w", err)
+	}
+	return limits, prices, nil
+}
+
 func (t *tx) PricesVersion(ctx context.Context) (int64, error) {
 	var v int64
 	if err := t.tx.GetContext(ctx, &v, `SELECT value FROM meta WHERE name = 'prices_version'`); err != nil {

@@ -110,6 +110,10 @@ func (t *tx) DeleteLimit(_ context.Context, id string) error {
 
 func (t *tx) PricesVersion(context.Context) (int64, error) { return t.st.pricesVersion, nil }
 
+func (t *tx) Versions(context.Context) (int64, int64, error) {
+	return t.st.limitsVersion, t.st.pricesVersion, nil
+}
+
 func (t *tx) Prices(context.Context) ([]budget.Price, error) {
 	out := make([]budget.Price, 0, len(t.st.prices))
 	for _, p := range t.st.prices {
