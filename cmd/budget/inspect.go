@@ -9,12 +9,24 @@ import (
 	"github.com/tokenbudget/tokenbudget/budget"
 )
 
-const inspectHelp = `usage: budget inspect [--key K] [--at T] [--rollovers N] [--json]
+const inspectHelp = `usage: budget inspect [--key K] [--at T] [--rollovers N] [--wide | --json]
 
 Shows every limit (of one key with --key), disabled ones too, in the window
 holding --at (default now), then the newest rollovers (default 20) and the
-parked providers. Writes nothing. With --json prints
-{"at", "limits", "rollovers", "providers"}.
+parked providers. Writes nothing.
+
+By default each limit takes two lines that fit in 100 columns:
+  ID  KEY  SCOPE  METRIC  WINDOW
+    BAR  USED/LIMIT  RESERVED  USED%  RESETS  [disabled]
+BAR has 20 cells: █ used, ▒ reserved, · remaining (any non-zero amount
+shows at least one cell, only a full limit fills the bar). Amounts of usd
+limits are in dollars. RESETS is the end of the window (UTC) and the time
+left until it from --at. Ids, keys and scope values longer than 20
+characters are cut to 17 and "..."; a calendar WINDOW that does not fit in
+what is left of the 100 columns loses its zone.
+
+With --wide prints one wide table row per limit, every field in full. With
+--json prints {"at", "limits", "rollovers", "providers"}.
 
 `
 
@@ -28,6 +40,7 @@ func (m *Main) runInspect(ctx context.Context, args []string) (err error) {
 	at := m.atFlag(fs)
 	n := fs.Int("rollovers", defaultRollovers, "how many of the newest rollovers to show")
 	asJSON := fs.Bool("json", false, `print {"at", "limits", "rollovers", "providers"}`)
+	wide := fs.Bool("wide", false, "print the full table, one wide row per limit")
 	pos, err := m.parseArgs(fs, inspectHelp, args)
 	if err != nil {
 		return err
@@ -60,7 +73,10 @@ func (m *Main) runInspect(ctx context.Context, args []string) (err error) {
 			Providers []providerJSON `json:"providers"`
 		}{ts(r.At), statusObjs(r.Limits), rolloverObjs(r.Rollovers), providerObjs(r.Providers)})
 	}
-	return writeReport(m, &r)
+	if *wide {
+		return writeReport(m, &r)
+	}
+	return writeCompactReport(m, &r)
 }
 
 // writeReport prints a report as tables: limits, rollovers, parked providers.

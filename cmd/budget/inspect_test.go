@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden")
@@ -68,7 +69,18 @@ func TestInspectGolden(t *testing.T) {
 	t.Parallel()
 	db := goldenDB(t)
 	at := "2026-03-02T10:40:00Z"
-	golden(t, "inspect.txt", mustRun(t, 0, "inspect", "--db", db, "--at", at).stdout)
+	// --wide is the table inspect printed before the bars: the golden file
+	// predates them.
+	wide := mustRun(t, 0, "inspect", "--db", db, "--at", at, "--wide").stdout
+	golden(t, "inspect.txt", wide)
+	for _, want := range []string{
+		"ID               KEY   SCOPE            METRIC      WINDOW                    LIMIT  USED  RESERVED  REMAINING  WINDOW START          RESET AT              ENABLED\n",
+		"demo-day         demo  global           tokens      daily 09:00 Europe/Paris  1000   477   0         523        2026-03-02T08:00:00Z  2026-03-03T08:00:00Z  yes\n",
+	} {
+		if !strings.Contains(wide, want) {
+			t.Errorf("inspect --wide: got\n%s\nwant a line %q", wide, want)
+		}
+	}
 	golden(t, "inspect.json", mustRun(t, 0, "inspect", "--db", db, "--at", at, "--json").stdout)
 	golden(t, "inspect-key.json", mustRun(t, 0, "inspect", "--db", db, "--at", at, "--key", "team", "--rollovers", "1", "--json").stdout)
 }
@@ -93,7 +105,7 @@ func TestInspectGoldenReserved(t *testing.T) {
 		mustRunAt(t, testNow.Add(r.after), 0, append([]string{"reserve", "--db", db}, r.args...)...)
 	}
 	at := "2026-03-02T12:01:00Z"
-	golden(t, "inspect-reserved.txt", mustRun(t, 0, "inspect", "--db", db, "--at", at).stdout)
+	golden(t, "inspect-reserved.txt", mustRun(t, 0, "inspect", "--db", db, "--at", at, "--wide").stdout)
 	golden(t, "inspect-reserved.json", mustRun(t, 0, "inspect", "--db", db, "--at", at, "--json").stdout)
 }
 
@@ -143,6 +155,128 @@ func TestInspectBadInput(t *testing.T) {
 		r := run(t, append([]string{"inspect", "--db", db}, tc.args...)...)
 		if r.code != 2 || !strings.Contains(r.stderr, tc.field) || !strings.Contains(r.stderr, tc.value) || exists(db) {
 			t.Errorf("inspect %q: got %v; want exit 2 naming %s and %s, no database", tc.args, r, tc.field, tc.value)
+		}
+	}
+}
+
+// TestInspectBars: the default output, two lines per limit with a bar, in
+// 100 columns.
+func TestInspectBars(t *testing.T) {
+	t.Parallel()
+	db := goldenDB(t)
+	got := mustRun(t, 0, "inspect", "--db", db, "--at", "2026-03-02T10:40:00Z").stdout
+	want := `at 2026-03-02T10:40:00Z
+
+ID               KEY   SCOPE            METRIC      WINDOW
+  BAR                   USED/LIMIT  RESERVED  USED%  RESETS
+demo-conc        demo  global           concurrent  -
+  ····················  0/2         0         0%     -
+demo-out-off     demo  global           output      1h
+  ███████████████████·  47/50       0         94%    2026-03-02T11:00:00Z (in 20m)     disabled
+demo-day         demo  global           tokens      daily 09:00 Europe/Paris
+  ██████████··········  477/1000    0         47%    2026-03-03T08:00:00Z (in 21h20m)
+demo-openai-req  demo  provider=openai  requests    5m
+  ····················  0/10        0         0%     2026-03-02T10:45:00Z (in 5m)
+demo-gpt-hour    demo  model=gpt-4o     tokens      1h
+  ██████████··········  240/500     0         48%    2026-03-02T11:00:00Z (in 20m)
+team-week        team  global           input       weekly 00:00 UTC
+  ██████··············  30/100      0         30%    2026-03-09T00:00:00Z (in 6d13h)
+bar: █ used, ▒ reserved, · remaining
+
+ROLLOVER OF    PREV WINDOW START     PREV USED  WINDOW START          LOGGED AT
+demo-gpt-hour  2026-03-02T09:00:00Z  120        2026-03-02T10:00:00Z  2026-03-02T12:00:00Z
+demo-out-off   2026-03-02T09:00:00Z  20         2026-03-02T10:00:00Z  2026-03-02T12:00:00Z
+team-week      2026-02-23T00:00:00Z  60         2026-03-02T00:00:00Z  2026-03-02T12:00:00Z
+
+PROVIDER   KIND        RESUME AT             PROBE FAILURES  REFUSING
+anthropic  overloaded  2026-03-02T10:45:00Z  0               yes
+`
+	if got != want {
+		t.Errorf("inspect:\ngot\n%s\nwant\n%s", got, want)
+	}
+	wantNarrow(t, got)
+}
+
+// wantNarrow fails for a line of out wider than 100 runes.
+func wantNarrow(t *testing.T, out string) {
+	t.Helper()
+	for _, line := range strings.Split(out, "\n") {
+		if n := utf8.RuneCountInString(line); n > 100 {
+			t.Errorf("a line of %d runes; want at most 100:\n%s", n, line)
+		}
+	}
+}
+
+// TestInspectBarsCells: a limit at 50% fills half the bar; reserved amounts
+// take their own cells.
+func TestInspectBarsCells(t *testing.T) {
+	t.Parallel()
+	db := tempDB(t)
+	mustRun(t, 0, "limit", "set", "--db", db, "--key", "k", "--limit", "100", "--window", "1h", "--id", "half")
+	mustRun(t, 0, "record", "--db", db, "--key", "k", "--provider", "openai", "--model", "gpt-4o", "--input", "50", "--at", "2026-03-02T12:00:00Z")
+	at := "2026-03-02T12:01:00Z"
+	out := mustRun(t, 0, "inspect", "--db", db, "--at", at).stdout
+	if want := "\n  ██████████··········  50/100      0         50%    2026-03-02T13:00:00Z (in 59m)\n"; !strings.Contains(out, want) {
+		t.Errorf("a limit at 50%%: got\n%s\nwant a line %q", out, want)
+	}
+	mustRunAt(t, testNow, 0, "reserve", "--db", db, "--key", "k", "--tokens", "25")
+	out = mustRun(t, 0, "inspect", "--db", db, "--at", at).stdout
+	if want := "\n  ██████████▒▒▒▒▒·····  50/100      25        50%    2026-03-02T13:00:00Z (in 59m)\n"; !strings.Contains(out, want) {
+		t.Errorf("50 used and 25 reserved of 100: got\n%s\nwant a line %q", out, want)
+	}
+}
+
+// TestInspectBarsLongNames: ids, keys and scope values of 20 runes fit in
+// 100 columns; longer ones are cut to 17 and "...".
+func TestInspectBarsLongNames(t *testing.T) {
+	t.Parallel()
+	db := tempDB(t)
+	name20 := "abcdefghijklmnopqrst"
+	name25 := "abcdefghijklmnopqrstuvwxy"
+	for _, a := range [][]string{
+		{"--key", name25, "--scope", "model", "--value", name25, "--limit", "100", "--window", "daily", "--tz", "America/Argentina/Buenos_Aires", "--id", name25},
+		{"--key", name20, "--scope", "provider", "--value", name20, "--metric", "concurrent", "--limit", "3", "--id", name20},
+		{"--key", name20, "--scope", "model", "--value", "ünïcödé-módel-ñame-2", "--metric", "usd", "--limit", "1.00", "--window", "monthly", "--id", "ü" + name20[1:]},
+	} {
+		mustRun(t, 0, append([]string{"limit", "set", "--db", db}, a...)...)
+	}
+	mustRun(t, 0, "record", "--db", db, "--key", name25, "--provider", "openai", "--model", name25, "--input", "30", "--at", "2026-03-02T12:00:00Z")
+	out := mustRun(t, 0, "inspect", "--db", db, "--at", "2026-03-02T12:30:00Z").stdout
+	wantNarrow(t, out)
+	cut := "abcdefghijklmnopq..."
+	if want := cut + "  " + cut + "  model=" + cut + "     tokens      daily 00:00\n"; !strings.Contains(out, want) {
+		t.Errorf("25-rune id, key and model: got\n%s\nwant a line %q", out, want)
+	}
+	if want := name20 + "  " + name20 + "  provider=" + name20 + "  concurrent  -\n"; !strings.Contains(out, want) {
+		t.Errorf("20-rune id, key and provider: got\n%s\nwant a line %q", out, want)
+	}
+	if strings.Contains(out, name25) || !strings.Contains(out, "model=ünïcödé-módel-ñame-2 ") {
+		t.Errorf("names of 25 runes are cut, of 20 kept: got\n%s", out)
+	}
+}
+
+func TestBarCells(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		used, reserved, max int64
+		u, r                int
+	}{
+		{0, 0, 100, 0, 0},
+		{50, 0, 100, 10, 0},
+		{50, 25, 100, 10, 5},
+		{1, 0, 1000, 1, 0},                    // a non-zero amount shows
+		{0, 1, 1000, 0, 1},                    // reserved too
+		{500, 1, 1000, 10, 1},                 // reserved that rounds to nothing takes a cell
+		{999, 0, 1000, 19, 0},                 // not full keeps a remaining cell
+		{980, 1, 1000, 18, 1},                 // ...and so does reserved, taken from used
+		{100, 0, 100, 20, 0},                  // full fills the bar
+		{60, 60, 100, 12, 8},                  // reserved past the limit is clamped
+		{150, 10, 100, 20, 0},                 // used past the limit fills it
+		{2, 0, 2, 20, 0},                      // a concurrent limit with all leases taken
+		{1 << 52, 1 << 52, 1<<53 - 1, 10, 10}, // no overflow
+	} {
+		if u, r := barCells(tc.used, tc.reserved, tc.max, 20); u != tc.u || r != tc.r {
+			t.Errorf("barCells(%d, %d, %d): got %d used, %d reserved; want %d, %d", tc.used, tc.reserved, tc.max, u, r, tc.u, tc.r)
 		}
 	}
 }

@@ -1,0 +1,260 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+)
+
+// The compact inspect report: two lines per limit that fit in reportWidth
+// columns (runes) when keys, scope values and ids have at most nameWidth
+// runes. Longer names are cut by cut.
+const (
+	reportWidth = 100
+	nameWidth   = 20 // id, key and scope value; longer ones end in "..."
+	barWidth    = 20 // cells in a bar
+
+	barUsed      = '█'
+	barReserved  = '▒'
+	barRemaining = '·'
+)
+
+// barLegend follows the limits of the compact report.
+const barLegend = "bar: █ used, ▒ reserved, · remaining"
+
+// cut shortens s to at most n runes, ending in "..." when it had more.
+func cut(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	if n <= 3 {
+		return strings.Repeat(".", max(n, 0))
+	}
+	return string([]rune(s)[:n-3]) + "..."
+}
+
+// pad right-pads s with spaces to n runes.
+func pad(s string, n int) string {
+	if k := utf8.RuneCountInString(s); k < n {
+		return s + strings.Repeat(" ", n-k)
+	}
+	return s
+}
+
+// barCells splits width cells into used and reserved ones (the rest are
+// remaining) for used and reserved out of max (> 0). Amounts are clamped to
+// max and rounded to the nearest cell, except that a non-zero amount takes
+// at least one cell, a limit that is not full keeps at least one remaining
+// cell, and a full one fills the bar.
+func barCells(used, reserved, max int64, width int) (u, r int) {
+	if max <= 0 || width < 3 {
+		return 0, 0
+	}
+	usedAmt := min(used, max)
+	total := usedAmt + min(reserved, max-usedAmt) // used + reserved, at most max
+	u, t := cells(usedAmt, max, width), cells(total, max, width)
+	if t == u && total > usedAmt { // reserved rounds to nothing: give it a cell
+		if t < width-1 {
+			t++
+		} else {
+			u--
+		}
+	}
+	return u, t - u
+}
+
+// cells is x of max (0 <= x <= max) in width cells: 0 only for 0, width
+// only for max.
+func cells(x, max int64, width int) int {
+	switch {
+	case x <= 0:
+		return 0
+	case x >= max:
+		return width
+	}
+	c := int(math.Round(float64(x) / float64(max) * float64(width)))
+	return min(max1(c), width-1)
+}
+
+func max1(c int) int {
+	if c < 1 {
+		return 1
+	}
+	return c
+}
+
+// barText is the bar of a status: used, reserved, then remaining cells.
+func barText(s *budget.Status) string {
+	u, r := barCells(s.Used, s.Reserved, s.Limit.Max, barWidth)
+	return strings.Repeat(string(barUsed), u) + strings.Repeat(string(barReserved), r) +
+		strings.Repeat(string(barRemaining), barWidth-u-r)
+}
+
+// percentText is used of max in whole percent, rounded down; "-" without a max.
+func percentText(used, max int64) string {
+	if max <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%d%%", int64(float64(used)/float64(max)*100))
+}
+
+// untilText is the time from now to t in whole minutes, rounded up, shown
+// in its two largest units ("20m", "21h20m", "6d13h"); "-" for the zero
+// time.
+func untilText(now, t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := t.Sub(now)
+	if d <= 0 {
+		return "now"
+	}
+	m := int64((d + time.Minute - 1) / time.Minute)
+	days, hours, mins := m/(24*60), m/60%24, m%60
+	switch {
+	case days > 0 && hours > 0:
+		return fmt.Sprintf("%dd%dh", days, hours)
+	case days > 0:
+		return fmt.Sprintf("%dd", days)
+	case hours > 0 && mins > 0:
+		return fmt.Sprintf("%dh%dm", hours, mins)
+	case hours > 0:
+		return fmt.Sprintf("%dh", hours)
+	}
+	return fmt.Sprintf("%dm", mins)
+}
+
+// windowCut is windowText cut to n runes. A calendar window that does not
+// fit loses its zone ("daily 09:00"), or keeps what fits of it and "...".
+func windowCut(l *budget.Limit, n int) string {
+	s := windowText(l)
+	if utf8.RuneCountInString(s) <= n || !l.Window.Calendar() {
+		return cut(s, n)
+	}
+	base := l.Window.String() + " " + l.Window.ResetTimeString()
+	if utf8.RuneCountInString(base)+len(" x...") <= n {
+		return cut(s, n)
+	}
+	return cut(base, n)
+}
+
+// scopeText is the scope with its value cut to nameWidth runes.
+func scopeText(l *budget.Limit) string {
+	if l.Scope == budget.ScopeGlobal {
+		return l.ScopeString()
+	}
+	return string(l.Scope) + "=" + cut(l.ScopeValue, nameWidth)
+}
+
+// writeBars prints the limits of r, two lines each, in reportWidth columns:
+//
+//	ID  KEY  SCOPE  METRIC  WINDOW
+//	  BAR  USED/LIMIT  RESERVED  USED%  RESETS  [disabled]
+//
+// Columns are as wide as their widest cell; WINDOW is cut to what is left
+// of the width.
+func writeBars(w io.Writer, r *budget.Report) {
+	head := [2][]string{
+		{"ID", "KEY", "SCOPE", "METRIC", "WINDOW"},
+		{"BAR", "USED/LIMIT", "RESERVED", "USED%", "RESETS"},
+	}
+	rows := make([][2][]string, len(r.Limits))
+	for i := range r.Limits {
+		s := &r.Limits[i]
+		l := &s.Limit
+		reset := "-"
+		if !s.ResetAt.IsZero() {
+			reset = ts(s.ResetAt) + " (in " + untilText(r.At, s.ResetAt) + ")"
+		}
+		second := []string{barText(s), amountText(l, s.Used) + "/" + amountText(l, l.Max),
+			amountText(l, s.Reserved), percentText(s.Used, l.Max), reset}
+		if !l.Enabled {
+			second = append(second, "disabled")
+		}
+		rows[i] = [2][]string{
+			{cut(l.ID, nameWidth), cut(keyText(l), nameWidth), scopeText(l), string(l.Metric), windowText(l)},
+			second,
+		}
+	}
+	var widths [2][]int
+	for j := range head {
+		widths[j] = make([]int, len(head[j]))
+		for _, row := range append([][2][]string{head}, rows...) {
+			for k := range widths[j] {
+				widths[j][k] = max(widths[j][k], utf8.RuneCountInString(row[j][k]))
+			}
+		}
+	}
+	// WINDOW, the last cell of the first line, gets what the others leave.
+	last := len(widths[0]) - 1
+	room := reportWidth // at least 13: the other cells are at most 20+20+29+10 runes
+	for k := 0; k < last; k++ {
+		room -= widths[0][k] + 2
+	}
+	line := func(indent string, widths []int, texts []string) string {
+		var b strings.Builder
+		b.WriteString(indent)
+		for k, c := range texts {
+			if k > 0 {
+				b.WriteString("  ")
+			}
+			if k < len(widths) && k < len(texts)-1 {
+				b.WriteString(pad(c, widths[k]))
+			} else {
+				b.WriteString(c)
+			}
+		}
+		return strings.TrimRight(b.String(), " ")
+	}
+	printRow := func(row [2][]string, l *budget.Limit) {
+		first := append([]string(nil), row[0]...)
+		if l != nil {
+			first[last] = windowCut(l, room)
+		}
+		fmt.Fprintln(w, line("", widths[0], first))
+		fmt.Fprintln(w, line("  ", widths[1], row[1]))
+	}
+	printRow(head, nil)
+	for i, row := range rows {
+		printRow(row, &r.Limits[i].Limit)
+	}
+}
+
+// writeCompactReport prints a report in reportWidth columns: the limits as
+// bars (writeBars), then the rollovers and parked providers with ids and
+// names cut to nameWidth.
+func writeCompactReport(m *Main, r *budget.Report) error {
+	fmt.Fprintf(m.Stdout, "at %s\n\n", ts(r.At))
+	if len(r.Limits) == 0 {
+		fmt.Fprintln(m.Stdout, "no limits")
+	} else {
+		writeBars(m.Stdout, r)
+		fmt.Fprintln(m.Stdout, barLegend)
+	}
+	w := tabwriter.NewWriter(m.Stdout, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(w)
+	if len(r.Rollovers) == 0 {
+		fmt.Fprintln(w, "no rollovers")
+	} else {
+		fmt.Fprintln(w, "ROLLOVER OF\tPREV WINDOW START\tPREV USED\tWINDOW START\tLOGGED AT")
+		for _, ro := range r.Rollovers {
+			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", cut(ro.LimitID, nameWidth), ts(ro.PrevWindowStart), ro.PrevUsed, ts(ro.WindowStart), ts(ro.LoggedAt))
+		}
+	}
+	if len(r.Providers) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "PROVIDER\tKIND\tRESUME AT\tPROBE FAILURES\tREFUSING")
+		for i := range r.Providers {
+			p := &r.Providers[i]
+			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", cut(p.Provider, nameWidth), p.Kind, tsText(p.ResumeAt),
+				p.ProbeFailures, yesNo(p.Refusing(r.At)))
+		}
+	}
+	return w.Flush()
+}
