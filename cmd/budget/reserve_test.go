@@ -171,7 +171,7 @@ func TestReserveConcurrent(t *testing.T) {
 	if s := status(t, ins, id); s["used"] != 2.0 || s["reserved"] != 0.0 || s["window_start"] != nil {
 		t.Errorf("concurrent status with 2 leases: got %v", s)
 	}
-	if txt := mustRun(t, 0, "inspect", "--db", db).stdout; !strings.Contains(txt, "concurrent  -       2      2     0         0") {
+	if txt := mustRun(t, 0, "inspect", "--db", db, "--wide").stdout; !strings.Contains(txt, "concurrent  -       2      2     0         0") {
 		t.Errorf("inspect text with 2 leases:\n%s", txt)
 	}
 	mustRun(t, 0, "release", "--db", db, first)
