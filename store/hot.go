@@ -87,48 +87,18 @@ func (t *tx) Windows(ctx context.Context, refs []budget.WindowRef, now time.Time
 			return nil, fmt.Errorf("read holds: %w", err)
 		}
 	}
-	for i, r := range refs {
-		w := &out[i]
-		if r.Limit.Metric == budget.MetricConcurrent {
-			w.Used, w.Stored = 0, true
-			continue
-		}
-		if w.Stored {
-			continue
-		}
-		// A window with no row yet: seeded from the history (rare: once
-		// per limit, subject and window).
-		var err error
-		if !r.NoSeed {
-			if w.Used, err = t.SumUsage(ctx, r.Limit, r.Start, r.End); err != nil {
-				return nil, err
-			}
-		}
-		if r.PrevStart.IsZero() {
-			continue
-		}
-		var latest, prev *int64
-		if err := t.scan(ctx, `SELECT (SELECT MAX(window_start) FROM counters WHERE limit_id = ? AND subject = ?),
+	sum := func(l *budget.Limit, start, end time.Time) (int64, error) { return t.SumUsage(ctx, l, start, end) }
+	err := sqlrow.CompleteWindows(refs, out, sum, func(l *budget.Limit, prevStart time.Time) (latest, prev *int64, err error) {
+		err = t.scan(ctx, `SELECT (SELECT MAX(window_start) FROM counters WHERE limit_id = ? AND subject = ?),
 			(SELECT used FROM counters WHERE limit_id = ? AND subject = ? AND window_start = ?)`,
-			[]any{r.Limit.ID, r.Limit.Subject, r.Limit.ID, r.Limit.Subject, ns(r.PrevStart)}, func(s scanner) error {
-				return s.Scan(&latest, &prev)
-			}); err != nil {
-			return nil, fmt.Errorf("read counters of %s: %w", r.Limit.ID, err)
+			[]any{l.ID, l.Subject, l.ID, l.Subject, ns(prevStart)}, func(s scanner) error { return s.Scan(&latest, &prev) })
+		if err != nil {
+			err = fmt.Errorf("read counters of %s: %w", l.ID, err)
 		}
-		if latest != nil {
-			w.Latest = time.Unix(0, *latest).UTC()
-		}
-		switch {
-		case prev != nil:
-			w.PrevUsed = *prev
-		case latest != nil && *latest >= ns(r.Start):
-			// A later row exists: no rollover is logged, the window
-			// before does not matter.
-		default:
-			if w.PrevUsed, err = t.SumUsage(ctx, r.Limit, r.PrevStart, r.PrevEnd); err != nil {
-				return nil, err
-			}
-		}
+		return latest, prev, err
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

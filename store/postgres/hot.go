@@ -97,37 +97,18 @@ func (t *tx) Windows(ctx context.Context, refs []budget.WindowRef, now time.Time
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read counters and holds: %w", err)
 	}
-	for i, r := range refs {
-		w := &out[i]
-		if r.Limit.Metric == budget.MetricConcurrent {
-			w.Used, w.Stored = 0, true
-			continue
-		}
-		if w.Stored {
-			continue
-		}
-		if !r.NoSeed {
-			if w.Used, err = t.SumUsage(ctx, r.Limit, r.Start, r.End); err != nil {
-				return nil, err
-			}
-		}
-		if r.PrevStart.IsZero() {
-			continue
-		}
-		var latest, prev *int64
-		if err := t.tx.QueryRowContext(ctx, `SELECT (SELECT max(window_start) FROM counters WHERE limit_id = $1 AND subject = $2),
+	sum := func(l *budget.Limit, start, end time.Time) (int64, error) { return t.SumUsage(ctx, l, start, end) }
+	err = sqlrow.CompleteWindows(refs, out, sum, func(l *budget.Limit, prevStart time.Time) (latest, prev *int64, err error) {
+		err = t.tx.QueryRowContext(ctx, `SELECT (SELECT max(window_start) FROM counters WHERE limit_id = $1 AND subject = $2),
 			(SELECT used FROM counters WHERE limit_id = $1 AND subject = $2 AND window_start = $3)`,
-			r.Limit.ID, r.Limit.Subject, ns(r.PrevStart)).Scan(&latest, &prev); err != nil {
-			return nil, fmt.Errorf("read counters of %s: %w", r.Limit.ID, err)
+			l.ID, l.Subject, ns(prevStart)).Scan(&latest, &prev)
+		if err != nil {
+			err = fmt.Errorf("read counters of %s: %w", l.ID, err)
 		}
-		if latest != nil {
-			w.Latest = time.Unix(0, *latest).UTC()
-		}
-		if prev != nil {
-			w.PrevUsed = *prev
-		} else if w.PrevUsed, err = t.SumUsage(ctx, r.Limit, r.PrevStart, r.PrevEnd); err != nil {
-			return nil, err
-		}
+		return latest, prev, err
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
