@@ -16,11 +16,9 @@ type writerState struct {
 	streak    atomic.Int64  // failed attempts since the last commit
 
 	version int64
-	checked bool // version confirmed inside the current transaction
 	byKey   map[string][]Limit
 
-	prices        *priceSnap
-	pricesChecked bool // prices version confirmed inside the current transaction
+	prices *priceSnap
 
 	mem memory // the store's state as of the writer's last commit
 }
@@ -60,23 +58,12 @@ func (w *writerState) lastErr() error {
 
 const maxWriterKeys = 10_000
 
-// limitsFor resolves key's limits inside tx: from memory when the limits
-// version read in this transaction matches the one they were read at, else
-// from the store. A limit another process created is therefore never
-// skipped. It runs on the writer goroutine only.
+// limitsFor resolves key's limits inside tx: from memory, which each
+// batch's load keeps only while the limits version stays the one they were
+// read at, else from the store. A limit another process created is
+// therefore never skipped. It runs on the writer goroutine only.
 func (t *Tracker) limitsFor(ctx context.Context, tx Tx, key string) ([]Limit, error) {
 	w := &t.w
-	if !w.checked {
-		v, err := tx.LimitsVersion(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if v != w.version || len(w.byKey) > maxWriterKeys {
-			clear(w.byKey)
-			w.version = v
-		}
-		w.checked = true
-	}
 	// The checks' cache is usually warm and current: share it.
 	if e, ok := t.limits.Peek(key); ok && e.Value.version == w.version {
 		return e.Value.limits, nil

@@ -229,22 +229,22 @@ func (b *batch) load(ctx context.Context, tx Tx) error {
 		m.forget()
 		// Both versions in one read: what limits and prices the writer
 		// holds stays valid only if they did not move.
+		// (Otherwise nothing else wrote since this writer's last commit:
+		// the limits and prices it read then are current.)
 		lv, pv, err := tx.Versions(ctx)
 		if err != nil {
 			return err
 		}
-		if lv != t.w.version || len(t.w.byKey) > maxWriterKeys {
+		if lv != t.w.version {
 			clear(t.w.byKey)
 			t.w.version = lv
 		}
 		if t.w.prices != nil && t.w.prices.version != pv {
 			t.w.prices = nil
 		}
-		t.w.checked, t.w.pricesChecked = true, t.w.prices != nil
-	} else {
-		// Nothing else wrote since this writer's last commit: the limits
-		// and prices it read then are current.
-		t.w.checked, t.w.pricesChecked = t.w.version != 0 || len(t.w.byKey) > 0, t.w.prices != nil
+	}
+	if len(t.w.byKey) > maxWriterKeys {
+		clear(t.w.byKey)
 	}
 	m.valid, m.expect = true, mark
 

@@ -46,25 +46,18 @@ func readPrices(ctx context.Context, tx Tx) (priceSnap, error) {
 	return priceSnap{version: v, table: NewPrices(ps)}, nil
 }
 
-// writerPrices is the price table inside the writer's transaction: the
-// cached one while the prices version read in this transaction matches.
+// writerPrices is the price table inside the writer's transaction: the one
+// it holds, which each batch's load confirms current (or drops), or a
+// fresh read.
 func (t *Tracker) writerPrices(ctx context.Context, tx Tx) (*Prices, error) {
 	w := &t.w
-	if w.pricesChecked {
-		return w.prices.table, nil
-	}
-	v, err := tx.PricesVersion(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if w.prices == nil || w.prices.version != v {
+	if w.prices == nil {
 		snap, err := readPrices(ctx, tx)
 		if err != nil {
 			return nil, err
 		}
 		w.prices = &snap
 	}
-	w.pricesChecked = true
 	return w.prices.table, nil
 }
 
