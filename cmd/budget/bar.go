@@ -239,14 +239,7 @@ func writeCompactReport(m *Main, r *budget.Report) error {
 	}
 	w := tabwriter.NewWriter(m.Stdout, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(w)
-	if len(r.Rollovers) == 0 {
-		fmt.Fprintln(w, "no rollovers")
-	} else {
-		fmt.Fprintln(w, "ROLLOVER OF\tPREV WINDOW START\tPREV USED\tWINDOW START\tLOGGED AT")
-		for _, ro := range r.Rollovers {
-			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", cut(ro.LimitID, nameWidth), ts(ro.PrevWindowStart), ro.PrevUsed, ts(ro.WindowStart), ts(ro.LoggedAt))
-		}
-	}
+	writeRollovers(w, r.Rollovers, func(id string) string { return cut(id, nameWidth) })
 	if len(r.Providers) > 0 {
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "PROVIDER\tKIND\tRESUME AT\tPROBE FAILURES\tREFUSING")

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 
@@ -92,17 +93,23 @@ func writeReport(m *Main, r *budget.Report) error {
 		}
 	}
 	fmt.Fprintln(w)
-	if len(r.Rollovers) == 0 {
-		fmt.Fprintln(w, "no rollovers")
-	} else {
-		fmt.Fprintln(w, "ROLLOVER OF\tPREV WINDOW START\tPREV USED\tWINDOW START\tLOGGED AT")
-		for _, ro := range r.Rollovers {
-			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", ro.LimitID, ts(ro.PrevWindowStart), ro.PrevUsed, ts(ro.WindowStart), ts(ro.LoggedAt))
-		}
-	}
+	writeRollovers(w, r.Rollovers, func(id string) string { return id })
 	if len(r.Providers) > 0 {
 		fmt.Fprintln(w)
 		writeProviders(w, r.Providers, r.At)
 	}
 	return w.Flush()
+}
+
+// writeRollovers prints the rollover table (or says there are none), each
+// limit id through id.
+func writeRollovers(w io.Writer, ros []budget.Rollover, id func(string) string) {
+	if len(ros) == 0 {
+		fmt.Fprintln(w, "no rollovers")
+		return
+	}
+	fmt.Fprintln(w, "ROLLOVER OF\tPREV WINDOW START\tPREV USED\tWINDOW START\tLOGGED AT")
+	for _, ro := range ros {
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", id(ro.LimitID), ts(ro.PrevWindowStart), ro.PrevUsed, ts(ro.WindowStart), ts(ro.LoggedAt))
+	}
 }
