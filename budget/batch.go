@@ -3,7 +3,6 @@ package budget
 import (
 	"cmp"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -112,17 +111,7 @@ const maxStored = 2_000_000
 
 var storedSeed = maphash.MakeSeed()
 
-func storedHash(k cache.Key) uint64 {
-	var h maphash.Hash
-	h.SetSeed(storedSeed)
-	h.WriteString(k.LimitID)
-	h.WriteByte(0)
-	h.WriteString(k.Subject)
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], uint64(k.Start))
-	h.Write(b[:])
-	return h.Sum64()
-}
+func storedHash(k cache.Key) uint64 { return maphash.Comparable(storedSeed, k) }
 
 // noteLatest records that l's counter for its subject has a row starting
 // at start.
@@ -134,12 +123,7 @@ func (m *memory) noteLatest(l *Limit, start int64) {
 }
 
 func latestHash(l *Limit) uint64 {
-	var h maphash.Hash
-	h.SetSeed(storedSeed)
-	h.WriteString(l.ID)
-	h.WriteByte(0)
-	h.WriteString(l.Subject)
-	return h.Sum64()
+	return maphash.Comparable(storedSeed, [2]string{l.ID, l.Subject})
 }
 
 // maxMemWindows bounds the writer's window memory: past it, it is forgotten
