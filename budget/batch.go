@@ -151,6 +151,11 @@ func windowKey(l *Limit, start time.Time) cache.Key {
 	return cache.Key{LimitID: l.ID, Subject: l.Subject, Start: nsOf(start)}
 }
 
+// windowKey is the window h holds on.
+func (h *Hold) windowKey() cache.Key {
+	return cache.Key{LimitID: h.LimitID, Subject: h.Subject, Start: nsOf(h.WindowStart)}
+}
+
 // ref is limit l's window holding at (its leases for a concurrent limit).
 func refAt(l *Limit, at time.Time) WindowRef {
 	if l.Metric == MetricConcurrent {
@@ -696,7 +701,7 @@ func (b *batch) reservation(id string) (*ReservationRow, error) {
 func (b *batch) settle(r *ReservationRow, state ReservationState) {
 	b.ws.Settles = append(b.ws.Settles, Settle{ID: r.ID, State: state, At: b.now, Holds: r.Holds})
 	for _, h := range r.Holds {
-		if w := b.t.w.mem.windows[cache.Key{LimitID: h.LimitID, Subject: h.Subject, Start: nsOf(h.WindowStart)}]; w != nil {
+		if w := b.t.w.mem.windows[h.windowKey()]; w != nil {
 			w.dropHold(r.ID)
 		}
 	}
@@ -763,7 +768,7 @@ func (b *batch) renew(o *op) error {
 		}
 	}
 	for _, h := range r.Holds {
-		if w := b.t.w.mem.windows[cache.Key{LimitID: h.LimitID, Subject: h.Subject, Start: nsOf(h.WindowStart)}]; w != nil {
+		if w := b.t.w.mem.windows[h.windowKey()]; w != nil {
 			for i := range w.holds {
 				if w.holds[i].id == r.ID {
 					w.holds[i].expires = h.ExpiresAt.UnixNano()

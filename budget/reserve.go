@@ -285,7 +285,7 @@ func isDomainError(err error) bool {
 // counters. Adding is idempotent, as a refresh may already have read them.
 func (t *Tracker) cacheHolds(id string, holds []Hold, add bool) {
 	for _, h := range holds {
-		c := t.counters.Peek(cache.Key{LimitID: h.LimitID, Subject: h.Subject, Start: nsOf(h.WindowStart)})
+		c := t.counters.Peek(h.windowKey())
 		if c == nil {
 			continue
 		}
