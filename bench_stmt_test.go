@@ -16,6 +16,7 @@ import (
 	tokenbudget "github.com/tokenbudget/tokenbudget"
 	"github.com/tokenbudget/tokenbudget/budget"
 	"github.com/tokenbudget/tokenbudget/store"
+	"github.com/tokenbudget/tokenbudget/store/storetest"
 )
 
 // countingDriverName is the database/sql name of the statement-counting
@@ -186,7 +187,7 @@ func BenchmarkStatements(b *testing.B) {
 		b.Run(g.name, func(b *testing.B) {
 			ctx := context.Background()
 			s := openCountingStore(b)
-			t, err := budget.New(ctx, s, benchConfig(nil))
+			t, err := budget.New(ctx, s, storetest.BenchConfig(nil))
 			if err != nil {
 				s.Close()
 				b.Fatal(err)
@@ -195,7 +196,7 @@ func BenchmarkStatements(b *testing.B) {
 				t.Close(ctx)
 				s.Close()
 			})
-			setBenchLimits(b, t, pairKeys)
+			storetest.SetBenchLimits(b, t, pairKeys)
 			warmPairs(b, t)
 			w0, r0, tx0, batches0 := counted.write.stmts.Load(), counted.read.stmts.Load(),
 				counted.write.txs.Load()+counted.read.txs.Load(), t.Stats().Batches

@@ -11,6 +11,7 @@ import (
 
 	tokenbudget "github.com/tokenbudget/tokenbudget"
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/store/storetest"
 )
 
 // openBench opens a fresh database with nKeys keys, each with a global, a
@@ -19,64 +20,26 @@ import (
 func openBench(b *testing.B, nKeys int, mutate func(*budget.Config)) *tokenbudget.DB {
 	b.Helper()
 	ctx := context.Background()
-	cfg := benchConfig(mutate)
+	cfg := storetest.BenchConfig(mutate)
 	db, err := tokenbudget.Open(ctx, filepath.Join(b.TempDir(), "bench.db"), tokenbudget.Options{Create: true, Config: &cfg})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { db.Close(ctx) })
-	setBenchLimits(b, db.Tracker, nKeys)
+	storetest.SetBenchLimits(b, db.Tracker, nKeys)
 	return db
 }
-
-// benchConfig is the benchmarks' tracker configuration: no sweeper, and
-// warm means warm (no re-reads mid-benchmark).
-func benchConfig(mutate func(*budget.Config)) budget.Config {
-	cfg := budget.DefaultConfig()
-	cfg.SweepInterval = -1
-	cfg.RefreshInterval = time.Hour
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	return cfg
-}
-
-// setBenchLimits gives keys key-0 to key-(nKeys-1) the three limits of
-// benchReq: global daily tokens, provider openai hourly tokens, model
-// gpt-4o per-minute input tokens.
-func setBenchLimits(b *testing.B, t *budget.Tracker, nKeys int) {
-	b.Helper()
-	ctx := context.Background()
-	max := int64(1 << 50)
-	for k := range nKeys {
-		key := benchKey(k)
-		for _, s := range []budget.LimitSpec{
-			{Key: key, Window: "daily"},
-			{Key: key, Scope: "provider", ScopeValue: "openai", Window: "1h"},
-			{Key: key, Scope: "model", ScopeValue: "gpt-4o", Window: "1m", Metric: "input"},
-		} {
-			s.Max = &max
-			if _, _, err := t.SetLimit(ctx, s); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-}
-
-func benchKey(k int) string { return "key-" + strconv.Itoa(k) }
-
-var benchReq = budget.Request{Key: "key-0", Provider: "openai", Model: "gpt-4o", Estimate: budget.Estimate{Input: 500, Output: 200}}
 
 func BenchmarkCheckWarm(b *testing.B) {
 	db := openBench(b, 1, nil)
 	ctx := context.Background()
-	if d, err := db.Check(ctx, benchReq); err != nil || len(d.Limits) != 3 {
+	if d, err := db.Check(ctx, storetest.BenchReq); err != nil || len(d.Limits) != 3 {
 		b.Fatalf("warm-up check = %+v, %v; want 3 limits", d, err)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		if d, _ := db.Check(ctx, benchReq); !d.Allowed {
+		if d, _ := db.Check(ctx, storetest.BenchReq); !d.Allowed {
 			b.Fatal("refused")
 		}
 	}
@@ -92,13 +55,13 @@ func BenchmarkCheckInto(b *testing.B) {
 	ctx := context.Background()
 	buf := make([]budget.Status, 0, 8)
 	now := time.Now()
-	if d, err := db.CheckInto(ctx, benchReq, now, buf); err != nil || len(d.Limits) != 3 {
+	if d, err := db.CheckInto(ctx, storetest.BenchReq, now, buf); err != nil || len(d.Limits) != 3 {
 		b.Fatalf("warm-up check = %+v, %v; want 3 limits", d, err)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		d, _ := db.CheckInto(ctx, benchReq, now, buf)
+		d, _ := db.CheckInto(ctx, storetest.BenchReq, now, buf)
 		if !d.Allowed {
 			b.Fatal("refused")
 		}
@@ -108,13 +71,13 @@ func BenchmarkCheckInto(b *testing.B) {
 func BenchmarkCheckWarmParallel(b *testing.B) {
 	db := openBench(b, 1, nil)
 	ctx := context.Background()
-	db.Check(ctx, benchReq)
+	db.Check(ctx, storetest.BenchReq)
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		buf := make([]budget.Status, 0, 8)
 		for pb.Next() {
-			if d, _ := db.CheckInto(ctx, benchReq, time.Time{}, buf); !d.Allowed {
+			if d, _ := db.CheckInto(ctx, storetest.BenchReq, time.Time{}, buf); !d.Allowed {
 				b.Error("refused")
 				return
 			}
@@ -125,7 +88,7 @@ func BenchmarkCheckWarmParallel(b *testing.B) {
 func BenchmarkRecordEnqueue(b *testing.B) {
 	db := openBench(b, 1, func(c *budget.Config) { c.QueueSize = 1 << 22 })
 	ctx := context.Background()
-	db.Check(ctx, benchReq)
+	db.Check(ctx, storetest.BenchReq)
 	u := budget.Usage{Key: "key-0", Provider: "openai", Model: "gpt-4o", Input: 10, Output: 5}
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -175,12 +138,12 @@ func BenchmarkRecordSustained(b *testing.B) {
 // requests over, each with the 3 limits of setBenchLimits.
 const pairKeys = 1000
 
-// pairReqs are benchReq for each of the pairKeys keys.
+// pairReqs are storetest.BenchReq for each of the pairKeys keys.
 var pairReqs = func() []budget.Request {
 	reqs := make([]budget.Request, pairKeys)
 	for k := range reqs {
-		reqs[k] = benchReq
-		reqs[k].Key = benchKey(k)
+		reqs[k] = storetest.BenchReq
+		reqs[k].Key = storetest.BenchKey(k)
 	}
 	return reqs
 }()
