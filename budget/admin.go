@@ -12,11 +12,14 @@ import (
 // change. A nil pointer leaves the attribute as it is on an update (and takes
 // its default on a create).
 type LimitSpec struct {
-	ID  string // optional: names a new limit or addresses an existing one
-	Key string // required unless Default
+	ID string // optional: names a new limit or addresses an existing one
+	// The owner: exactly one of Key, Team, Org and Default.
+	Key  string
+	Team string // a team's limit, shared by its keys; the team exists
+	Org  string // an organisation's limit, shared by its teams' keys; it exists
 	// Default makes a default limit, which applies to every key without an
 	// enabled limit of its own of the same scope, value, metric and window,
-	// and counts per key. It excludes Key.
+	// and counts per key.
 	Default    bool
 	Scope      string // "" is global
 	ScopeValue string
@@ -38,12 +41,17 @@ func (s LimitSpec) Validate() error {
 
 // parse validates the spec's identity into a Limit without id or max.
 func (s LimitSpec) parse() (Limit, error) {
-	l := Limit{ID: strings.TrimSpace(s.ID), Key: strings.TrimSpace(s.Key), Scope: Scope(s.Scope), ScopeValue: s.ScopeValue, Metric: Metric(s.Metric), Max: 1, Enabled: true}
+	l := Limit{ID: strings.TrimSpace(s.ID), Key: strings.TrimSpace(s.Key), Team: strings.TrimSpace(s.Team), Org: strings.TrimSpace(s.Org),
+		Scope: Scope(s.Scope), ScopeValue: s.ScopeValue, Metric: Metric(s.Metric), Max: 1, Enabled: true}
 	switch {
 	case s.Default && l.Key != "":
 		return l, invalid("key", l.Key, "a default limit applies to every key; give --default or --key, not both")
-	case !s.Default && l.Key == "":
-		return l, invalid("key", l.Key, "must not be empty (or make a default limit)")
+	case s.Default && l.Team != "":
+		return l, invalid("team", l.Team, "a default limit applies to every key; give --default or --team, not both")
+	case s.Default && l.Org != "":
+		return l, invalid("org", l.Org, "a default limit applies to every key; give --default or --org, not both")
+	case !s.Default && l.IsDefault():
+		return l, invalid("key", l.Key, "must not be empty (or give --team, --org, or make a default limit)")
 	}
 	m, err := ParseMetric(s.Metric)
 	if err != nil {
@@ -90,13 +98,23 @@ func (t *Tracker) SetLimit(ctx context.Context, s LimitSpec) (Limit, bool, error
 	now := t.now()
 	err = t.store.Update(ctx, func(tx Tx) error {
 		created = false
-		ls, err := tx.Limits(ctx, want.Key)
+		var ls []Limit
+		var err error
+		switch want.Level() {
+		case LevelTeam, LevelOrg:
+			if err := checkOwnerExists(ctx, tx, want.Level(), want.Owner()); err != nil {
+				return err
+			}
+			ls, err = tx.OwnedLimits(ctx, want.Level(), want.Owner())
+		default:
+			ls, err = tx.Limits(ctx, want.Key)
+		}
 		if err != nil {
 			return err
 		}
 		var same, byID *Limit
 		for i := range ls {
-			if ls[i].Key == want.Key && ls[i].SameIdentity(&want) {
+			if ls[i].SameIdentity(&want) {
 				same = &ls[i]
 			}
 		}
@@ -109,10 +127,10 @@ func (t *Tracker) SetLimit(ctx context.Context, s LimitSpec) (Limit, bool, error
 				return err
 			}
 			if byID != nil && !byID.SameIdentity(&want) {
-				return invalid("id", want.ID, "names a limit with another key, scope, value, metric or window")
+				return invalid("id", want.ID, "names a limit with another owner, scope, value, metric or window")
 			}
 			if byID == nil && same != nil {
-				return invalid("id", want.ID, "limit "+same.ID+" already has this key, scope, value, metric and window")
+				return invalid("id", want.ID, "limit "+same.ID+" already has this owner, scope, value, metric and window")
 			}
 		}
 		cur := byID
@@ -128,6 +146,9 @@ func (t *Tracker) SetLimit(ctx context.Context, s LimitSpec) (Limit, bool, error
 				out.ID = NewID("lim_")
 			}
 			created = true
+			if out.Window.Kind == Once {
+				out.Window.Anchor = now.UTC() // the balance counts from its creation
+			}
 			return tx.InsertLimit(ctx, out, now)
 		}
 		out = *cur
@@ -148,7 +169,7 @@ func (t *Tracker) SetLimit(ctx context.Context, s LimitSpec) (Limit, bool, error
 	if err != nil {
 		return Limit{}, false, err
 	}
-	t.InvalidateLimits(out.Key) // a default ("") changes every key's limits
+	t.InvalidateLimits(out.Key) // a default, team or org limit ("") changes many keys' limits
 	return out, created, nil
 }
 
@@ -194,29 +215,61 @@ type Report struct {
 	Providers []ProviderState // parked providers
 }
 
-// Inspect reports every limit of key ("" for all) in the window holding at,
-// the newest rollovers and the parked providers. It reads one snapshot and
-// writes nothing.
+// Inspect reports every limit that applies to key (its own, the defaults
+// counted for it, its team's and its organisation's), or every limit but
+// the defaults when key is "", in the window holding at, the newest
+// rollovers and the parked providers. It reads one snapshot and writes
+// nothing.
 func (t *Tracker) Inspect(ctx context.Context, key string, at time.Time, rollovers int) (Report, error) {
+	return t.inspect(ctx, LevelKey, key, at, rollovers)
+}
+
+// InspectOwned is Inspect of one team's (LevelTeam) or organisation's
+// (LevelOrg) own limits, with their usage; an invalid-input error naming
+// the field when it does not exist.
+func (t *Tracker) InspectOwned(ctx context.Context, level Level, owner string, at time.Time, rollovers int) (Report, error) {
+	return t.inspect(ctx, level, owner, at, rollovers)
+}
+
+func (t *Tracker) inspect(ctx context.Context, level Level, owner string, at time.Time, rollovers int) (Report, error) {
 	r := Report{At: at}
 	err := t.store.View(ctx, func(tx Tx) error {
-		ls, err := tx.Limits(ctx, key)
-		if err != nil {
-			return err
-		}
-		if key != "" {
-			ls = Effective(ls, key) // with the defaults that apply to it, counted for it
-		} else {
+		var ls []Limit
+		var err error
+		switch {
+		case level == LevelKey && owner != "":
+			team, org, err := tx.Placement(ctx, owner)
+			if err != nil {
+				return err
+			}
+			ls, err = loadLimits(ctx, tx, owner, team, org) // with the defaults counted for it
+			if err != nil {
+				return err
+			}
+		case level == LevelKey:
+			if ls, err = tx.Limits(ctx, ""); err != nil {
+				return err
+			}
 			// A default limit has no usage of its own, only each key's:
 			// inspect --key K shows it with K's.
 			ls = slices.DeleteFunc(ls, func(l Limit) bool { return l.IsDefault() })
+		default:
+			if err := checkOwnerExists(ctx, tx, level, owner); err != nil {
+				return err
+			}
+			if ls, err = tx.OwnedLimits(ctx, level, owner); err != nil {
+				return err
+			}
+		}
+		if ls, err = expandUsers(ctx, tx, ls, at); err != nil {
+			return err
 		}
 		sortLimits(ls)
 		if r.Limits, err = storedStatuses(ctx, tx, ls, at); err != nil {
 			return err
 		}
 		if rollovers > 0 {
-			if r.Rollovers, err = tx.Rollovers(ctx, key, rollovers); err != nil {
+			if r.Rollovers, err = levelRollovers(ctx, tx, level, owner, ls, rollovers); err != nil {
 				return err
 			}
 		}
@@ -224,6 +277,62 @@ func (t *Tracker) Inspect(ctx context.Context, key string, at time.Time, rollove
 		return err
 	})
 	return r, err
+}
+
+// expandUsers replaces each per-user limit of ls with one copy per end
+// user who has a counter in the window holding at (Subject set), so a
+// report shows each user's usage.
+func expandUsers(ctx context.Context, tx Tx, ls []Limit, at time.Time) ([]Limit, error) {
+	if !slices.ContainsFunc(ls, func(l Limit) bool { return l.EachUser() }) {
+		return ls, nil
+	}
+	rows, err := tx.CounterRows(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Limit, 0, len(ls))
+	for _, l := range ls {
+		if !l.EachUser() {
+			out = append(out, l)
+			continue
+		}
+		start, _ := l.Window.Bounds(at)
+		prefix := ""
+		if l.IsDefault() {
+			prefix = l.Subject + SubjectSep
+		}
+		for _, r := range rows {
+			if r.LimitID == l.ID && r.WindowStart.Equal(start) && strings.HasPrefix(r.Subject, prefix) {
+				c := l
+				c.Subject = r.Subject
+				out = append(out, c)
+			}
+		}
+	}
+	return out, nil
+}
+
+// levelRollovers are the newest n rollovers of what a report shows.
+func levelRollovers(ctx context.Context, tx Tx, level Level, owner string, ls []Limit, n int) ([]Rollover, error) {
+	if level == LevelKey {
+		return tx.Rollovers(ctx, owner, n)
+	}
+	// A team's or an organisation's: the store lists by key, so filter.
+	all, err := tx.Rollovers(ctx, "", max(n*50, 10_000))
+	if err != nil {
+		return nil, err
+	}
+	ids := make(map[string]bool, len(ls))
+	for i := range ls {
+		ids[ls[i].ID] = true
+	}
+	out := all[:0]
+	for _, r := range all {
+		if ids[r.LimitID] && len(out) < n {
+			out = append(out, r)
+		}
+	}
+	return out, nil
 }
 
 // Drift is a counter row that disagrees with the history of its window.

@@ -16,7 +16,11 @@ type writerState struct {
 	streak    atomic.Int64  // failed attempts since the last commit
 
 	version int64
-	byKey   map[string][]Limit
+	// byWho is what applies to a (key, team, org): the key's limits and
+	// defaults, the team's and the organisation's; placement is each
+	// key's team and organisation. Both are valid at version.
+	byWho     map[[3]string][]Limit
+	placement map[string][2]string
 
 	prices *priceSnap
 
@@ -24,7 +28,8 @@ type writerState struct {
 }
 
 func (w *writerState) init() {
-	w.byKey = make(map[string][]Limit)
+	w.byWho = make(map[[3]string][]Limit)
+	w.placement = make(map[string][2]string)
 	w.mem.forget()
 }
 
@@ -58,24 +63,79 @@ func (w *writerState) lastErr() error {
 
 const maxWriterKeys = 10_000
 
-// limitsFor resolves key's limits inside tx: from memory, which each
-// batch's load keeps only while the limits version stays the one they were
-// read at, else from the store. A limit another process created is
-// therefore never skipped. It runs on the writer goroutine only.
-func (t *Tracker) limitsFor(ctx context.Context, tx Tx, key string) ([]Limit, error) {
+// forgetLimits drops the resolved limits and placements.
+func (w *writerState) forgetLimits() {
+	clear(w.byWho)
+	clear(w.placement)
+}
+
+// place fills who's team and organisation from its key's placement when
+// it carries neither (an event or request decided now); it runs on the
+// writer goroutine only.
+func (t *Tracker) place(ctx context.Context, tx Tx, who *Who) error {
+	if who.Team != "" || who.Org != "" {
+		return nil
+	}
+	w := &t.w
+	if e, ok := t.limits.Peek(who.Key); ok && e.Value.version == w.version {
+		who.Team, who.Org = e.Value.team, e.Value.org
+		return nil
+	}
+	if p, ok := w.placement[who.Key]; ok {
+		who.Team, who.Org = p[0], p[1]
+		return nil
+	}
+	team, org, err := tx.Placement(ctx, who.Key)
+	if err != nil {
+		return err
+	}
+	w.placement[who.Key] = [2]string{team, org}
+	who.Team, who.Org = team, org
+	return nil
+}
+
+// limitsFor resolves the limits that may apply to who (placed) inside tx:
+// from memory, which each batch's load keeps only while the limits version
+// stays the one they were read at, else from the store. A limit another
+// process created is therefore never skipped. It runs on the writer
+// goroutine only.
+func (t *Tracker) limitsFor(ctx context.Context, tx Tx, who *Who) ([]Limit, error) {
 	w := &t.w
 	// The checks' cache is usually warm and current: share it.
-	if e, ok := t.limits.Peek(key); ok && e.Value.version == w.version {
+	if e, ok := t.limits.Peek(who.Key); ok && e.Value.version == w.version && e.Value.team == who.Team && e.Value.org == who.Org {
 		return e.Value.limits, nil
 	}
-	if ls, ok := w.byKey[key]; ok {
+	k := [3]string{who.Key, who.Team, who.Org}
+	if ls, ok := w.byWho[k]; ok {
 		return ls, nil
 	}
+	ls, err := loadLimits(ctx, tx, who.Key, who.Team, who.Org)
+	if err != nil {
+		return nil, err
+	}
+	w.byWho[k] = ls
+	return ls, nil
+}
+
+// loadLimits reads what may apply to key charged to team and org: its own
+// limits, the defaults counted for it, the team's and the organisation's.
+func loadLimits(ctx context.Context, tx Tx, key, team, org string) ([]Limit, error) {
 	ls, err := tx.Limits(ctx, key)
 	if err != nil {
 		return nil, err
 	}
-	ls = Effective(ls, key)
-	w.byKey[key] = ls
-	return ls, nil
+	for _, o := range [2]struct {
+		lv   Level
+		name string
+	}{{LevelTeam, team}, {LevelOrg, org}} {
+		if o.name == "" {
+			continue
+		}
+		more, err := tx.OwnedLimits(ctx, o.lv, o.name)
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, more...)
+	}
+	return Effective(ls, key), nil
 }

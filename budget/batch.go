@@ -81,7 +81,7 @@ func (w *memWindow) ref() WindowRef {
 		return r
 	}
 	r.Start, r.End = time.Unix(0, w.start).UTC(), time.Unix(0, w.end).UTC()
-	r.PrevStart, r.PrevEnd = w.l.Window.Bounds(r.Start.Add(-1))
+	r.PrevStart, r.PrevEnd = prevBounds(w.l.Window, r.Start)
 	return r
 }
 
@@ -162,9 +162,21 @@ func refAt(l *Limit, at time.Time) WindowRef {
 		return WindowRef{Limit: l}
 	}
 	start, end := l.Window.Bounds(at)
-	ps, pe := l.Window.Bounds(start.Add(-1))
+	ps, pe := prevBounds(l.Window, start)
 	return WindowRef{Limit: l, Start: start, End: end, PrevStart: ps, PrevEnd: pe}
 }
+
+// prevBounds is the window before the one starting at start; none (zero)
+// for a Once window, whose creation is no rollover.
+func prevBounds(w Window, start time.Time) (time.Time, time.Time) {
+	if !w.Resets() {
+		return time.Time{}, time.Time{}
+	}
+	return w.Bounds(start.Add(-1))
+}
+
+// who is whom r is charged to.
+func (r *ReservationRow) who() Who { return Who{Key: r.Key, Team: r.Team, Org: r.Org, User: r.User} }
 
 func (w *memWindow) dropHold(id string) {
 	w.holds = slices.DeleteFunc(w.holds, func(h memHold) bool { return h.id == id })
@@ -225,15 +237,15 @@ func (b *batch) load(ctx context.Context, tx Tx) error {
 			return err
 		}
 		if lv != t.w.version {
-			clear(t.w.byKey)
+			t.w.forgetLimits()
 			t.w.version = lv
 		}
 		if t.w.prices != nil && t.w.prices.version != pv {
 			t.w.prices = nil
 		}
 	}
-	if len(t.w.byKey) > maxWriterKeys {
-		clear(t.w.byKey)
+	if len(t.w.byWho) > maxWriterKeys || len(t.w.placement) > maxWriterKeys {
+		t.w.forgetLimits()
 	}
 	m.valid, m.expect = true, mark
 
@@ -302,8 +314,9 @@ func (b *batch) load(ctx context.Context, tx Tx) error {
 	refs := make(map[cache.Key]want)
 	lockIDs := make(map[string]bool)
 	needPrices := false
-	addEvent := func(key, provider, model string, at time.Time) error {
-		ls, err := t.limitsFor(ctx, tx, key)
+	// addEvent: who is placed (see eventWho).
+	addEvent := func(who *Who, provider, model string, at time.Time) error {
+		ls, err := t.limitsFor(ctx, tx, who)
 		if err != nil {
 			return err
 		}
@@ -311,9 +324,10 @@ func (b *batch) load(ctx context.Context, tx Tx) error {
 		model = NormalizeModel(model)
 		for i := range ls {
 			l := &ls[i]
-			if l.Metric == MetricConcurrent || !l.Applies(key, provider, model) {
+			if l.Metric == MetricConcurrent || !l.Applies(who, provider, model) {
 				continue
 			}
+			l = l.forWho(who)
 			lockIDs[l.ID] = true
 			r := refAt(l, at)
 			k := windowKey(l, r.Start)
@@ -335,21 +349,30 @@ func (b *batch) load(ctx context.Context, tx Tx) error {
 		switch o.kind {
 		case opUsage:
 			for _, ev := range o.events() {
-				if err := addEvent(ev.Key, ev.Provider, ev.Model, ev.At); err != nil {
+				who := ev.Who()
+				if err := t.place(ctx, tx, &who); err != nil {
+					return err
+				}
+				if err := addEvent(&who, ev.Provider, ev.Model, ev.At); err != nil {
 					return err
 				}
 			}
 		case opReserve:
-			ls, err := t.limitsFor(ctx, tx, o.req.Key)
+			who := Who{Key: o.req.Key, User: o.req.User}
+			if err := t.place(ctx, tx, &who); err != nil {
+				return err
+			}
+			ls, err := t.limitsFor(ctx, tx, &who)
 			if err != nil {
 				return err
 			}
 			model := NormalizeModel(o.req.Model)
 			for i := range ls {
 				l := &ls[i]
-				if !l.Enabled || !l.Applies(o.req.Key, o.req.Provider, model) {
+				if !l.Enabled || !l.Applies(&who, o.req.Provider, model) {
 					continue
 				}
+				l = l.forWho(&who)
 				lockIDs[l.ID] = true
 				r := refAt(l, o.at)
 				refs[windowKey(l, r.Start)] = want{ref: r, reserve: true}
@@ -369,7 +392,8 @@ func (b *batch) load(ctx context.Context, tx Tx) error {
 		case opCommit:
 			if r := m.res[o.id]; r != nil {
 				lockHolds(r)
-				if err := addEvent(r.Key, r.Provider, r.Model, r.At); err != nil {
+				who := r.who()
+				if err := addEvent(&who, r.Provider, r.Model, r.At); err != nil {
 					return err
 				}
 			}
@@ -385,7 +409,8 @@ func (b *batch) load(ctx context.Context, tx Tx) error {
 				}
 				lockHolds(r)
 				if r.OnExpiry == ExpireCharge {
-					if err := addEvent(r.Key, r.Provider, r.Model, r.At); err != nil {
+					who := r.who()
+					if err := addEvent(&who, r.Provider, r.Model, r.At); err != nil {
 						return err
 					}
 				}
@@ -491,6 +516,11 @@ func (b *batch) decide(ctx context.Context, tx Tx) error {
 		switch o.kind {
 		case opUsage:
 			for _, ev := range o.events() {
+				who := ev.Who()
+				if err = b.t.place(ctx, tx, &who); err != nil {
+					break
+				}
+				ev.Team, ev.Org = who.Team, who.Org
 				if err = b.event(ctx, tx, ev, o); err != nil {
 					break
 				}
@@ -523,9 +553,11 @@ func (b *batch) decide(ctx context.Context, tx Tx) error {
 }
 
 // event plans one event: priced, appended, and added to every matching
-// limit window (disabled limits count too: only enforcement stops).
+// limit window (disabled limits count too: only enforcement stops). Its
+// team and organisation are final (placed, or the reservation's).
 func (b *batch) event(ctx context.Context, tx Tx, ev Usage, o *op) error {
-	ls, err := b.t.limitsFor(ctx, tx, ev.Key)
+	who := ev.Who()
+	ls, err := b.t.limitsFor(ctx, tx, &who)
 	if err != nil {
 		return err
 	}
@@ -535,7 +567,7 @@ func (b *batch) event(ctx context.Context, tx Tx, ev Usage, o *op) error {
 	} else {
 		ev.Cost, ev.Unpriced = 0, false
 		for j := range ls {
-			if ls[j].Metric == MetricUSD && ls[j].Applies(ev.Key, ev.Provider, model) {
+			if ls[j].Metric == MetricUSD && ls[j].Applies(&who, ev.Provider, model) {
 				ev.Unpriced = true
 				break
 			}
@@ -544,9 +576,10 @@ func (b *batch) event(ctx context.Context, tx Tx, ev Usage, o *op) error {
 	ew := EventWrite{Usage: ev}
 	for j := range ls {
 		l := &ls[j]
-		if l.Metric == MetricConcurrent || !l.Applies(ev.Key, ev.Provider, model) {
+		if l.Metric == MetricConcurrent || !l.Applies(&who, ev.Provider, model) {
 			continue
 		}
+		l = l.forWho(&who)
 		w := b.window(l, ev.At)
 		if w == nil {
 			return errNotLoaded(l, ev.At)
@@ -615,7 +648,11 @@ func (b *batch) reserve(ctx context.Context, tx Tx, o *op) error {
 			return nil
 		}
 	}
-	ls, err := t.limitsFor(ctx, tx, req.Key)
+	who := Who{Key: req.Key, User: req.User}
+	if err := t.place(ctx, tx, &who); err != nil {
+		return err
+	}
+	ls, err := t.limitsFor(ctx, tx, &who)
 	if err != nil {
 		return err
 	}
@@ -624,9 +661,10 @@ func (b *batch) reserve(ctx context.Context, tx Tx, o *op) error {
 	var statuses []Status
 	for i := range ls {
 		l := &ls[i]
-		if !l.Enabled || !l.Applies(req.Key, req.Provider, model) {
+		if !l.Enabled || !l.Applies(&who, req.Provider, model) {
 			continue
 		}
+		l = l.forWho(&who)
 		w := b.window(l, at)
 		if w == nil || !w.known {
 			return errNotLoaded(l, at)
@@ -662,7 +700,7 @@ func (b *batch) reserve(ctx context.Context, tx Tx, o *op) error {
 		}
 		req.Estimate = fit
 	}
-	r := &Reservation{ID: NewReservationID(at), Key: req.Key, Provider: req.Provider, Model: req.Model,
+	r := &Reservation{ID: NewReservationID(at), Key: req.Key, Team: who.Team, Org: who.Org, User: who.User, Provider: req.Provider, Model: req.Model,
 		Estimate: req.Estimate, At: at, ExpiresAt: at.Add(o.ttl), OnExpiry: o.policy}
 	for i := range statuses {
 		l := &statuses[i].Limit
@@ -677,7 +715,7 @@ func (b *batch) reserve(ctx context.Context, tx Tx, o *op) error {
 	}
 	// The row the writer keeps (and renews in place) has its own copy of
 	// the holds: the caller's Reservation is the caller's.
-	row := ReservationRow{ID: r.ID, Key: r.Key, Provider: r.Provider, Model: r.Model, Estimate: r.Estimate,
+	row := ReservationRow{ID: r.ID, Key: r.Key, Team: r.Team, Org: r.Org, User: r.User, Provider: r.Provider, Model: r.Model, Estimate: r.Estimate,
 		At: r.At, ExpiresAt: r.ExpiresAt, State: ReservationLive, OnExpiry: o.policy, Holds: slices.Clone(r.Holds)}
 	b.ws.NewReservations = append(b.ws.NewReservations, row)
 	m.res[r.ID] = &row
@@ -717,6 +755,7 @@ func (b *batch) commit(ctx context.Context, tx Tx, o *op) error {
 	out := Settlement{RequestID: o.id, Expired: r.State == ReservationExpired || !b.now.Before(r.ExpiresAt)}
 	ev := o.ev
 	ev.Key, ev.Provider, ev.Model, ev.At = r.Key, r.Provider, r.Model, r.At
+	ev.Team, ev.Org, ev.User = r.Team, r.Org, r.User // the levels it held
 	if r.State == ReservationExpired && r.OnExpiry == ExpireCharge {
 		out.Charged = true
 		ev = lateUsage(ev, r.Estimate)

@@ -46,15 +46,16 @@ func (t *Tracker) check(ctx context.Context, req Request, now time.Time, clock i
 		return Decision{}, err
 	}
 	model := NormalizeModel(req.Model)
+	who := Who{Key: req.Key, Team: kl.team, Org: kl.org, User: req.User}
 	for i := range kl.limits {
 		l := &kl.limits[i]
-		if !l.Enabled || !l.Applies(req.Key, req.Provider, model) {
+		if !l.Enabled || !l.Applies(&who, req.Provider, model) {
 			continue
 		}
 		if statuses == nil {
 			statuses = make([]Status, 0, len(kl.limits)-i)
 		}
-		st, err := t.status(ctx, kl, i, now, clock)
+		st, err := t.status(ctx, kl, i, &who, now, clock)
 		if err != nil {
 			return Decision{}, err
 		}
@@ -101,19 +102,28 @@ func normalizeRequest(req Request) (Request, error) {
 	req.Key = strings.TrimSpace(req.Key)
 	req.Provider = strings.TrimSpace(req.Provider)
 	req.Model = strings.TrimSpace(req.Model)
+	req.User = strings.TrimSpace(req.User)
 	if req.Key == "" {
 		return req, invalid("key", req.Key, "must not be empty")
 	}
-	if err := checkNames("key", req.Key, "provider", req.Provider, "model", req.Model); err != nil {
+	if err := checkNames("key", req.Key, "provider", req.Provider, "model", req.Model, "user", req.User); err != nil {
 		return req, err
 	}
 	return req, req.Estimate.validate()
 }
 
-// status is limit i of kl as it stands at now, from the cache when warm.
-func (t *Tracker) status(ctx context.Context, kl *keyLimits, i int, now time.Time, clock int64) (Status, error) {
+// status is limit i of kl as it stands at now for who, from the cache
+// when warm.
+func (t *Tracker) status(ctx context.Context, kl *keyLimits, i int, who *Who, now time.Time, clock int64) (Status, error) {
 	l := &kl.limits[i]
-	st := Status{Limit: *l}
+	st := Status{Limit: *l, Max: l.MaxAt(now)}
+	// A per-user limit's counter depends on the user: the limit's slot
+	// remembers only its window, never a counter.
+	each := l.EachUser()
+	if each {
+		st.Limit.Subject = l.subjectFor(who)
+		l = &st.Limit
+	}
 	k := cache.Key{LimitID: l.ID, Subject: l.Subject}
 	var w *curWindow
 	if l.Metric != MetricConcurrent {
@@ -125,7 +135,9 @@ func (t *Tracker) status(ctx context.Context, kl *keyLimits, i int, now time.Tim
 		kl.cur[i].Store(w)
 	}
 	c := w.c
-	if c == nil || c.Dead() {
+	if each {
+		c = t.counters.Peek(k)
+	} else if c == nil || c.Dead() {
 		if c = t.counters.Peek(k); c != nil {
 			kl.cur[i].Store(&curWindow{start: w.start, end: w.end, c: c})
 		}
@@ -137,7 +149,9 @@ func (t *Tracker) status(ctx context.Context, kl *keyLimits, i int, now time.Tim
 		if c, committed, err = t.loadCounter(ctx, l, k, st.WindowStart, st.ResetAt); err != nil {
 			return st, err
 		}
-		kl.cur[i].Store(&curWindow{start: w.start, end: w.end, c: c})
+		if !each {
+			kl.cur[i].Store(&curWindow{start: w.start, end: w.end, c: c})
+		}
 		if c.LoadedAt() == 0 {
 			used = committed + c.Pending()
 		}

@@ -51,12 +51,18 @@ type Request struct {
 	Key      string
 	Provider string
 	Model    string
+	// User is the end user the request is for ("" when none is known):
+	// user-scope limits apply by it.
+	User     string
 	Estimate Estimate
 }
 
 // Status is one limit as it stands at an instant.
 type Status struct {
 	Limit Limit
+	// Max is the limit in force at the status's instant: Limit.Max with
+	// the raises active then (Limit.MaxAt).
+	Max int64
 	// WindowStart and ResetAt bound the current window; zero for concurrent
 	// limits, which have none.
 	WindowStart time.Time
@@ -72,7 +78,7 @@ type Status struct {
 
 // Remaining is Max - Used - Reserved, clamped at 0.
 func (s *Status) Remaining() int64 {
-	r := s.Limit.Max - s.Used - s.Reserved
+	r := s.Max - s.Used - s.Reserved
 	if r < 0 {
 		return 0
 	}
@@ -132,16 +138,22 @@ func Decide(statuses []Status, est Estimate, now time.Time) Decision {
 		s := &statuses[i]
 		e := est.Amount(s.Limit.Metric)
 		held := s.Used + s.Reserved
-		if e > 0 && held+e <= s.Limit.Max || e == 0 && held < s.Limit.Max {
+		if e > 0 && held+e <= s.Max || e == 0 && held < s.Max {
 			continue
 		}
 		d.Allowed = false
-		rem := s.Limit.Max - held - e
+		rem := s.Max - held - e
 		if best == nil || moreRestrictive(s, rem, best, bestRem) {
 			best, bestRem = s, rem
 		}
-		if e > s.Limit.Max {
+		// Waiting cannot help an estimate above the limit, nor a window
+		// that never resets (a prepaid balance waits for a raise).
+		if e > s.Max {
 			retryable = false
+		}
+		if !s.Limit.Window.Resets() && s.Limit.Metric != MetricConcurrent {
+			retryable = false
+			continue // no reset to wait for
 		}
 		if w := s.wait(now); w > wait {
 			wait = w
@@ -159,15 +171,15 @@ func Decide(statuses []Status, est Estimate, now time.Time) Decision {
 // dollars), less room as a fraction of the limit first.
 func moreRestrictive(s *Status, rem int64, b *Status, brem int64) bool {
 	if s.Limit.Metric != b.Limit.Metric && countsAmount(s.Limit.Metric) && countsAmount(b.Limit.Metric) {
-		fs, fb := float64(rem)/float64(s.Limit.Max), float64(brem)/float64(b.Limit.Max)
+		fs, fb := float64(rem)/float64(s.Max), float64(brem)/float64(b.Max)
 		if fs != fb {
 			return fs < fb
 		}
 	} else if rem != brem {
 		return rem < brem
 	}
-	if s.Limit.Max != b.Limit.Max {
-		return s.Limit.Max < b.Limit.Max
+	if s.Max != b.Max {
+		return s.Max < b.Max
 	}
 	return s.Limit.ID < b.Limit.ID
 }
@@ -224,7 +236,7 @@ func FitOutput(statuses []Status, est Estimate, minOutput int64) (Estimate, bool
 		if s.Limit.Metric != MetricTokens && s.Limit.Metric != MetricOutput {
 			continue
 		}
-		other := s.Limit.Max - s.Used - s.Reserved - (est.Amount(s.Limit.Metric) - est.Output)
+		other := s.Max - s.Used - s.Reserved - (est.Amount(s.Limit.Metric) - est.Output)
 		out = min(out, other)
 	}
 	if out < minOutput {

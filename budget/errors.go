@@ -47,8 +47,8 @@ func (e *ExceededError) Error() string {
 	if b == nil {
 		return "token budget exceeded"
 	}
-	return fmt.Sprintf("token budget exceeded: limit %s (key %s, %s) used %d reserved %d of %d, retry after %s",
-		b.Limit.ID, b.Limit.Key, b.Limit.ScopeString(), b.Used, b.Reserved, b.Limit.Max,
+	return fmt.Sprintf("token budget exceeded: %s limit %s (%s, %s) used %d reserved %d of %d, retry after %s",
+		b.Limit.Level(), b.Limit.ID, b.Limit.Describe(), b.Limit.ScopeString(), b.Used, b.Reserved, b.Max,
 		time.Duration(b.RetryAfterSeconds)*time.Second)
 }
 

@@ -12,7 +12,18 @@ const (
 	ScopeGlobal   Scope = "global"   // every request of the key
 	ScopeProvider Scope = "provider" // requests to one provider
 	ScopeModel    Scope = "model"    // requests for one model
+	ScopeUser     Scope = "user"     // requests of one end user, or of each (AllUsers)
 )
+
+// AllUsers is the value of a user-scope limit that applies to each end user
+// separately: every user gets a counter of their own, created on first use.
+// It is the one place "*" means "each" rather than a pattern.
+const AllUsers = "*"
+
+// SubjectSep joins the key and the end user in the subject of a default
+// per-user limit's counter. Names cannot contain control characters, so
+// the join is unambiguous.
+const SubjectSep = "\x1f"
 
 // ParseScope validates a scope name; "" is global.
 func ParseScope(s string) (Scope, error) {
@@ -23,8 +34,10 @@ func ParseScope(s string) (Scope, error) {
 		return ScopeProvider, nil
 	case ScopeModel:
 		return ScopeModel, nil
+	case ScopeUser:
+		return ScopeUser, nil
 	}
-	return "", invalid("scope", s, "want global, provider or model")
+	return "", invalid("scope", s, "want global, provider, model or user")
 }
 
 func (s Scope) rank() int {
@@ -33,9 +46,57 @@ func (s Scope) rank() int {
 		return 0
 	case ScopeProvider:
 		return 1
+	case ScopeModel:
+		return 2
 	}
-	return 2
+	return 3
 }
+
+// Level says whose budget a limit is: one key's, a team's (shared by its
+// keys), an organisation's (shared by its teams' keys), or a default that
+// applies to each key separately.
+type Level string
+
+const (
+	LevelKey     Level = "key"
+	LevelTeam    Level = "team"
+	LevelOrg     Level = "org"
+	LevelDefault Level = "default"
+)
+
+// ParseLevel validates a level name.
+func ParseLevel(s string) (Level, error) {
+	switch l := Level(strings.TrimSpace(s)); l {
+	case LevelKey, LevelTeam, LevelOrg, LevelDefault:
+		return l, nil
+	}
+	return "", invalid("level", s, "want key, team, org or default")
+}
+
+// rank orders levels in listings: defaults first (as before levels
+// existed, when their empty key sorted first), then keys, teams, orgs.
+func (lv Level) rank() int {
+	switch lv {
+	case LevelDefault:
+		return 0
+	case LevelKey:
+		return 1
+	case LevelTeam:
+		return 2
+	}
+	return 3
+}
+
+// Raise adds to a limit until an instant (for ever when Until is zero).
+type Raise struct {
+	ID     string
+	Amount int64
+	Until  time.Time // zero: it stays
+	At     time.Time // when it was added
+}
+
+// Active reports whether the raise counts at t.
+func (r *Raise) Active(t time.Time) bool { return r.Until.IsZero() || t.Before(r.Until) }
 
 // Metric is what a limit counts.
 type Metric string
@@ -68,33 +129,155 @@ func ParseMetric(s string) (Metric, error) {
 	return "", invalid("metric", s, "want tokens, input, output, requests, concurrent or usd")
 }
 
-// Limit is one budget rule (contract section 3). Its identity is (Key,
-// Scope, ScopeValue, Metric, Window); ID addresses it.
+// Limit is one budget rule (contract section 3). Its identity is (level
+// and owner, Scope, ScopeValue, Metric, Window); ID addresses it. At most
+// one of Key, Team and Org is set: the owner; none makes a default limit.
 type Limit struct {
 	ID         string
-	Key        string // "" for a default limit, which applies to every key
+	Key        string // the key of a key-level limit
+	Team       string // the team of a team-level limit: its keys share it
+	Org        string // the organisation of an org-level limit: its teams' keys share it
 	Scope      Scope
 	ScopeValue string // empty for global
 	Metric     Metric
-	Max        int64  // the limit, > 0
-	Window     Window // NoWindow for concurrent limits
-	Enabled    bool
-	// Subject is the key a default limit counts for: each key has its own
-	// counters of it. The Tracker fills it when it applies a default limit
-	// to a key ("" for a key's own limit, and for a default as defined).
+	// Max is the limit as set, > 0; Raises add to it while they last (see
+	// MaxAt).
+	Max     int64
+	Raises  []Raise
+	Window  Window // NoWindow for concurrent limits
+	Enabled bool
+	// Subject names whose counters of the limit these are, when the limit
+	// counts for more than one: the key a default limit is applied to, the
+	// end user of a per-user (AllUsers) limit, or both joined by
+	// SubjectSep; "" otherwise. The Tracker fills it when it applies the
+	// limit to a request.
 	Subject string
 }
 
-// IsDefault reports whether l is a default limit (no key of its own).
-func (l *Limit) IsDefault() bool { return l.Key == "" }
+// IsDefault reports whether l is a default limit (no owner of its own).
+func (l *Limit) IsDefault() bool { return l.Key == "" && l.Team == "" && l.Org == "" }
 
-// Owner is the key whose usage l counts: its key, or for a default limit
-// the key it was applied to.
-func (l *Limit) Owner() string {
-	if l.Key != "" {
-		return l.Key
+// Level is whose budget l is.
+func (l *Limit) Level() Level {
+	switch {
+	case l.Key != "":
+		return LevelKey
+	case l.Team != "":
+		return LevelTeam
+	case l.Org != "":
+		return LevelOrg
 	}
-	return l.Subject
+	return LevelDefault
+}
+
+// Owner is the name of the key, team or organisation l belongs to; "" for
+// a default limit.
+func (l *Limit) Owner() string { return cmpOr(l.Key, l.Team, l.Org) }
+
+func cmpOr(ss ...string) string {
+	for _, s := range ss {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+// EachUser reports whether l counts each end user separately (scope user,
+// value AllUsers).
+func (l *Limit) EachUser() bool { return l.Scope == ScopeUser && l.ScopeValue == AllUsers }
+
+// MaxAt is the limit in force at t: Max plus the raises active at t,
+// saturating at MaxTokens.
+func (l *Limit) MaxAt(t time.Time) int64 {
+	m := l.Max
+	for i := range l.Raises {
+		if l.Raises[i].Active(t) {
+			m = min(m+l.Raises[i].Amount, MaxTokens)
+		}
+	}
+	return m
+}
+
+// ActiveRaises are l's raises active at t.
+func (l *Limit) ActiveRaises(t time.Time) []Raise {
+	var out []Raise
+	for _, r := range l.Raises {
+		if r.Active(t) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Who is whose request or event it is: the key, the team and organisation
+// it is charged to (the key's placement when it is decided, or what a
+// reservation or an imported event carries) and the end user ("" when
+// none is known).
+type Who struct {
+	Key, Team, Org, User string
+}
+
+// subjectFor is the Subject of l's counter that a request of who counts
+// in: l.Subject (set for defaults when applied to a key), or for a
+// per-user limit, the user (after the key, for a default).
+func (l *Limit) subjectFor(who *Who) string {
+	if !l.EachUser() {
+		return l.Subject
+	}
+	if l.IsDefault() {
+		return who.Key + SubjectSep + who.User
+	}
+	return who.User
+}
+
+// forWho is l as it counts a request of who: with the Subject of the
+// counter that request counts in.
+func (l *Limit) forWho(who *Who) *Limit {
+	if !l.EachUser() {
+		return l
+	}
+	c := *l
+	c.Subject = l.subjectFor(who)
+	return &c
+}
+
+// History says which events of the history a limit's counter sums: the
+// events of one key, team or organisation (whichever is set), narrowed to
+// a provider, a model (a name or a pattern, see MatchModel) or an end user.
+// Stores build their seeding and verify queries from it.
+type History struct {
+	Key, Team, Org string
+	Provider       string
+	Model          string
+	User           string
+}
+
+// History is what l's counter for l.Subject sums.
+func (l *Limit) History() History {
+	h := History{Key: l.Key, Team: l.Team, Org: l.Org}
+	subKey, subUser := l.Subject, ""
+	if l.EachUser() {
+		subKey, subUser = "", l.Subject
+		if l.IsDefault() {
+			subKey, subUser, _ = strings.Cut(l.Subject, SubjectSep)
+		}
+	}
+	if l.IsDefault() {
+		h.Key = subKey
+	}
+	switch l.Scope {
+	case ScopeProvider:
+		h.Provider = l.ScopeValue
+	case ScopeModel:
+		h.Model = l.ScopeValue
+	case ScopeUser:
+		h.User = l.ScopeValue
+		if l.EachUser() {
+			h.User = subUser
+		}
+	}
+	return h
 }
 
 // overrides reports whether own, a key's own enabled limit, takes the
@@ -104,20 +287,26 @@ func (own *Limit) overrides(d *Limit) bool {
 		own.Metric == d.Metric && own.Window.String() == d.Window.String()
 }
 
-// Effective is what applies to key out of ls, a key's own limits and the
-// default limits in any order: its own limits, and each default that no
-// enabled limit of its own overrides, with Subject set to key.
+// Effective is what applies to key out of ls, limits in any order: its own
+// limits, each default that no enabled limit of its own overrides, with
+// Subject set to key, and every team and organisation limit in ls (the
+// caller passes those of the key's team and organisation). Other keys'
+// limits are left out.
 func Effective(ls []Limit, key string) []Limit {
 	out := make([]Limit, 0, len(ls))
 	for i := range ls {
-		if ls[i].Key == key {
+		if ls[i].Key == key && key != "" {
 			out = append(out, ls[i])
 		}
 	}
 	own := len(out)
 	for i := range ls {
 		d := &ls[i]
-		if !d.IsDefault() || key == "" {
+		switch {
+		case d.Team != "" || d.Org != "":
+			out = append(out, *d)
+			continue
+		case !d.IsDefault() || key == "":
 			continue
 		}
 		overridden := false
@@ -140,9 +329,19 @@ func Effective(ls []Limit, key string) []Limit {
 func (l Limit) Validate() (Limit, error) {
 	l.ID = strings.TrimSpace(l.ID)
 	l.Key = strings.TrimSpace(l.Key)
+	l.Team = strings.TrimSpace(l.Team)
+	l.Org = strings.TrimSpace(l.Org)
 	l.ScopeValue = strings.TrimSpace(l.ScopeValue)
-	if err := checkNames("id", l.ID, "key", l.Key, "value", l.ScopeValue); err != nil {
+	if err := checkNames("id", l.ID, "key", l.Key, "team", l.Team, "org", l.Org, "value", l.ScopeValue); err != nil {
 		return l, err
+	}
+	switch {
+	case l.Key != "" && l.Team != "":
+		return l, invalid("team", l.Team, "a limit belongs to a key, a team or an org; give --key or --team, not both")
+	case l.Key != "" && l.Org != "":
+		return l, invalid("org", l.Org, "a limit belongs to a key, a team or an org; give --key or --org, not both")
+	case l.Team != "" && l.Org != "":
+		return l, invalid("org", l.Org, "a limit belongs to a key, a team or an org; give --team or --org, not both")
 	}
 	sc, err := ParseScope(string(l.Scope))
 	if err != nil {
@@ -155,11 +354,16 @@ func (l Limit) Validate() (Limit, error) {
 	if l.Scope != ScopeGlobal && l.ScopeValue == "" {
 		return l, invalid("value", l.ScopeValue, "a "+string(l.Scope)+" limit needs the "+string(l.Scope)+" name")
 	}
-	if l.Scope == ScopeModel {
+	switch l.Scope {
+	case ScopeModel:
 		if strings.ContainsAny(l.ScopeValue, "[]") {
 			return l, invalid("value", l.ScopeValue, "a model name or pattern takes no brackets (patterns use * and ?)")
 		}
 		l.ScopeValue = NormalizeModel(l.ScopeValue)
+	case ScopeUser:
+		if l.ScopeValue != AllUsers && strings.ContainsAny(l.ScopeValue, "*?") {
+			return l, invalid("value", l.ScopeValue, "an end user is one name, or * for each user separately (no patterns)")
+		}
 	}
 	m, err := ParseMetric(string(l.Metric))
 	if err != nil {
@@ -178,10 +382,10 @@ func (l Limit) Validate() (Limit, error) {
 	if l.Window.Kind == Fixed && (l.Window.Length < time.Second || l.Window.Length%time.Second != 0) {
 		return l, invalid("window", l.Window.Length, "must be a whole number of seconds, at least 1s")
 	}
-	if l.Window.Kind > Monthly {
+	if l.Window.Kind > Once {
 		return l, invalid("window", int(l.Window.Kind), "unknown window kind")
 	}
-	if l.Window.Kind == Fixed && (l.Window.ResetTime != 0 || l.Window.Zone != nil) {
+	if (l.Window.Kind == Fixed || l.Window.Kind == Once) && (l.Window.ResetTime != 0 || l.Window.Zone != nil) {
 		return l, invalid("reset_time", l.Window.ResetTime, "applies to calendar windows only")
 	}
 	if l.Window.Calendar() && (l.Window.ResetTime < 0 || l.Window.ResetTime >= 24*60) {
@@ -193,22 +397,54 @@ func (l Limit) Validate() (Limit, error) {
 	return l, nil
 }
 
-// Applies reports whether the limit governs a request to provider and model.
-// It does not look at Enabled.
+// Applies reports whether the limit governs a request of who to provider
+// and model. It does not look at Enabled.
 //
 // model must be normalised (NormalizeModel): a model-scope limit's value is
 // a normalised name or a pattern over normalised names.
-func (l *Limit) Applies(key, provider, model string) bool {
-	if l.Owner() != key {
-		return false
+func (l *Limit) Applies(who *Who, provider, model string) bool {
+	switch {
+	case l.Key != "":
+		if l.Key != who.Key {
+			return false
+		}
+	case l.Team != "":
+		if l.Team != who.Team {
+			return false
+		}
+	case l.Org != "":
+		if l.Org != who.Org {
+			return false
+		}
+	default: // a default, applied to a key by Effective
+		if k, _, _ := strings.Cut(l.Subject, SubjectSep); k != who.Key {
+			return false
+		}
 	}
 	switch l.Scope {
 	case ScopeProvider:
 		return l.ScopeValue == provider
 	case ScopeModel:
 		return MatchModel(l.ScopeValue, model)
+	case ScopeUser:
+		if l.ScopeValue == AllUsers {
+			return who.User != ""
+		}
+		return l.ScopeValue == who.User
 	}
 	return true
+}
+
+// Describe names whose limit l is, as messages say it: "key k", "team t",
+// "org o", or "default for key k" (the key it is applied to, when known).
+func (l *Limit) Describe() string {
+	if l.IsDefault() {
+		if k, _, _ := strings.Cut(l.Subject, SubjectSep); k != "" {
+			return "default for key " + k
+		}
+		return "default"
+	}
+	return string(l.Level()) + " " + l.Owner()
 }
 
 // ScopeString is "global", "provider=openai" or "model=gpt-4o".
@@ -221,7 +457,7 @@ func (l *Limit) ScopeString() string {
 
 // SameIdentity reports whether two limits have the same identity tuple.
 func (l *Limit) SameIdentity(o *Limit) bool {
-	return l.Key == o.Key && l.Scope == o.Scope && l.ScopeValue == o.ScopeValue &&
+	return l.Key == o.Key && l.Team == o.Team && l.Org == o.Org && l.Scope == o.Scope && l.ScopeValue == o.ScopeValue &&
 		l.Metric == o.Metric && l.Window.String() == o.Window.String()
 }
 
@@ -236,11 +472,14 @@ func (l *Limit) Compare(o *Limit) int {
 	return 0
 }
 
-// Less orders limits as the contract's listings do: key, scope, scope value,
-// metric, window length, id.
+// Less orders limits as the listings do: level (default, key, team, org),
+// owner, scope, scope value, metric, window length, id, subject.
 func (l *Limit) Less(o *Limit) bool {
-	if l.Key != o.Key {
-		return l.Key < o.Key
+	if a, b := l.Level(), o.Level(); a != b {
+		return a.rank() < b.rank()
+	}
+	if a, b := l.Owner(), o.Owner(); a != b {
+		return a < b
 	}
 	if l.Scope != o.Scope {
 		return l.Scope.rank() < o.Scope.rank()
@@ -254,5 +493,8 @@ func (l *Limit) Less(o *Limit) bool {
 	if a, b := l.Window.Nominal(), o.Window.Nominal(); a != b {
 		return a < b
 	}
-	return l.ID < o.ID
+	if l.ID != o.ID {
+		return l.ID < o.ID
+	}
+	return l.Subject < o.Subject
 }

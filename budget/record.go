@@ -239,6 +239,12 @@ func (t *Tracker) addPendingEvent(o *op, ev *Usage) {
 		return
 	}
 	kl := e.Value
+	who := ev.Who()
+	if who.Team == "" && who.Org == "" {
+		who.Team, who.Org = kl.team, kl.org
+	} else if who.Team != kl.team || who.Org != kl.org {
+		return // charged elsewhere than the cached placement: the writer counts it
+	}
 	if o.contribs == nil {
 		o.contribs = make([]contrib, 0, len(kl.limits))
 	}
@@ -254,13 +260,16 @@ func (t *Tracker) addPendingEvent(o *op, ev *Usage) {
 	}
 	for i := range kl.limits {
 		l := &kl.limits[i]
-		if l.Metric == MetricConcurrent || !l.Applies(ev.Key, ev.Provider, model) {
+		if l.Metric == MetricConcurrent || !l.Applies(&who, ev.Provider, model) {
 			continue
 		}
 		w := kl.window(i, ev.At)
-		k := cache.Key{LimitID: l.ID, Subject: l.Subject, Start: w.start.UnixNano()}
+		k := cache.Key{LimitID: l.ID, Subject: l.subjectFor(&who), Start: w.start.UnixNano()}
 		d := ev.Amount(l.Metric)
 		c := w.c
+		if l.EachUser() {
+			c = nil // the slot's counter is no user's
+		}
 		if c == nil || !c.AddPending(d) {
 			c = t.counters.Acquire(k)
 			for !c.AddPending(d) {

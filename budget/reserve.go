@@ -16,8 +16,12 @@ import (
 type Reservation struct {
 	ID        string
 	Key       string
-	Provider  string
-	Model     string
+	// Team, Org and User are whom it is charged to beyond the key: the
+	// key's placement when it was decided, and the request's end user. Its
+	// commit is charged to them too, wherever the key is by then.
+	Team, Org, User string
+	Provider        string
+	Model           string
 	Estimate  Estimate
 	At        time.Time // picks the windows the hold and the committed usage count in
 	ExpiresAt time.Time
@@ -187,7 +191,7 @@ func (t *Tracker) Commit(ctx context.Context, id string, actual Usage) (Settleme
 // chargedUsage is the event recovery writes for an ExpireCharge
 // reservation: its estimate, an unsplit part counted as input.
 func chargedUsage(r ReservationRow) Usage {
-	return Usage{RequestID: r.ID, Key: r.Key, Provider: r.Provider, Model: r.Model,
+	return Usage{RequestID: r.ID, Key: r.Key, Team: r.Team, Org: r.Org, User: r.User, Provider: r.Provider, Model: r.Model,
 		Input: min(r.Estimate.Input+r.Estimate.Tokens, MaxTokens), Output: r.Estimate.Output, At: r.At}
 }
 

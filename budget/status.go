@@ -24,7 +24,7 @@ import (
 
 // status is the window's Status at at: only holds live at at count.
 func (w *memWindow) status(at time.Time) Status {
-	st := Status{Limit: *w.l}
+	st := Status{Limit: *w.l, Max: w.l.MaxAt(at)}
 	atNs := at.UnixNano()
 	var sum, n, next int64
 	for i := range w.holds {

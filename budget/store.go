@@ -36,7 +36,7 @@ type StoreStats struct {
 // CounterRow is one limit's usage in one window, as stored.
 type CounterRow struct {
 	LimitID     string
-	Subject     string // the key of a default limit's counter; "" otherwise
+	Subject     string // see Limit.Subject
 	WindowStart time.Time
 	WindowEnd   time.Time
 	Used        int64
@@ -66,7 +66,7 @@ type Rollover struct {
 type Hold struct {
 	ReservationID string
 	LimitID       string
-	Subject       string    // the reservation's key when the limit is a default; "" otherwise
+	Subject       string    // the counter's subject (see Limit.Subject)
 	WindowStart   time.Time // zero for leases
 	Amount        int64
 	ExpiresAt     time.Time
@@ -204,8 +204,9 @@ const (
 
 // ReservationRow is a reservation as stored.
 type ReservationRow struct {
-	ID        string
-	Key       string
+	ID              string
+	Key             string
+	Team, Org, User string // see Reservation
 	Provider  string
 	Model     string
 	Estimate  Estimate
@@ -219,6 +220,14 @@ type ReservationRow struct {
 	OnExpiry ExpiryPolicy
 	// Holds are its holds while it is live (or expired unrecovered).
 	Holds []Hold
+}
+
+// Team is a group of keys that share the team's limits, inside an
+// organisation ("" for none) whose keys share the organisation's limits.
+type Team struct {
+	Name string
+	Org  string
+	Keys []string
 }
 
 // NoExpiry is the ExpiresAt of a hold that counts until its reservation is
@@ -253,9 +262,34 @@ type Tx interface {
 	// (PostgreSQL does; limit changes take that lock exclusively). It is
 	// the one read that may lock.
 	LimitsVersion(ctx context.Context) (int64, error)
-	// Limits lists the limits of key and the default limits (Key ""), or
-	// every limit when key is "", unordered.
+	// Limits lists the limits of key and the default limits, or every
+	// limit when key is "", unordered, each with its raises that have not
+	// ended (Until zero or after now is the caller's to judge: the store
+	// may keep ended ones).
 	Limits(ctx context.Context, key string) ([]Limit, error)
+	// OwnedLimits lists the limits of one team (level LevelTeam) or
+	// organisation (LevelOrg), unordered, with their raises.
+	OwnedLimits(ctx context.Context, level Level, owner string) ([]Limit, error)
+	// Placement is key's team and that team's organisation ("" for none).
+	Placement(ctx context.Context, key string) (team, org string, err error)
+	// Teams lists every team with its organisation and its keys (each
+	// list sorted), sorted by name.
+	Teams(ctx context.Context) ([]Team, error)
+	// Orgs lists every organisation named so far, sorted.
+	Orgs(ctx context.Context) ([]string, error)
+	// PutTeam creates team t, or moves it to t.Org ("" for none), creating
+	// the organisation when it is new; t.Keys is ignored. The caller has
+	// checked that no organisation is named t.Name and no team t.Org.
+	// Like every change to limits it moves LimitsVersion.
+	PutTeam(ctx context.Context, t Team) error
+	// DeleteTeam removes a team; its keys are left in no team. It moves
+	// LimitsVersion.
+	DeleteTeam(ctx context.Context, name string) error
+	// SetKeyTeam places key in team ("" for none; the team exists). It
+	// moves LimitsVersion.
+	SetKeyTeam(ctx context.Context, key, team string) error
+	// AddRaise adds r to limit limitID. It moves LimitsVersion.
+	AddRaise(ctx context.Context, limitID string, r Raise) error
 	Limit(ctx context.Context, id string) (Limit, error)
 	InsertLimit(ctx context.Context, l Limit, now time.Time) error
 	// UpdateLimit replaces the mutable attributes of the limit with l.ID.
@@ -276,8 +310,8 @@ type Tx interface {
 	// and From, and moves PricesVersion.
 	PutPrices(ctx context.Context, ps []Price) error
 
-	// SumUsage is the history's total for limit l's owner (l.Owner()),
-	// scope and metric over [start, end).
+	// SumUsage is the history's total over [start, end) of the events
+	// l.History() selects, in l's metric.
 	SumUsage(ctx context.Context, l *Limit, start, end time.Time) (int64, error)
 	// CounterRows lists every counter row, for verify.
 	CounterRows(ctx context.Context) ([]CounterRow, error)

@@ -198,8 +198,9 @@ func (t *Tracker) Now() time.Time { return t.now() }
 // with the last window each limit was seen in (so a warm check skips the
 // calendar arithmetic).
 type keyLimits struct {
-	version int64 // the store's limits version they were read at
-	limits  []Limit
+	version   int64  // the store's limits version they were read at
+	team, org string // the key's placement then
+	limits    []Limit
 	cur     []atomic.Pointer[curWindow] // the last window each limit was seen in
 }
 
@@ -209,9 +210,9 @@ type curWindow struct {
 	c          *cache.Counter
 }
 
-func newKeyLimits(ls []Limit, version int64) *keyLimits {
+func newKeyLimits(ls []Limit, version int64, team, org string) *keyLimits {
 	sortLimits(ls)
-	return &keyLimits{version: version, limits: ls, cur: make([]atomic.Pointer[curWindow], len(ls))}
+	return &keyLimits{version: version, team: team, org: org, limits: ls, cur: make([]atomic.Pointer[curWindow], len(ls))}
 }
 
 // window is limits[i]'s window holding at, with its counter when known:
@@ -242,24 +243,29 @@ func (t *Tracker) keyLimitsFor(ctx context.Context, key string, clock int64) (*k
 	loadedAt := t.now().UnixNano()
 	var ls []Limit
 	var version int64
+	var team, org string
 	err := t.store.View(ctx, func(tx Tx) error {
 		var err error
 		if version, err = tx.LimitsVersion(ctx); err != nil {
 			return err
 		}
-		ls, err = tx.Limits(ctx, key)
+		if team, org, err = tx.Placement(ctx, key); err != nil {
+			return err
+		}
+		ls, err = loadLimits(ctx, tx, key, team, org)
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("load limits of %q: %w", key, err)
 	}
-	kl := newKeyLimits(Effective(ls, key), version)
+	kl := newKeyLimits(ls, version, team, org)
 	t.limits.Put(key, kl, loadedAt)
 	return kl, nil
 }
 
 // InvalidateLimits drops the cached definitions of key (every key when key
-// is ""), so the next check reads them again.
+// is ""), so the next check reads them again. Changes to a team or an
+// organisation drop every key's.
 func (t *Tracker) InvalidateLimits(key string) {
 	if key == "" {
 		t.limits.Purge()

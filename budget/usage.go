@@ -35,7 +35,20 @@ type Usage struct {
 	// counts 0 against usd limits.
 	Cost     int64 `json:"cost"`
 	Unpriced bool  `json:"-"`
+	// User is the end user the request was for ("" when none is known).
+	User string `json:"user,omitempty"`
+	// Team and Org are what the event is charged to beyond its key. The
+	// Tracker fills them when it writes the event: from the reservation a
+	// commit settles, else from the key's placement at that moment. An
+	// event that already carries either (an import of exported history)
+	// keeps both as given. What was charged stays where it was charged when
+	// a key later moves.
+	Team string `json:"team,omitempty"`
+	Org  string `json:"org,omitempty"`
 }
+
+// Who is whose event u is.
+func (u *Usage) Who() Who { return Who{Key: u.Key, Team: u.Team, Org: u.Org, User: u.User} }
 
 // Billable is the number of tokens the event costs: every prompt token and
 // every generated token, each once.
@@ -77,10 +90,14 @@ func (u Usage) Normalize(at time.Time) (Usage, error) {
 	u.Provider = strings.TrimSpace(u.Provider)
 	u.Model = strings.TrimSpace(u.Model)
 	u.RequestID = strings.TrimSpace(u.RequestID)
+	u.User = strings.TrimSpace(u.User)
+	u.Team = strings.TrimSpace(u.Team)
+	u.Org = strings.TrimSpace(u.Org)
 	if u.Key == "" {
 		return u, invalid("key", u.Key, "must not be empty")
 	}
-	if err := checkNames("key", u.Key, "provider", u.Provider, "model", u.Model, "request_id", u.RequestID); err != nil {
+	if err := checkNames("key", u.Key, "provider", u.Provider, "model", u.Model, "request_id", u.RequestID,
+		"user", u.User, "team", u.Team, "org", u.Org); err != nil {
 		return u, err
 	}
 	for _, f := range []struct {

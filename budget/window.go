@@ -2,6 +2,7 @@ package budget
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +19,9 @@ const (
 	Daily
 	Weekly
 	Monthly
+	// Once never resets: one window from Anchor (the limit's creation) on,
+	// a prepaid balance topped up by raises.
+	Once
 )
 
 // Window is the period a limit's usage is counted over. The zero Window is
@@ -31,7 +35,17 @@ type Window struct {
 	Length    time.Duration // Fixed only: a whole number of seconds, >= 1s
 	ResetTime int           // calendar only: minutes after midnight, 0..1439
 	Zone      *time.Location
+	Anchor    time.Time // Once only: where its one window starts (the limit's creation)
 }
+
+// Forever is the end of a Once window: it never resets. It is the largest
+// instant Unix nanoseconds hold (NoExpiry).
+var Forever = NoExpiry
+
+// beforeAll is the start of the window before a Once window's anchor,
+// where events older than the limit fall: the smallest instant Unix
+// nanoseconds hold.
+var beforeAll = time.Unix(0, math.MinInt64).UTC()
 
 // ParseWindow parses "1m", "1h", "1.5h" (any Go duration of whole seconds, at
 // least 1s) or "daily", "weekly", "monthly". resetTime ("HH:MM") and tz (an
@@ -46,12 +60,20 @@ func ParseWindow(s, resetTime, tz string) (Window, error) {
 		w.Kind = Weekly
 	case "monthly":
 		w.Kind = Monthly
+	case "once":
+		if resetTime != "" {
+			return w, invalid("reset_time", resetTime, "applies to calendar windows only")
+		}
+		if tz != "" {
+			return w, invalid("timezone", tz, "applies to calendar windows only")
+		}
+		return Window{Kind: Once}, nil
 	case "":
 		return w, invalid("window", s, "is required")
 	default:
 		d, err := time.ParseDuration(s)
 		if err != nil {
-			return w, invalid("window", s, "want a duration such as 1m, 1h, 5h or daily, weekly, monthly")
+			return w, invalid("window", s, "want a duration such as 1m, 1h, 5h or daily, weekly, monthly, once")
 		}
 		if d < time.Second || d%time.Second != 0 {
 			return w, invalid("window", s, "must be a whole number of seconds, at least 1s")
@@ -135,6 +157,8 @@ func (w Window) String() string {
 		return "weekly"
 	case Monthly:
 		return "monthly"
+	case Once:
+		return "once"
 	}
 	return ""
 }
@@ -159,7 +183,11 @@ func (w Window) ZoneName() string {
 }
 
 // Calendar reports whether w is daily, weekly or monthly.
-func (w Window) Calendar() bool { return w.Kind >= Daily }
+func (w Window) Calendar() bool { return w.Kind >= Daily && w.Kind <= Monthly }
+
+// Resets reports whether w has windows that end: every window kind but
+// Once (and NoWindow, which has none).
+func (w Window) Resets() bool { return w.Kind != Once && w.Kind != NoWindow }
 
 // Nominal is a length used only for ordering limits: the real length of a
 // calendar window varies with DST and month lengths.
@@ -173,14 +201,23 @@ func (w Window) Nominal() time.Duration {
 		return 7 * 24 * time.Hour
 	case Monthly:
 		return 31 * 24 * time.Hour
+	case Once:
+		return math.MaxInt64
 	}
 	return 0
 }
 
 // Bounds returns the window holding t: start <= t < end. An instant exactly
-// on a boundary belongs to the new window. For NoWindow both are zero.
+// on a boundary belongs to the new window. For NoWindow both are zero. A
+// Once window is [Anchor, Forever); instants before its anchor fall in
+// one window before it, which no limit decides on.
 func (w Window) Bounds(t time.Time) (start, end time.Time) {
 	switch w.Kind {
+	case Once:
+		if t.Before(w.Anchor) {
+			return beforeAll, w.Anchor.UTC()
+		}
+		return w.Anchor.UTC(), Forever
 	case Fixed:
 		if w.Length%time.Second != 0 || w.Length < time.Second {
 			// Not a valid fixed window; kept for callers that build one

@@ -1,0 +1,205 @@
+package budget
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Teams and organisations: the levels above a key.
+//
+// A key belongs to at most one team, a team to at most one organisation. A
+// request is checked against its key's limits, its team's and its
+// organisation's together, and a reservation holds on all of them at once
+// (they are limits like any other, locked and decided in the same
+// transaction). Each event stores the team and organisation it was charged
+// to, so moving a key moves only what it spends from then on.
+//
+// Every change here moves the store's limits version, so checks and the
+// writer of every process pick it up as they do a new limit.
+
+// checkOwnerExists fails with an invalid-input error naming the field
+// when a team or an organisation does not exist.
+func checkOwnerExists(ctx context.Context, tx Tx, level Level, name string) error {
+	switch level {
+	case LevelTeam:
+		ts, err := tx.Teams(ctx)
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(ts, func(t Team) bool { return t.Name == name }) {
+			return invalid("team", name, "unknown team (create it with: budget team set "+name+")")
+		}
+	case LevelOrg:
+		os, err := tx.Orgs(ctx)
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(os, name) {
+			return invalid("org", name, "unknown org (an org exists once a team names it: budget team set TEAM --org "+name+")")
+		}
+	}
+	return nil
+}
+
+func checkTeamName(field, v string) error {
+	if v == "" {
+		return invalid(field, v, "must not be empty")
+	}
+	return CheckName(field, v)
+}
+
+// SetTeam creates team name in org ("" for none), or moves it there, and
+// reports whether it created the team. An organisation exists once a team
+// names it; a team and an organisation may not share a name.
+func (t *Tracker) SetTeam(ctx context.Context, name, org string) (created bool, err error) {
+	name, org = strings.TrimSpace(name), strings.TrimSpace(org)
+	if err := checkTeamName("team", name); err != nil {
+		return false, err
+	}
+	if org != "" {
+		if err := CheckName("org", org); err != nil {
+			return false, err
+		}
+	}
+	err = t.store.Update(ctx, func(tx Tx) error {
+		ts, err := tx.Teams(ctx)
+		if err != nil {
+			return err
+		}
+		os, err := tx.Orgs(ctx)
+		if err != nil {
+			return err
+		}
+		if slices.Contains(os, name) {
+			return invalid("team", name, "is the name of an org; a team and an org may not share a name")
+		}
+		if slices.ContainsFunc(ts, func(t Team) bool { return t.Name == org }) {
+			return invalid("org", org, "is the name of a team; a team and an org may not share a name")
+		}
+		created = !slices.ContainsFunc(ts, func(t Team) bool { return t.Name == name })
+		return tx.PutTeam(ctx, Team{Name: name, Org: org})
+	})
+	if err != nil {
+		return false, err
+	}
+	t.InvalidateLimits("")
+	return created, nil
+}
+
+// DeleteTeam removes a team; its keys are left in no team. It refuses a
+// team that still has limits (remove them first), and returns ErrNotFound
+// for an unknown team.
+func (t *Tracker) DeleteTeam(ctx context.Context, name string) error {
+	name = strings.TrimSpace(name)
+	err := t.store.Update(ctx, func(tx Tx) error {
+		ts, err := tx.Teams(ctx)
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(ts, func(t Team) bool { return t.Name == name }) {
+			return fmt.Errorf("team %q: %w", name, ErrNotFound)
+		}
+		ls, err := tx.OwnedLimits(ctx, LevelTeam, name)
+		if err != nil {
+			return err
+		}
+		if len(ls) > 0 {
+			ids := make([]string, len(ls))
+			for i := range ls {
+				ids[i] = ls[i].ID
+			}
+			slices.Sort(ids)
+			return invalid("team", name, fmt.Sprintf("has %d limit(s) (%s); remove them first with budget limit rm", len(ids), strings.Join(ids, ", ")))
+		}
+		return tx.DeleteTeam(ctx, name)
+	})
+	if err == nil {
+		t.InvalidateLimits("")
+	}
+	return err
+}
+
+// Teams lists the teams, sorted by name, each with its organisation and
+// keys.
+func (t *Tracker) Teams(ctx context.Context) ([]Team, error) {
+	var ts []Team
+	err := t.store.View(ctx, func(tx Tx) error {
+		var err error
+		ts, err = tx.Teams(ctx)
+		return err
+	})
+	return ts, err
+}
+
+// SetKeyTeam places key in team ("" takes it out of any). The key need
+// not be a gateway key: a library's keys are names. What the key spent
+// before stays charged where it was.
+func (t *Tracker) SetKeyTeam(ctx context.Context, key, team string) error {
+	key, team = strings.TrimSpace(key), strings.TrimSpace(team)
+	if key == "" {
+		return invalid("key", key, "must not be empty")
+	}
+	if err := CheckName("key", key); err != nil {
+		return err
+	}
+	if err := CheckName("team", team); err != nil {
+		return err
+	}
+	err := t.store.Update(ctx, func(tx Tx) error {
+		if team != "" {
+			if err := checkOwnerExists(ctx, tx, LevelTeam, team); err != nil {
+				return err
+			}
+		}
+		return tx.SetKeyTeam(ctx, key, team)
+	})
+	if err == nil {
+		t.InvalidateLimits("")
+	}
+	return err
+}
+
+// RaiseLimit adds by to limit id until until (zero: for good), in the
+// limit's unit (micro-dollars for usd), and returns the limit with the
+// raise. Every process applies a raise while it lasts and falls back by
+// itself at until.
+func (t *Tracker) RaiseLimit(ctx context.Context, id string, by int64, until time.Time) (Limit, Raise, error) {
+	id = strings.TrimSpace(id)
+	now := t.now()
+	if by <= 0 || by > MaxTokens {
+		return Limit{}, Raise{}, invalid("by", by, "must be between 1 and 2^53-1")
+	}
+	if !until.IsZero() {
+		if err := CheckInstant("until", until); err != nil {
+			return Limit{}, Raise{}, err
+		}
+		if !until.After(now) {
+			return Limit{}, Raise{}, invalid("until", until.UTC().Format(time.RFC3339), "must be in the future")
+		}
+	}
+	r := Raise{ID: NewID("rse_"), Amount: by, Until: until.UTC(), At: now.UTC()}
+	if until.IsZero() {
+		r.Until = time.Time{}
+	}
+	var out Limit
+	err := t.store.Update(ctx, func(tx Tx) error {
+		l, err := tx.Limit(ctx, id)
+		if err != nil {
+			return err
+		}
+		if err := tx.AddRaise(ctx, id, r); err != nil {
+			return err
+		}
+		l.Raises = append(l.Raises, r)
+		out = l
+		return nil
+	})
+	if err != nil {
+		return Limit{}, Raise{}, err
+	}
+	t.InvalidateLimits("")
+	return out, r, nil
+}
