@@ -1,25 +1,55 @@
 -- tokenbudget schema for SQLite. Instants are INTEGER Unix nanoseconds (UTC).
 -- The schema version lives in PRAGMA user_version; see the migrations in store/.
 
--- limits: one budget rule. Its identity is (key, scope, scope_value, metric, window).
--- key '' is a default limit: it applies to every key without an enabled limit of
+-- limits: one budget rule. Its identity is (key, team, org, scope, scope_value,
+-- metric, window). At most one of key, team and org is set: whose limit it is.
+-- None is a default limit: it applies to every key without an enabled limit of
 -- its own of the same scope, value, metric and window, and counts per key.
 CREATE TABLE IF NOT EXISTS limits (
     id             TEXT    PRIMARY KEY,
     key            TEXT    NOT NULL,
-    scope          TEXT    NOT NULL CHECK (scope IN ('global', 'provider', 'model')),
+    team           TEXT    NOT NULL DEFAULT '',
+    org            TEXT    NOT NULL DEFAULT '',
+    scope          TEXT    NOT NULL CHECK (scope IN ('global', 'provider', 'model', 'user')),
     scope_value    TEXT    NOT NULL DEFAULT '',
     metric         TEXT    NOT NULL CHECK (metric IN ('tokens', 'input', 'output', 'requests', 'concurrent', 'usd')),
     max            INTEGER NOT NULL CHECK (max > 0),
-    window         TEXT    NOT NULL DEFAULT '',   -- canonical name; '' for concurrent
+    window         TEXT    NOT NULL DEFAULT '',   -- canonical name; '' for concurrent; 'once' starts at created_at
     window_seconds INTEGER NOT NULL DEFAULT 0,    -- fixed length; 0 for calendar windows
     reset_time     INTEGER NOT NULL DEFAULT 0,    -- minutes after midnight (calendar)
     timezone       TEXT    NOT NULL DEFAULT '',   -- IANA zone (calendar)
     enabled        INTEGER NOT NULL DEFAULT 1,
     created_at     INTEGER NOT NULL,
     updated_at     INTEGER NOT NULL,
-    UNIQUE (key, scope, scope_value, metric, window)
+    UNIQUE (key, team, org, scope, scope_value, metric, window)
 );
+
+-- raises: temporary (until > 0) or lasting additions to a limit.
+CREATE TABLE IF NOT EXISTS raises (
+    id         TEXT    PRIMARY KEY,
+    limit_id   TEXT    NOT NULL REFERENCES limits (id) ON DELETE CASCADE,
+    amount     INTEGER NOT NULL CHECK (amount > 0),
+    until      INTEGER NOT NULL DEFAULT 0,  -- 0: it stays
+    created_at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS raises_limit ON raises (limit_id);
+
+-- orgs and teams: the levels above a key. An org exists once a team names it.
+CREATE TABLE IF NOT EXISTS orgs (
+    name       TEXT    PRIMARY KEY,
+    created_at INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS teams (
+    name       TEXT    PRIMARY KEY,
+    org        TEXT    NOT NULL DEFAULT '',  -- '' for none
+    created_at INTEGER NOT NULL
+) WITHOUT ROWID;
+-- key_teams: each key's team (any key name, gateway key or not).
+CREATE TABLE IF NOT EXISTS key_teams (
+    key  TEXT NOT NULL PRIMARY KEY,
+    team TEXT NOT NULL REFERENCES teams (name) ON DELETE CASCADE
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS key_teams_team ON key_teams (team);
 
 -- usage: the append-only history every counter can be rebuilt from.
 CREATE TABLE IF NOT EXISTS usage (
@@ -36,10 +66,15 @@ CREATE TABLE IF NOT EXISTS usage (
     model_norm  TEXT    NOT NULL DEFAULT '',  -- the model normalised (budget.NormalizeModel): what limits match
     cost        INTEGER NOT NULL DEFAULT 0,   -- micro-dollars at the price in force at `at`
     unpriced    INTEGER NOT NULL DEFAULT 0,   -- 1: no price matched when it was written (cost 0)
+    team        TEXT    NOT NULL DEFAULT '',  -- the team and org it was charged to, at write time
+    org         TEXT    NOT NULL DEFAULT '',
+    end_user    TEXT    NOT NULL DEFAULT '',  -- the end user of the request, '' when unknown
     PRIMARY KEY (key, request_id)
 ) WITHOUT ROWID;
--- Covering index: seeding a cold window reads only this index, never the table.
-CREATE INDEX IF NOT EXISTS usage_window ON usage (key, at, provider, model_norm, input, output, reasoning, cost);
+-- Covering indexes: seeding a cold window reads only an index, never the table.
+CREATE INDEX IF NOT EXISTS usage_window ON usage (key, at, provider, model_norm, end_user, input, output, reasoning, cost);
+CREATE INDEX IF NOT EXISTS usage_team ON usage (team, at, provider, model_norm, end_user, input, output, reasoning, cost) WHERE team <> '';
+CREATE INDEX IF NOT EXISTS usage_org ON usage (org, at, provider, model_norm, end_user, input, output, reasoning, cost) WHERE org <> '';
 
 -- prices: USD per million tokens, in micro-dollars, per (provider, model, from);
 -- model is a normalised name or a pattern.
@@ -80,6 +115,9 @@ CREATE INDEX IF NOT EXISTS rollovers_logged ON rollovers (logged_at);
 CREATE TABLE IF NOT EXISTS reservations (
     id          TEXT    PRIMARY KEY,  -- time-ordered: new rows go to the end of the index
     key         TEXT    NOT NULL,
+    team        TEXT    NOT NULL DEFAULT '',  -- the levels it holds on, charged at commit
+    org         TEXT    NOT NULL DEFAULT '',
+    end_user    TEXT    NOT NULL DEFAULT '',
     provider    TEXT    NOT NULL DEFAULT '',
     model       TEXT    NOT NULL DEFAULT '',
     est_tokens  INTEGER NOT NULL DEFAULT 0,
@@ -135,8 +173,9 @@ CREATE TABLE IF NOT EXISTS gateway_keys (
 );
 CREATE INDEX IF NOT EXISTS gateway_keys_prev ON gateway_keys (prev_hash) WHERE prev_hash <> '';
 
--- meta: limits_version moves on every change to limits, so a writer can
--- confirm inside its transaction that the definitions it holds are current.
+-- meta: limits_version moves on every change to limits, raises, teams, orgs
+-- and key placements, so a writer can confirm inside its transaction that the
+-- definitions it holds are current.
 CREATE TABLE IF NOT EXISTS meta (
     name  TEXT    PRIMARY KEY,
     value INTEGER NOT NULL
@@ -148,4 +187,20 @@ BEGIN UPDATE meta SET value = value + 1 WHERE name = 'limits_version'; END;
 CREATE TRIGGER IF NOT EXISTS limits_upd AFTER UPDATE ON limits
 BEGIN UPDATE meta SET value = value + 1 WHERE name = 'limits_version'; END;
 CREATE TRIGGER IF NOT EXISTS limits_del AFTER DELETE ON limits
+BEGIN UPDATE meta SET value = value + 1 WHERE name = 'limits_version'; END;
+CREATE TRIGGER IF NOT EXISTS raises_ins AFTER INSERT ON raises
+BEGIN UPDATE meta SET value = value + 1 WHERE name = 'limits_version'; END;
+CREATE TRIGGER IF NOT EXISTS raises_del AFTER DELETE ON raises
+BEGIN UPDATE meta SET value = value + 1 WHERE name = 'limits_version'; END;
+CREATE TRIGGER IF NOT EXISTS teams_ins AFTER INSERT ON teams
+BEGIN UPDATE meta SET value = value + 1 WHERE name = 'limits_version'; END;
+CREATE TRIGGER IF NOT EXISTS teams_upd AFTER UPDATE ON teams
+BEGIN UPDATE meta SET value = value + 1 WHERE name = 'limits_version'; END;
+CREATE TRIGGER IF NOT EXISTS teams_del AFTER DELETE ON teams
+BEGIN UPDATE meta SET value = value + 1 WHERE name = 'limits_version'; END;
+CREATE TRIGGER IF NOT EXISTS key_teams_ins AFTER INSERT ON key_teams
+BEGIN UPDATE meta SET value = value + 1 WHERE name = 'limits_version'; END;
+CREATE TRIGGER IF NOT EXISTS key_teams_upd AFTER UPDATE ON key_teams
+BEGIN UPDATE meta SET value = value + 1 WHERE name = 'limits_version'; END;
+CREATE TRIGGER IF NOT EXISTS key_teams_del AFTER DELETE ON key_teams
 BEGIN UPDATE meta SET value = value + 1 WHERE name = 'limits_version'; END;

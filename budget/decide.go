@@ -151,7 +151,7 @@ func Decide(statuses []Status, est Estimate, now time.Time) Decision {
 		if e > s.Max {
 			retryable = false
 		}
-		if !s.Limit.Window.Resets() && s.Limit.Metric != MetricConcurrent {
+		if s.Limit.Window.Kind == Once {
 			retryable = false
 			continue // no reset to wait for
 		}

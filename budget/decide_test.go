@@ -57,7 +57,7 @@ func TestStatusRemaining(t *testing.T) {
 		{1, 0, 0, 1},
 	}
 	for _, tt := range tests {
-		s := budget.Status{Limit: budget.Limit{Max: tt.max}, Used: tt.used, Reserved: tt.reserved}
+		s := budget.Status{Limit: budget.Limit{Max: tt.max}, Max: tt.max, Used: tt.used, Reserved: tt.reserved}
 		if got := s.Remaining(); got != tt.want {
 			t.Errorf("Status{Max %d, Used %d, Reserved %d}.Remaining() = %d; want %d", tt.max, tt.used, tt.reserved, got, tt.want)
 		}
@@ -72,6 +72,7 @@ func win(id string, m budget.Metric, max, used, reserved int64, resetIn time.Dur
 	return budget.Status{
 		Limit: budget.Limit{ID: id, Key: "k", Scope: budget.ScopeGlobal, Metric: m, Max: max,
 			Window: budget.Window{Kind: budget.Daily, Zone: time.UTC}, Enabled: true},
+		Max:         max,
 		WindowStart: instant("2026-03-02T00:00:00Z"),
 		ResetAt:     decideNow.Add(resetIn),
 		Used:        used,
@@ -84,6 +85,7 @@ func win(id string, m budget.Metric, max, used, reserved int64, resetIn time.Dur
 func conc(id string, max, used int64, expiresIn time.Duration) budget.Status {
 	s := budget.Status{
 		Limit: budget.Limit{ID: id, Key: "k", Scope: budget.ScopeGlobal, Metric: budget.MetricConcurrent, Max: max, Enabled: true},
+		Max:   max,
 		Used:  used,
 	}
 	if expiresIn != 0 {

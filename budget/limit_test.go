@@ -2,6 +2,7 @@ package budget_test
 
 import (
 	"errors"
+	"reflect"
 	"sort"
 	"strings"
 	"testing"
@@ -106,7 +107,7 @@ func TestLimitValidate(t *testing.T) {
 			t.Errorf("%s: Validate: %v", tt.name, err)
 			continue
 		}
-		if got != tt.want {
+		if !reflect.DeepEqual(got, tt.want) {
 			t.Errorf("%s: Validate = %+v; want %+v", tt.name, got, tt.want)
 		}
 	}
@@ -153,33 +154,51 @@ func TestLimitApplies(t *testing.T) {
 	prov := budget.Limit{Key: "team-a", Scope: budget.ScopeProvider, ScopeValue: "openai"}
 	model := budget.Limit{Key: "team-a", Scope: budget.ScopeModel, ScopeValue: "gpt-4o"}
 	disabled := budget.Limit{Key: "team-a", Scope: budget.ScopeGlobal, Enabled: false}
+	team := budget.Limit{Team: "eng", Scope: budget.ScopeGlobal}
+	org := budget.Limit{Org: "acme", Scope: budget.ScopeGlobal}
+	def := budget.Limit{Scope: budget.ScopeGlobal, Subject: "k1"} // as Effective applies it to k1
+	alice := budget.Limit{Key: "team-a", Scope: budget.ScopeUser, ScopeValue: "alice"}
+	each := budget.Limit{Key: "team-a", Scope: budget.ScopeUser, ScopeValue: budget.AllUsers}
 	tests := []struct {
-		name                 string
-		l                    budget.Limit
-		key, provider, model string
-		want                 bool
+		name            string
+		l               budget.Limit
+		who             budget.Who
+		provider, model string
+		want            bool
 	}{
-		{"global, same key", global, "team-a", "openai", "gpt-4o", true},
-		{"global, any provider", global, "team-a", "anthropic", "claude", true},
-		{"global, no provider or model", global, "team-a", "", "", true},
-		{"global, other key", global, "team-b", "openai", "gpt-4o", false},
-		{"global, key is case-sensitive", global, "Team-A", "openai", "gpt-4o", false},
-		{"provider matches", prov, "team-a", "openai", "gpt-4o", true},
-		{"provider matches any model", prov, "team-a", "openai", "o3", true},
-		{"other provider", prov, "team-a", "anthropic", "gpt-4o", false},
-		{"provider name in the model", prov, "team-a", "azure", "openai", false},
-		{"provider of another key", prov, "team-b", "openai", "gpt-4o", false},
-		{"provider is case-sensitive", prov, "team-a", "OpenAI", "gpt-4o", false},
-		{"model matches", model, "team-a", "openai", "gpt-4o", true},
-		{"model matches any provider", model, "team-a", "azure", "gpt-4o", true},
-		{"other model", model, "team-a", "openai", "gpt-4o-mini", false},
-		{"model name in the provider", model, "team-a", "gpt-4o", "o3", false},
-		{"model of another key", model, "team-b", "openai", "gpt-4o", false},
-		{"Applies ignores Enabled", disabled, "team-a", "openai", "gpt-4o", true},
+		{"global, same key", global, budget.Who{Key: "team-a"}, "openai", "gpt-4o", true},
+		{"global, any provider", global, budget.Who{Key: "team-a"}, "anthropic", "claude", true},
+		{"global, no provider or model", global, budget.Who{Key: "team-a"}, "", "", true},
+		{"global, other key", global, budget.Who{Key: "team-b"}, "openai", "gpt-4o", false},
+		{"global, key is case-sensitive", global, budget.Who{Key: "Team-A"}, "openai", "gpt-4o", false},
+		{"provider matches", prov, budget.Who{Key: "team-a"}, "openai", "gpt-4o", true},
+		{"provider matches any model", prov, budget.Who{Key: "team-a"}, "openai", "o3", true},
+		{"other provider", prov, budget.Who{Key: "team-a"}, "anthropic", "gpt-4o", false},
+		{"provider name in the model", prov, budget.Who{Key: "team-a"}, "azure", "openai", false},
+		{"provider of another key", prov, budget.Who{Key: "team-b"}, "openai", "gpt-4o", false},
+		{"provider is case-sensitive", prov, budget.Who{Key: "team-a"}, "OpenAI", "gpt-4o", false},
+		{"model matches", model, budget.Who{Key: "team-a"}, "openai", "gpt-4o", true},
+		{"model matches any provider", model, budget.Who{Key: "team-a"}, "azure", "gpt-4o", true},
+		{"other model", model, budget.Who{Key: "team-a"}, "openai", "gpt-4o-mini", false},
+		{"model name in the provider", model, budget.Who{Key: "team-a"}, "gpt-4o", "o3", false},
+		{"model of another key", model, budget.Who{Key: "team-b"}, "openai", "gpt-4o", false},
+		{"Applies ignores Enabled", disabled, budget.Who{Key: "team-a"}, "openai", "gpt-4o", true},
+		{"team limit, key of the team", team, budget.Who{Key: "k1", Team: "eng", Org: "acme"}, "openai", "gpt-4o", true},
+		{"team limit, key of another team", team, budget.Who{Key: "k1", Team: "ops", Org: "acme"}, "openai", "gpt-4o", false},
+		{"team limit, key in no team", team, budget.Who{Key: "eng"}, "openai", "gpt-4o", false},
+		{"org limit, key of a team in it", org, budget.Who{Key: "k1", Team: "ops", Org: "acme"}, "openai", "gpt-4o", true},
+		{"org limit, key of another org", org, budget.Who{Key: "k1", Team: "ops", Org: "other"}, "openai", "gpt-4o", false},
+		{"default applied to the key", def, budget.Who{Key: "k1"}, "openai", "gpt-4o", true},
+		{"default applied to another key", def, budget.Who{Key: "k2"}, "openai", "gpt-4o", false},
+		{"one user, that user", alice, budget.Who{Key: "team-a", User: "alice"}, "openai", "gpt-4o", true},
+		{"one user, another user", alice, budget.Who{Key: "team-a", User: "bob"}, "openai", "gpt-4o", false},
+		{"one user, no user", alice, budget.Who{Key: "team-a"}, "openai", "gpt-4o", false},
+		{"each user, any user", each, budget.Who{Key: "team-a", User: "bob"}, "openai", "gpt-4o", true},
+		{"each user, no user", each, budget.Who{Key: "team-a"}, "openai", "gpt-4o", false},
 	}
 	for _, tt := range tests {
-		if got := tt.l.Applies(tt.key, tt.provider, tt.model); got != tt.want {
-			t.Errorf("%s: %s Applies(%q, %q, %q) = %v; want %v", tt.name, tt.l.ScopeString(), tt.key, tt.provider, tt.model, got, tt.want)
+		if got := tt.l.Applies(&tt.who, tt.provider, tt.model); got != tt.want {
+			t.Errorf("%s: %s Applies(%+v, %q, %q) = %v; want %v", tt.name, tt.l.ScopeString(), tt.who, tt.provider, tt.model, got, tt.want)
 		}
 	}
 }

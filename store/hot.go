@@ -154,7 +154,7 @@ func (t *tx) ExpiredReservations(ctx context.Context, now time.Time, max int) ([
 }
 
 const (
-	qInsertReservationsN = `INSERT INTO reservations (id, key, provider, model, est_tokens, est_input, est_output, at, expires_at, state, settled_at, on_expiry, holds)
+	qInsertReservationsN = `INSERT INTO reservations (id, key, team, org, end_user, provider, model, est_tokens, est_input, est_output, at, expires_at, state, settled_at, on_expiry, holds)
 		VALUES %s`
 	qInsertHoldsN = `INSERT INTO holds (limit_id, subject, window_start, reservation_id, amount, expires_at) VALUES %s`
 
@@ -229,9 +229,9 @@ func (t *tx) insertRows(ctx context.Context, q string, cols, n int, row func(i i
 }
 
 func (t *tx) insertReservations(ctx context.Context, rs []budget.ReservationRow) error {
-	if err := t.insertRows(ctx, qInsertReservationsN, 13, len(rs), func(i int, a []any) []any {
+	if err := t.insertRows(ctx, qInsertReservationsN, 16, len(rs), func(i int, a []any) []any {
 		r := &rs[i]
-		return append(a, r.ID, r.Key, r.Provider, r.Model, r.Estimate.Tokens, r.Estimate.Input, r.Estimate.Output,
+		return append(a, r.ID, r.Key, r.Team, r.Org, r.User, r.Provider, r.Model, r.Estimate.Tokens, r.Estimate.Input, r.Estimate.Output,
 			ns(r.At), ns(r.ExpiresAt), string(r.State), ns(r.SettledAt), sqlrow.OnExpiry(r.OnExpiry), sqlrow.EncodeHolds(r.Holds))
 	}); err != nil {
 		return fmt.Errorf("insert reservations: %w", err)
@@ -337,13 +337,13 @@ func (t *tx) applyCounters(ctx context.Context, w *budget.WriteSet, inserted []b
 // already holds this transaction's events; if the row exists after all,
 // delta is added to it instead.
 func (t *tx) createCounter(ctx context.Context, l *budget.Limit, start, end time.Time, delta int64) error {
-	q, err := sumQuery(l)
+	q, sumArgs, err := sumQuery(l, start, end)
 	if err != nil {
 		return err
 	}
 	q = strings.Replace(q, "SELECT ", "INSERT INTO counters (limit_id, subject, window_start, window_end, used) SELECT ?, ?, ?, ?, ", 1) +
 		` ON CONFLICT (limit_id, subject, window_start) DO UPDATE SET used = MIN(used + ?, 9007199254740991)`
-	args := append([]any{l.ID, l.Subject, start.UnixNano(), end.UnixNano()}, sumArgs(l, start, end)...)
+	args := append([]any{l.ID, l.Subject, start.UnixNano(), end.UnixNano()}, sumArgs...)
 	args = append(args, delta)
 	if _, err := t.exec(ctx, q, args...); err != nil {
 		return fmt.Errorf("create counter %s@%d: %w", l.ID, start.Unix(), err)

@@ -32,7 +32,7 @@ var errReadOnly = errors.New("store: write inside a read-only transaction")
 
 const (
 	// Multi-row statements: %s stands for the VALUES rows.
-	qInsertUsageN = `INSERT INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm, cost, unpriced)
+	qInsertUsageN = `INSERT INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm, cost, unpriced, team, org, end_user)
 		VALUES %s ON CONFLICT DO NOTHING RETURNING key, request_id`
 	qAddCountersN = `WITH v(lid, sub, ws, d) AS (VALUES %s)
 		UPDATE counters SET used = MIN(used + v.d, 9007199254740991) FROM v
@@ -44,7 +44,10 @@ const (
 const chunk = 64
 
 var hotStatements = []string{qLimitsVersion, `PRAGMA data_version`,
-	multiRow(qInsertUsageN, 13, chunk), multiRow(qInsertUsageN, 13, 1), multiRow(qAddCountersN, 4, chunk)}
+	multiRow(qInsertUsageN, usageCols, chunk), multiRow(qInsertUsageN, usageCols, 1), multiRow(qAddCountersN, 4, chunk)}
+
+// usageCols is the number of columns qInsertUsageN writes.
+const usageCols = 16
 
 var multiRows sync.Map // multiRowKey -> string
 
@@ -108,7 +111,11 @@ func (t *tx) query(ctx context.Context, q string, args ...any) (*sqlx.Rows, erro
 
 // ---- limits
 
-const limitCols = `id, key, scope, scope_value, metric, max, window, window_seconds, reset_time, timezone, enabled`
+const limitCols = `id, key, team, org, scope, scope_value, metric, max, window, window_seconds, reset_time, timezone, enabled`
+
+// limitSelect is what a limit is read with: its columns and its creation,
+// a once window's anchor.
+const limitSelect = limitCols + `, created_at`
 
 func (t *tx) LimitsVersion(ctx context.Context) (int64, error) {
 	var v int64
@@ -155,36 +162,135 @@ func (t *tx) PutPrices(ctx context.Context, ps []budget.Price) error {
 }
 
 func (t *tx) Limits(ctx context.Context, key string) ([]budget.Limit, error) {
-	var rows []sqlrow.Limit
-	var err error
 	if key == "" {
-		err = t.sel(ctx, &rows, `SELECT `+limitCols+` FROM limits`)
-	} else {
-		err = t.sel(ctx, &rows, `SELECT `+limitCols+` FROM limits WHERE key IN (?, '')`, key)
+		return t.limits(ctx, `TRUE`)
 	}
+	return t.limits(ctx, `key = ? OR key = '' AND team = '' AND org = ''`, key)
+}
+
+func (t *tx) OwnedLimits(ctx context.Context, level budget.Level, owner string) ([]budget.Limit, error) {
+	col, err := sqlrow.OwnerColumn(level)
 	if err != nil {
+		return nil, err
+	}
+	return t.limits(ctx, col+` = ? AND `+col+` <> ''`, owner)
+}
+
+// limits reads the limits where holds (with args) and their raises.
+func (t *tx) limits(ctx context.Context, where string, args ...any) ([]budget.Limit, error) {
+	var rows []sqlrow.Limit
+	if err := t.sel(ctx, &rows, `SELECT `+limitSelect+` FROM limits WHERE `+where, args...); err != nil {
 		return nil, fmt.Errorf("read limits: %w", err)
 	}
-	return sqlrow.DecodeLimits(rows)
+	ls, err := sqlrow.DecodeLimits(rows)
+	if err != nil || len(ls) == 0 {
+		return ls, err
+	}
+	var raises []sqlrow.Raise
+	if err := t.sel(ctx, &raises, `SELECT `+sqlrow.RaiseCols+` FROM raises WHERE limit_id IN (SELECT id FROM limits WHERE `+where+`)`, args...); err != nil {
+		return nil, fmt.Errorf("read raises: %w", err)
+	}
+	sqlrow.AttachRaises(ls, raises)
+	return ls, nil
 }
 
 func (t *tx) Limit(ctx context.Context, id string) (budget.Limit, error) {
-	var r sqlrow.Limit
-	err := t.get(ctx, &r, `SELECT `+limitCols+` FROM limits WHERE id = ?`, id)
-	if errors.Is(err, sql.ErrNoRows) {
-		return budget.Limit{}, fmt.Errorf("limit %q: %w", id, budget.ErrNotFound)
-	}
+	ls, err := t.limits(ctx, `id = ?`, id)
 	if err != nil {
 		return budget.Limit{}, fmt.Errorf("read limit %s: %w", id, err)
 	}
-	return r.Decode()
+	if len(ls) == 0 {
+		return budget.Limit{}, fmt.Errorf("limit %q: %w", id, budget.ErrNotFound)
+	}
+	return ls[0], nil
 }
 
 func (t *tx) InsertLimit(ctx context.Context, l budget.Limit, now time.Time) error {
 	args := append(sqlrow.LimitArgs(l), ns(now), ns(now))
-	_, err := t.exec(ctx, `INSERT INTO limits (`+limitCols+`, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...)
+	_, err := t.exec(ctx, `INSERT INTO limits (`+limitCols+`, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...)
 	if err != nil {
 		return fmt.Errorf("insert limit %s: %w", l.ID, err)
+	}
+	return nil
+}
+
+func (t *tx) AddRaise(ctx context.Context, limitID string, r budget.Raise) error {
+	if _, err := t.exec(ctx, `INSERT INTO raises (`+sqlrow.RaiseCols+`) VALUES (?, ?, ?, ?, ?)`, sqlrow.RaiseArgs(limitID, r)...); err != nil {
+		return fmt.Errorf("raise limit %s: %w", limitID, err)
+	}
+	return nil
+}
+
+func (t *tx) Placement(ctx context.Context, key string) (string, string, error) {
+	var p struct {
+		Team string `db:"team"`
+		Org  string `db:"org"`
+	}
+	err := t.get(ctx, &p, `SELECT k.team, COALESCE(tm.org, '') AS org FROM key_teams k LEFT JOIN teams tm ON tm.name = k.team WHERE k.key = ?`, key)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", "", nil
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("read placement of key %s: %w", key, err)
+	}
+	return p.Team, p.Org, nil
+}
+
+func (t *tx) Teams(ctx context.Context) ([]budget.Team, error) {
+	var rows []sqlrow.Team
+	if err := t.sel(ctx, &rows, `SELECT tm.name, tm.org, COALESCE((SELECT group_concat(k.key, char(10)) FROM key_teams k WHERE k.team = tm.name), '') AS keys
+		FROM teams tm ORDER BY tm.name`); err != nil {
+		return nil, fmt.Errorf("read teams: %w", err)
+	}
+	out := make([]budget.Team, len(rows))
+	for i := range rows {
+		out[i] = rows[i].Decode()
+	}
+	return out, nil
+}
+
+func (t *tx) Orgs(ctx context.Context) ([]string, error) {
+	var out []string
+	if err := t.sel(ctx, &out, `SELECT name FROM orgs ORDER BY name`); err != nil {
+		return nil, fmt.Errorf("read orgs: %w", err)
+	}
+	return out, nil
+}
+
+func (t *tx) PutTeam(ctx context.Context, tm budget.Team) error {
+	now := ns(time.Now())
+	if tm.Org != "" {
+		if _, err := t.exec(ctx, `INSERT INTO orgs (name, created_at) VALUES (?, ?) ON CONFLICT DO NOTHING`, tm.Org, now); err != nil {
+			return fmt.Errorf("create org %s: %w", tm.Org, err)
+		}
+	}
+	if _, err := t.exec(ctx, `INSERT INTO teams (name, org, created_at) VALUES (?, ?, ?)
+		ON CONFLICT (name) DO UPDATE SET org = excluded.org WHERE org <> excluded.org`, tm.Name, tm.Org, now); err != nil {
+		return fmt.Errorf("put team %s: %w", tm.Name, err)
+	}
+	return nil
+}
+
+func (t *tx) DeleteTeam(ctx context.Context, name string) error {
+	n, err := t.exec(ctx, `DELETE FROM teams WHERE name = ?`, name)
+	if err != nil {
+		return fmt.Errorf("delete team %s: %w", name, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("team %q: %w", name, budget.ErrNotFound)
+	}
+	return nil
+}
+
+func (t *tx) SetKeyTeam(ctx context.Context, key, team string) error {
+	var err error
+	if team == "" {
+		_, err = t.exec(ctx, `DELETE FROM key_teams WHERE key = ?`, key)
+	} else {
+		_, err = t.exec(ctx, `INSERT INTO key_teams (key, team) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET team = excluded.team WHERE team <> excluded.team`, key, team)
+	}
+	if err != nil {
+		return fmt.Errorf("set team of key %s: %w", key, err)
 	}
 	return nil
 }
@@ -225,11 +331,11 @@ func (t *tx) insertUsage(ctx context.Context, evs []budget.EventWrite) ([]bool, 
 	inserted := make([]bool, len(events))
 	for lo := 0; lo < len(events); lo += chunk {
 		part := events[lo:min(lo+chunk, len(events))]
-		args := make([]any, 0, len(part)*13)
+		args := make([]any, 0, len(part)*usageCols)
 		for i := range part {
 			e := &part[i]
 			args = append(args, e.Key, e.RequestID, e.Provider, e.Model, e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, ns(e.At),
-				budget.NormalizeModel(e.Model), e.Cost, e.Unpriced)
+				budget.NormalizeModel(e.Model), e.Cost, e.Unpriced, e.Team, e.Org, e.User)
 		}
 		// The rows that went in come back (a duplicate of a stored row, or
 		// of an earlier row of the chunk, does not): one statement either way.
@@ -237,7 +343,7 @@ func (t *tx) insertUsage(ctx context.Context, evs []budget.EventWrite) ([]bool, 
 		for i := len(part) - 1; i >= 0; i-- {
 			first[[2]string{part[i].Key, part[i].RequestID}] = lo + i
 		}
-		err := t.scan(ctx, multiRow(qInsertUsageN, 13, len(part)), args, func(s scanner) error {
+		err := t.scan(ctx, multiRow(qInsertUsageN, usageCols, len(part)), args, func(s scanner) error {
 			var k [2]string
 			if err := s.Scan(&k[0], &k[1]); err != nil {
 				return err
@@ -263,42 +369,53 @@ var sumExpr = map[budget.Metric]string{
 	budget.MetricUSD:      "CAST(MIN(TOTAL(cost), 9007199254740991) AS INTEGER)",
 }
 
-func sumQuery(l *budget.Limit) (string, error) {
+// sumQuery is the history sum of l's metric over [start, end) for the
+// events l.History() selects, with its arguments. Team and org sums name
+// the partial indexes' condition so SQLite can use them.
+func sumQuery(l *budget.Limit, start, end time.Time) (string, []any, error) {
 	expr, ok := sumExpr[l.Metric]
 	if !ok {
-		return "", fmt.Errorf("no usage history for metric %s", l.Metric)
+		return "", nil, fmt.Errorf("no usage history for metric %s", l.Metric)
 	}
-	q := `SELECT COALESCE(` + expr + `, 0) FROM usage WHERE key = ? AND at >= ? AND at < ?`
-	switch l.Scope {
-	case budget.ScopeProvider:
+	h := l.History()
+	var q string
+	var args []any
+	switch {
+	case h.Team != "":
+		q, args = `SELECT COALESCE(`+expr+`, 0) FROM usage WHERE team = ? AND team <> '' AND at >= ? AND at < ?`, []any{h.Team}
+	case h.Org != "":
+		q, args = `SELECT COALESCE(`+expr+`, 0) FROM usage WHERE org = ? AND org <> '' AND at >= ? AND at < ?`, []any{h.Org}
+	default:
+		q, args = `SELECT COALESCE(`+expr+`, 0) FROM usage WHERE key = ? AND at >= ? AND at < ?`, []any{h.Key}
+	}
+	args = append(args, start.UnixNano(), end.UnixNano())
+	switch {
+	case h.Provider != "":
 		q += ` AND provider = ?`
-	case budget.ScopeModel:
-		if budget.IsModelPattern(l.ScopeValue) {
+		args = append(args, h.Provider)
+	case h.Model != "":
+		// A pattern's * and ? mean in GLOB what they mean to
+		// budget.MatchModel; brackets are refused in model values.
+		if budget.IsModelPattern(h.Model) {
 			q += ` AND model_norm GLOB ?`
 		} else {
 			q += ` AND model_norm = ?`
 		}
+		args = append(args, h.Model)
+	case h.User != "":
+		q += ` AND end_user = ?`
+		args = append(args, h.User)
 	}
-	return q, nil
-}
-
-func sumArgs(l *budget.Limit, start, end time.Time) []any {
-	args := []any{l.Owner(), start.UnixNano(), end.UnixNano()}
-	if l.Scope != budget.ScopeGlobal {
-		// A pattern's * and ? mean in GLOB what they mean to
-		// budget.MatchModel; brackets are refused in model values.
-		args = append(args, l.ScopeValue)
-	}
-	return args
+	return q, args, nil
 }
 
 func (t *tx) SumUsage(ctx context.Context, l *budget.Limit, start, end time.Time) (int64, error) {
-	q, err := sumQuery(l)
+	q, args, err := sumQuery(l, start, end)
 	if err != nil {
 		return 0, err
 	}
 	var v int64
-	if err := t.get(ctx, &v, q, sumArgs(l, start, end)...); err != nil {
+	if err := t.get(ctx, &v, q, args...); err != nil {
 		return 0, fmt.Errorf("sum usage of limit %s: %w", l.ID, err)
 	}
 	return v, nil
@@ -334,8 +451,10 @@ func (t *tx) Rollovers(ctx context.Context, key string, n int) ([]budget.Rollove
 	q := `SELECT r.limit_id, r.subject, r.window_start, r.prev_window_start, r.prev_used, r.logged_at FROM rollovers r`
 	args := []any{}
 	if key != "" {
-		q += ` JOIN limits l ON l.id = r.limit_id WHERE l.key = ? OR l.key = '' AND r.subject = ?`
-		args = append(args, key, key)
+		// Its own limits', and the defaults' counters for it (per user too).
+		q += ` JOIN limits l ON l.id = r.limit_id WHERE l.key = ? OR l.key = '' AND l.team = '' AND l.org = ''
+			AND (r.subject = ? OR substr(r.subject, 1, length(?) + 1) = ? || char(31))`
+		args = append(args, key, key, key, key)
 	}
 	q += ` ORDER BY r.logged_at DESC, r.window_start DESC, r.limit_id LIMIT ?`
 	args = append(args, n)

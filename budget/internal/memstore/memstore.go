@@ -290,6 +290,9 @@ type state struct {
 	reservations                 map[string]budget.ReservationRow // without holds
 	holds                        map[holdKey]budget.Hold
 	providers                    map[string]provider
+	teams                        map[string]string // team -> org ("" for none)
+	orgs                         map[string]bool
+	keyTeams                     map[string]string // key -> team
 
 	base   *state          // the state forked, while unpublished
 	cloned map[string]bool // tables cloned since the fork
@@ -298,7 +301,8 @@ type state struct {
 func newState() *state {
 	return &state{limits: map[string]budget.Limit{}, prices: map[priceKey]budget.Price{}, events: map[eventKey]event{},
 		counters: map[counterKey]counterRow{}, rollovers: map[counterKey]budget.Rollover{},
-		reservations: map[string]budget.ReservationRow{}, holds: map[holdKey]budget.Hold{}, providers: map[string]provider{}}
+		reservations: map[string]budget.ReservationRow{}, holds: map[holdKey]budget.Hold{}, providers: map[string]provider{},
+		teams: map[string]string{}, orgs: map[string]bool{}, keyTeams: map[string]string{}}
 }
 
 func (st *state) fork() *state {

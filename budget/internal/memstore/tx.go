@@ -36,11 +36,113 @@ func (t *tx) LimitsVersion(context.Context) (int64, error) { return t.st.limitsV
 func (t *tx) Limits(_ context.Context, key string) ([]budget.Limit, error) {
 	var out []budget.Limit
 	for _, l := range t.st.limits {
-		if key == "" || l.Key == key || l.Key == "" {
+		if key == "" || l.Key == key || l.IsDefault() {
 			out = append(out, l)
 		}
 	}
 	return out, nil
+}
+
+func (t *tx) OwnedLimits(_ context.Context, level budget.Level, owner string) ([]budget.Limit, error) {
+	var out []budget.Limit
+	for _, l := range t.st.limits {
+		if owner != "" && l.Level() == level && l.Owner() == owner {
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
+func (t *tx) AddRaise(_ context.Context, id string, r budget.Raise) error {
+	if err := t.write(); err != nil {
+		return err
+	}
+	l, ok := t.st.limits[id]
+	if !ok {
+		return notFound("limit", id)
+	}
+	own(t.st, "limits", &t.st.limits)
+	r.Until, r.At = stored(r.Until), stored(r.At)
+	l.Raises = append(slices.Clone(l.Raises), r)
+	t.st.limits[id] = l
+	t.st.limitsVersion++
+	return nil
+}
+
+// ---- teams
+
+func (t *tx) Placement(_ context.Context, key string) (string, string, error) {
+	team, ok := t.st.keyTeams[key]
+	if !ok {
+		return "", "", nil
+	}
+	return team, t.st.teams[team], nil
+}
+
+func (t *tx) Teams(context.Context) ([]budget.Team, error) {
+	out := make([]budget.Team, 0, len(t.st.teams))
+	for name, org := range t.st.teams {
+		tm := budget.Team{Name: name, Org: org, Keys: []string{}}
+		for k, team := range t.st.keyTeams {
+			if team == name {
+				tm.Keys = append(tm.Keys, k)
+			}
+		}
+		slices.Sort(tm.Keys)
+		out = append(out, tm)
+	}
+	slices.SortFunc(out, func(a, b budget.Team) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+func (t *tx) Orgs(context.Context) ([]string, error) {
+	return slices.Sorted(maps.Keys(t.st.orgs)), nil
+}
+
+func (t *tx) PutTeam(_ context.Context, tm budget.Team) error {
+	if err := t.write(); err != nil {
+		return err
+	}
+	if tm.Org != "" && !t.st.orgs[tm.Org] {
+		own(t.st, "orgs", &t.st.orgs)
+		t.st.orgs[tm.Org] = true
+	}
+	own(t.st, "teams", &t.st.teams)
+	t.st.teams[tm.Name] = tm.Org
+	t.st.limitsVersion++
+	return nil
+}
+
+func (t *tx) DeleteTeam(_ context.Context, name string) error {
+	if err := t.write(); err != nil {
+		return err
+	}
+	if _, ok := t.st.teams[name]; !ok {
+		return notFound("team", name)
+	}
+	own(t.st, "teams", &t.st.teams)
+	delete(t.st.teams, name)
+	own(t.st, "keyTeams", &t.st.keyTeams)
+	maps.DeleteFunc(t.st.keyTeams, func(_, team string) bool { return team == name })
+	t.st.limitsVersion++
+	return nil
+}
+
+func (t *tx) SetKeyTeam(_ context.Context, key, team string) error {
+	if err := t.write(); err != nil {
+		return err
+	}
+	own(t.st, "keyTeams", &t.st.keyTeams)
+	if team == "" {
+		delete(t.st.keyTeams, key)
+	} else {
+		if _, ok := t.st.teams[team]; !ok {
+			return notFound("team", team)
+		}
+		t.st.keyTeams[key] = team
+	}
+	t.st.limitsVersion++
+	return nil
 }
 
 func (t *tx) Limit(_ context.Context, id string) (budget.Limit, error) {
@@ -51,7 +153,7 @@ func (t *tx) Limit(_ context.Context, id string) (budget.Limit, error) {
 	return l, nil
 }
 
-func (t *tx) InsertLimit(_ context.Context, l budget.Limit, _ time.Time) error {
+func (t *tx) InsertLimit(_ context.Context, l budget.Limit, now time.Time) error {
 	if err := t.write(); err != nil {
 		return err
 	}
@@ -59,12 +161,16 @@ func (t *tx) InsertLimit(_ context.Context, l budget.Limit, _ time.Time) error {
 		return fmt.Errorf("insert limit %s: an id taken twice", l.ID)
 	}
 	for _, o := range t.st.limits {
-		if o.Key == l.Key && o.SameIdentity(&l) {
-			return fmt.Errorf("insert limit %s: limit %s has its key, scope, value, metric and window", l.ID, o.ID)
+		if o.SameIdentity(&l) {
+			return fmt.Errorf("insert limit %s: limit %s has its owner, scope, value, metric and window", l.ID, o.ID)
 		}
 	}
 	own(t.st, "limits", &t.st.limits)
 	l.Subject = ""
+	l.Raises = nil
+	if l.Window.Kind == budget.Once {
+		l.Window.Anchor = stored(now) // its creation, as the SQL stores keep it
+	}
 	t.st.limits[l.ID] = l
 	t.st.limitsVersion++
 	return nil
@@ -155,32 +261,39 @@ func (t *tx) sum(l *budget.Limit, start, end time.Time) (int64, error) {
 	default:
 		return 0, fmt.Errorf("no usage history for metric %s", l.Metric)
 	}
-	owner, lo, hi := l.Owner(), start.UnixNano(), end.UnixNano()
+	h, lo, hi := l.History(), start.UnixNano(), end.UnixNano()
 	var total int64
 	for k, e := range t.st.events {
-		if k.key != owner {
+		switch {
+		case h.Team != "":
+			if e.u.Team != h.Team {
+				continue
+			}
+		case h.Org != "":
+			if e.u.Org != h.Org {
+				continue
+			}
+		case k.key != h.Key:
 			continue
 		}
 		if a := e.u.At.UnixNano(); a < lo || a >= hi {
 			continue
 		}
-		switch l.Scope {
-		case budget.ScopeProvider:
-			if e.u.Provider != l.ScopeValue {
-				continue
-			}
-		case budget.ScopeModel:
-			if !budget.MatchModel(l.ScopeValue, e.modelNorm) {
-				continue
-			}
+		switch {
+		case h.Provider != "" && e.u.Provider != h.Provider:
+			continue
+		case h.Model != "" && !budget.MatchModel(h.Model, e.modelNorm):
+			continue
+		case h.User != "" && e.u.User != h.User:
+			continue
 		}
 		total = min(total+e.u.Amount(l.Metric), budget.MaxTokens)
 	}
 	return total, nil
 }
 
-// SumUsage counts the events of l.Owner() in [start, end) that l's scope
-// matches (a model pattern through budget.MatchModel, as GLOB does).
+// SumUsage counts the events in [start, end) that l.History() selects (a
+// model pattern through budget.MatchModel, as GLOB does).
 func (t *tx) SumUsage(_ context.Context, l *budget.Limit, start, end time.Time) (int64, error) {
 	return t.sum(l, start, end)
 }
@@ -204,7 +317,8 @@ func (t *tx) Rollovers(_ context.Context, key string, n int) ([]budget.Rollover,
 		if !ok {
 			continue
 		}
-		if key != "" && l.Key != key && (l.Key != "" || k.subject != key) {
+		sk, _, _ := strings.Cut(k.subject, budget.SubjectSep)
+		if key != "" && l.Key != key && (!l.IsDefault() || sk != key) {
 			continue
 		}
 		out = append(out, r)

@@ -7,7 +7,9 @@
 package sqlrow
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +38,8 @@ func FromNs(n int64) time.Time {
 type Limit struct {
 	ID            string `db:"id"`
 	Key           string `db:"key"`
+	Team          string `db:"team"`
+	Org           string `db:"org"`
 	Scope         string `db:"scope"`
 	ScopeValue    string `db:"scope_value"`
 	Metric        string `db:"metric"`
@@ -45,6 +49,7 @@ type Limit struct {
 	ResetTime     int    `db:"reset_time"`
 	Timezone      string `db:"timezone"`
 	Enabled       bool   `db:"enabled"`
+	CreatedAt     int64  `db:"created_at"` // a once window's anchor
 }
 
 var zones sync.Map // name -> *time.Location
@@ -66,10 +71,12 @@ var calendar = map[string]budget.WindowKind{"daily": budget.Daily, "weekly": bud
 
 // Decode is the row as a budget.Limit.
 func (r *Limit) Decode() (budget.Limit, error) {
-	l := budget.Limit{ID: r.ID, Key: r.Key, Scope: budget.Scope(intern(r.Scope)), ScopeValue: intern(r.ScopeValue),
+	l := budget.Limit{ID: r.ID, Key: r.Key, Team: intern(r.Team), Org: intern(r.Org), Scope: budget.Scope(intern(r.Scope)), ScopeValue: intern(r.ScopeValue),
 		Metric: budget.Metric(intern(r.Metric)), Max: r.Max, Enabled: r.Enabled}
 	switch r.Window {
 	case "":
+	case "once":
+		l.Window = budget.Window{Kind: budget.Once, Anchor: FromNs(r.CreatedAt)}
 	case "daily", "weekly", "monthly":
 		l.Window.Kind = calendar[r.Window]
 		l.Window.ResetTime = r.ResetTime
@@ -107,21 +114,87 @@ func DecodeLimits(rows []Limit) ([]budget.Limit, error) {
 }
 
 // LimitArgs are l's values in the order of the limits columns: id, key,
-// scope, scope_value, metric, max, window, window_seconds, reset_time,
-// timezone, enabled.
+// team, org, scope, scope_value, metric, max, window, window_seconds,
+// reset_time, timezone, enabled.
 func LimitArgs(l budget.Limit) []any {
 	var secs int64
 	if l.Window.Kind == budget.Fixed {
 		secs = int64(l.Window.Length / time.Second)
 	}
-	return []any{l.ID, l.Key, string(l.Scope), l.ScopeValue, string(l.Metric), l.Max, l.Window.String(), secs,
+	return []any{l.ID, l.Key, l.Team, l.Org, string(l.Scope), l.ScopeValue, string(l.Metric), l.Max, l.Window.String(), secs,
 		l.Window.ResetTime, l.Window.ZoneName(), l.Enabled}
+}
+
+// OwnerColumn is the limits column (and usage column) naming a level's
+// owner: team or org.
+func OwnerColumn(level budget.Level) (string, error) {
+	switch level {
+	case budget.LevelTeam:
+		return "team", nil
+	case budget.LevelOrg:
+		return "org", nil
+	}
+	return "", fmt.Errorf("no owned limits at level %q", level)
+}
+
+// Raise is a raises row.
+type Raise struct {
+	ID        string `db:"id"`
+	LimitID   string `db:"limit_id"`
+	Amount    int64  `db:"amount"`
+	Until     int64  `db:"until"` // 0: it stays
+	CreatedAt int64  `db:"created_at"`
+}
+
+// RaiseCols are the columns of a Raise, in order.
+const RaiseCols = `id, limit_id, amount, until, created_at`
+
+// RaiseArgs are r's values for limit id in RaiseCols order.
+func RaiseArgs(id string, r budget.Raise) []any {
+	return []any{r.ID, id, r.Amount, Ns(r.Until), Ns(r.At)}
+}
+
+// AttachRaises gives each limit of ls its raises among rows, oldest first.
+func AttachRaises(ls []budget.Limit, rows []Raise) {
+	if len(rows) == 0 {
+		return
+	}
+	byID := make(map[string]int, len(ls))
+	for i := range ls {
+		byID[ls[i].ID] = i
+	}
+	slices.SortFunc(rows, func(a, b Raise) int { return cmp.Or(cmp.Compare(a.CreatedAt, b.CreatedAt), strings.Compare(a.ID, b.ID)) })
+	for _, r := range rows {
+		if i, ok := byID[r.LimitID]; ok {
+			ls[i].Raises = append(ls[i].Raises, budget.Raise{ID: r.ID, Amount: r.Amount, Until: FromNs(r.Until), At: FromNs(r.CreatedAt)})
+		}
+	}
+}
+
+// Team is a teams row with its keys, newline-separated in key order.
+type Team struct {
+	Name string `db:"name"`
+	Org  string `db:"org"`
+	Keys string `db:"keys"`
+}
+
+// Decode is the row as a budget.Team.
+func (r *Team) Decode() budget.Team {
+	t := budget.Team{Name: r.Name, Org: r.Org, Keys: []string{}}
+	if r.Keys != "" {
+		t.Keys = strings.Split(r.Keys, "\n")
+		slices.Sort(t.Keys)
+	}
+	return t
 }
 
 // Reservation is a reservations row.
 type Reservation struct {
 	ID        string `db:"id"`
 	Key       string `db:"key"`
+	Team      string `db:"team"`
+	Org       string `db:"org"`
+	User      string `db:"end_user"`
 	Provider  string `db:"provider"`
 	Model     string `db:"model"`
 	Tokens    int64  `db:"est_tokens"`
@@ -136,11 +209,11 @@ type Reservation struct {
 }
 
 // ReservationCols are the columns of a Reservation, in order.
-const ReservationCols = `id, key, provider, model, est_tokens, est_input, est_output, at, expires_at, state, settled_at, on_expiry, holds`
+const ReservationCols = `id, key, team, org, end_user, provider, model, est_tokens, est_input, est_output, at, expires_at, state, settled_at, on_expiry, holds`
 
 // Decode is the row as a budget.ReservationRow.
 func (r *Reservation) Decode() budget.ReservationRow {
-	return budget.ReservationRow{ID: r.ID, Key: r.Key, Provider: r.Provider, Model: r.Model,
+	return budget.ReservationRow{ID: r.ID, Key: r.Key, Team: r.Team, Org: r.Org, User: r.User, Provider: r.Provider, Model: r.Model,
 		Estimate: budget.Estimate{Tokens: r.Tokens, Input: r.Input, Output: r.Output},
 		At:       FromNs(r.At), ExpiresAt: FromNs(r.ExpiresAt), State: budget.ReservationState(r.State), SettledAt: FromNs(r.SettledAt),
 		OnExpiry: budget.ExpiryPolicy(r.OnExpiry), Holds: DecodeHolds(r.ID, r.Holds, FromNs(r.ExpiresAt))}
