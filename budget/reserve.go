@@ -14,19 +14,19 @@ import (
 // is committed, released or expires. Like x/time/rate's Reservation it is a
 // value the caller settles: Commit with the actual usage, or Release.
 type Reservation struct {
-	ID        string
-	Key       string
+	ID  string
+	Key string
 	// Team, Org and User are whom it is charged to beyond the key: the
 	// key's placement when it was decided, and the request's end user. Its
 	// commit is charged to them too, wherever the key is by then.
 	Team, Org, User string
 	Provider        string
 	Model           string
-	Estimate  Estimate
-	At        time.Time // picks the windows the hold and the committed usage count in
-	ExpiresAt time.Time
-	OnExpiry  ExpiryPolicy
-	Holds     []Hold // one per applicable enabled limit (leases for concurrent ones)
+	Estimate        Estimate
+	At              time.Time // picks the windows the hold and the committed usage count in
+	ExpiresAt       time.Time
+	OnExpiry        ExpiryPolicy
+	Holds           []Hold // one per applicable enabled limit (leases for concurrent ones)
 }
 
 // ExpiryPolicy is what happens to a reservation that reaches its expiry

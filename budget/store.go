@@ -207,13 +207,13 @@ type ReservationRow struct {
 	ID              string
 	Key             string
 	Team, Org, User string // see Reservation
-	Provider  string
-	Model     string
-	Estimate  Estimate
-	At        time.Time // the instant that picks the windows it counts in
-	ExpiresAt time.Time
-	State     ReservationState
-	SettledAt time.Time // when committed, released or recovered
+	Provider        string
+	Model           string
+	Estimate        Estimate
+	At              time.Time // the instant that picks the windows it counts in
+	ExpiresAt       time.Time
+	State           ReservationState
+	SettledAt       time.Time // when committed, released or recovered
 	// OnExpiry is what recovery does with it; "" is stored as ExpireRelease.
 	// A recovered (ReservationExpired) ExpireCharge reservation has been
 	// charged its estimate.

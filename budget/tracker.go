@@ -201,7 +201,7 @@ type keyLimits struct {
 	version   int64  // the store's limits version they were read at
 	team, org string // the key's placement then
 	limits    []Limit
-	cur     []atomic.Pointer[curWindow] // the last window each limit was seen in
+	cur       []atomic.Pointer[curWindow] // the last window each limit was seen in
 }
 
 // curWindow is a limit's last window and, once looked up, its counter.

@@ -163,7 +163,9 @@ func AttachRaises(ls []budget.Limit, rows []Raise) {
 	for i := range ls {
 		byID[ls[i].ID] = i
 	}
-	slices.SortFunc(rows, func(a, b Raise) int { return cmp.Or(cmp.Compare(a.CreatedAt, b.CreatedAt), strings.Compare(a.ID, b.ID)) })
+	slices.SortFunc(rows, func(a, b Raise) int {
+		return cmp.Or(cmp.Compare(a.CreatedAt, b.CreatedAt), strings.Compare(a.ID, b.ID))
+	})
 	for _, r := range rows {
 		if i, ok := byID[r.LimitID]; ok {
 			ls[i].Raises = append(ls[i].Raises, budget.Raise{ID: r.ID, Amount: r.Amount, Until: FromNs(r.Until), At: FromNs(r.CreatedAt)})
