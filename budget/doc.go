@@ -5,11 +5,17 @@
 // # The model
 //
 // A Limit caps one metric (tokens, input, output, requests, concurrent
-// requests, or dollars) for one key, or for every key as a default
+// requests, or dollars) for one key, one team (shared by its keys), one
+// organisation (shared by its teams' keys), or every key as a default
 // (counted per key: the key is the counter's subject), within a scope (all
-// traffic, one provider, one model or model pattern) over a window. The
-// usage history (events, each with a key, provider, model, token counts,
-// cost and instant) is the truth; each (limit, subject, window) has a
+// traffic, one provider, one model or model pattern, one end user, or each
+// end user separately: the user is then the subject) over a window (fixed,
+// calendar, or once: a balance that never resets). Raises add to a limit
+// until an instant. A request is decided against every level that applies
+// to it at once, the most restrictive winning. The usage history (events,
+// each with a key, the team and organisation it was charged to, end user,
+// provider, model, token counts, cost and instant) is the truth; each
+// (limit, subject, window) has a
 // counter that always equals the history's sum over the window, created
 // from the history the first time the window is written. A reservation
 // holds an estimate on every applicable limit until it is committed with
@@ -52,7 +58,8 @@
 // price.go and model.go; decisions in decide.go; statuses in status.go;
 // the store seam and its locking contract in store.go; the writer in
 // writer.go and batch.go; administration (limits, inspect, verify) in
-// admin.go; provider parking in park.go and prober.go.
+// admin.go; teams, organisations and raises in team.go; provider parking
+// in park.go and prober.go.
 //
 // # Concurrency
 //

@@ -95,12 +95,16 @@ func child(role, dsn, arg string, open OpenDSN) error {
 		}
 		fmt.Println(tr.Stats().Failures)
 		return nil
-	case "reserve", "reservecommit":
+	case "reserve", "reservecommit", "teamreserve":
 		var mu sync.Mutex
 		admitted := 0
-		err := concurrently(goroutinesPerChild, func(int) error {
+		err := concurrently(goroutinesPerChild, func(g int) error {
+			key := "k"
+			if role == "teamreserve" { // half the goroutines on each key of team eng
+				key = []string{"ka", "kb"}[g%2]
+			}
 			for range n {
-				r, err := tr.Reserve(ctx, budget.Request{Key: "k", Provider: "p", Model: "m", Estimate: budget.Estimate{Tokens: estimate}}, time.Minute)
+				r, err := tr.Reserve(ctx, budget.Request{Key: key, Provider: "p", Model: "m", Estimate: budget.Estimate{Tokens: estimate}}, time.Minute)
 				var ex *budget.ExceededError
 				if errors.As(err, &ex) {
 					continue
@@ -108,7 +112,7 @@ func child(role, dsn, arg string, open OpenDSN) error {
 				if err != nil {
 					return err
 				}
-				if role == "reservecommit" {
+				if role != "reserve" {
 					if _, err := tr.Commit(ctx, r.ID, budget.Usage{Input: 50, Output: estimate - 50}); err != nil {
 						return err
 					}

@@ -21,6 +21,7 @@ func RunProcesses(t *testing.T, p Processes) {
 		{"RecordExactly", testProcRecord},
 		{"ReserveExactly", testProcReserve},
 		{"ReserveCommitExactly", testProcReserveCommit},
+		{"TeamReserveCommitExactly", testProcTeam},
 		{"MixedWorkloadNoDrift", testProcMixed},
 		{"LimitChangeSeen", testProcLimitChange},
 		{"LimitsCreatedWhileRecording", testProcLimitsCreated},
@@ -77,6 +78,29 @@ func testProcReserveExact(t *testing.T, p Processes, commit bool) {
 	}
 	if used, reserved := Used(t, tr, budget.Request{Key: "k"}, tr.Now(), l.ID); used != wantUsed || reserved != wantReserved {
 		t.Fatalf("after the run used/reserved = %d/%d; want %d/%d", used, reserved, wantUsed, wantReserved)
+	}
+	noDrift(t, tr)
+}
+
+// Four processes of 16 goroutines reserve and commit for two keys of one
+// team, half the goroutines on each: the team limit admits exactly
+// floor(limit/estimate), and key ka's own, smaller limit holds too.
+func testProcTeam(t *testing.T, p Processes) {
+	dsn := p.NewDSN(t)
+	tr := openParent(t, p, dsn, 0, nil)
+	setTeam(t, tr, "eng", "acme", "ka", "kb")
+	team := SetLimit(t, tr, budget.LimitSpec{Team: "eng", Window: "daily"}, limitTokens)
+	const kaMax = 30 * estimate
+	own := SetLimit(t, tr, budget.LimitSpec{Key: "ka", Window: "daily"}, kaMax)
+	// 96 tries per key: kb alone could take 96, so the team's 100 fill up.
+	if got, want := runChildren(t, 4, "teamreserve", dsn, attempts), int64(limitTokens/estimate); got != want {
+		t.Fatalf("4 processes x %d goroutines over 2 keys of a team admitted %d of %d tries; want exactly %d",
+			goroutinesPerChild, got, 4*goroutinesPerChild*attempts, want)
+	}
+	teamUsed, _ := Used(t, tr, budget.Request{Key: "kb"}, tr.Now(), team.ID)
+	kaUsed, kaRes := Used(t, tr, budget.Request{Key: "ka"}, tr.Now(), own.ID)
+	if teamUsed != limitTokens || kaUsed > kaMax || kaRes != 0 {
+		t.Fatalf("team used %d (want %d); ka's own limit used %d reserved %d (want at most %d, 0)", teamUsed, limitTokens, kaUsed, kaRes, kaMax)
 	}
 	noDrift(t, tr)
 }
