@@ -98,6 +98,10 @@ func TestMigrateKeepsLiveReservations(t *testing.T) {
 			('t', 'k', 'global', '', 'tokens', 1000, 'daily', 0, 0, 'UTC', 1, 1, 1),
 			('c', 'k', 'global', '', 'concurrent', 5, '', 0, 0, '', 1, 1, 1)`,
 		`INSERT INTO reservations (id, key, est_tokens, at, expires_at, state, on_expiry) VALUES ('rsv_old', 'k', 300, ` + itoa(at.UnixNano()) + `, ` + itoa(exp.UnixNano()) + `, 'live', 'release')`,
+		// A counter and the event it sums: the rebuild of limits (schema
+		// 8) must keep the rows that reference it.
+		`INSERT INTO usage (key, request_id, provider, model, input, at) VALUES ('k', 'old1', 'p', 'm', 50, ` + itoa(day.UnixNano()) + `)`,
+		`INSERT INTO counters (limit_id, window_start, window_end, used) VALUES ('t', ` + itoa(day.UnixNano()) + `, ` + itoa(day.Add(24*time.Hour).UnixNano()) + `, 50)`,
 		`INSERT INTO holds (reservation_id, limit_id, window_start, amount, expires_at) VALUES
 			('rsv_old', 't', ` + itoa(day.UnixNano()) + `, 300, ` + itoa(exp.UnixNano()) + `),
 			('rsv_old', 'c', 0, 1, ` + itoa(exp.UnixNano()) + `)`,
@@ -129,15 +133,27 @@ func TestMigrateKeepsLiveReservations(t *testing.T) {
 		}
 		return
 	}
-	if tok, res, n := used(); tok != 0 || res != 300 || n != 1 {
-		t.Fatalf("after migration: used %d, reserved %d, leases %d; want 0, 300, 1", tok, res, n)
+	if tok, res, n := used(); tok != 50 || res != 300 || n != 1 {
+		t.Fatalf("after migration: used %d, reserved %d, leases %d; want 50, 300, 1", tok, res, n)
 	}
 	if _, err := tr.Commit(ctx, "rsv_old", budget.Usage{Input: 120}); err != nil {
 		t.Fatalf("commit of a migrated reservation: %v", err)
 	}
 	tr.InvalidateLimits("")
-	if tok, res, n := used(); tok != 120 || res != 0 || n != 0 {
-		t.Fatalf("after commit: used %d, reserved %d, leases %d; want 120, 0, 0", tok, res, n)
+	if tok, res, n := used(); tok != 170 || res != 0 || n != 0 {
+		t.Fatalf("after commit: used %d, reserved %d, leases %d; want 170, 0, 0", tok, res, n)
+	}
+	// The rebuilt limits still cascade into what references them.
+	if err := tr.DeleteLimit(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	if err := s.View(ctx, func(x budget.Tx) error {
+		rows, err := x.CounterRows(ctx)
+		left = len(rows)
+		return err
+	}); err != nil || left != 0 {
+		t.Fatalf("counters left after deleting their limit: %d, %v; want 0", left, err)
 	}
 	if drift, err := tr.Verify(ctx); err != nil || len(drift) != 0 {
 		t.Fatalf("Verify after migration = %+v, %v; want clean", drift, err)
