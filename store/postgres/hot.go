@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -199,12 +198,14 @@ func (t *tx) insertReservations(ctx context.Context, rs []budget.ReservationRow)
 		return nil
 	}
 	ids, keys, provs, models, states, pols, copies := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	teams, orgs, users := make([]string, n), make([]string, n), make([]string, n)
 	tok, in, out, at, exp, settled := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	var hr, hl, hs []string
 	var hw, ha, he []int64
 	for i := range rs {
 		r := &rs[i]
 		ids[i], keys[i], provs[i], models[i], states[i], pols[i] = r.ID, r.Key, r.Provider, r.Model, string(r.State), sqlrow.OnExpiry(r.OnExpiry)
+		teams[i], orgs[i], users[i] = r.Team, r.Org, r.User
 		tok[i], in[i], out[i], at[i], exp[i], settled[i] = r.Estimate.Tokens, r.Estimate.Input, r.Estimate.Output, ns(r.At), ns(r.ExpiresAt), ns(r.SettledAt)
 		copies[i] = sqlrow.EncodeHolds(r.Holds)
 		for _, h := range r.Holds {
@@ -212,9 +213,10 @@ func (t *tx) insertReservations(ctx context.Context, rs []budget.ReservationRow)
 			hw, ha, he = append(hw, ns(h.WindowStart)), append(ha, h.Amount), append(he, ns(h.ExpiresAt))
 		}
 	}
-	if _, err := t.tx.ExecContext(ctx, `INSERT INTO reservations (id, key, provider, model, est_tokens, est_input, est_output, at, expires_at, state, settled_at, on_expiry, holds)
-		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::text[], $11::bigint[], $12::text[], $13::text[])`,
-		ids, keys, provs, models, tok, in, out, at, exp, states, settled, pols, copies); err != nil {
+	if _, err := t.tx.ExecContext(ctx, `INSERT INTO reservations (`+sqlrow.ReservationCols+`)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::bigint[], $10::bigint[],
+			$11::bigint[], $12::bigint[], $13::text[], $14::bigint[], $15::text[], $16::text[])`,
+		ids, keys, teams, orgs, users, provs, models, tok, in, out, at, exp, states, settled, pols, copies); err != nil {
 		return fmt.Errorf("insert reservations: %w", err)
 	}
 	if len(hr) == 0 {
@@ -299,16 +301,14 @@ func (t *tx) applyCounters(ctx context.Context, w *budget.WriteSet, inserted []b
 // (which holds this transaction's events); if another transaction created
 // it first, delta is added to that row.
 func (t *tx) createCounter(ctx context.Context, l *budget.Limit, start, end time.Time, delta int64) error {
-	sum, err := sumFrom(l, 2, 3, 4)
+	sum, sumArgs, err := sumFrom(l, start, end, 6)
 	if err != nil {
 		return err
 	}
-	n := 4 + len(sumArgs(l))
 	q := `INSERT INTO counters (limit_id, window_start, window_end, subject, used)
-		SELECT $1::text, $2::bigint, $3::bigint, $` + strconv.Itoa(n) + `::text, ` + sum + `
-		ON CONFLICT (limit_id, subject, window_start) DO UPDATE SET used = LEAST(counters.used + $` + strconv.Itoa(n+1) + `::bigint, 9007199254740991)`
-	args := append([]any{l.ID, start.UnixNano(), end.UnixNano()}, sumArgs(l)...)
-	args = append(args, l.Subject, delta)
+		SELECT $1::text, $2::bigint, $3::bigint, $4::text, ` + sum + `
+		ON CONFLICT (limit_id, subject, window_start) DO UPDATE SET used = LEAST(counters.used + $5::bigint, 9007199254740991)`
+	args := append([]any{l.ID, start.UnixNano(), end.UnixNano(), l.Subject, delta}, sumArgs...)
 	if _, err := t.exec(ctx, q, args...); err != nil {
 		return fmt.Errorf("create counter %s@%d: %w", l.ID, start.Unix(), err)
 	}

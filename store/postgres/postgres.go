@@ -203,12 +203,16 @@ var migrationCode = map[int]func(context.Context, *sqlx.Tx) error{
 		return sqlrow.NormalizeModels(ctx, x,
 			`CREATE INDEX usage_window ON usage (key, at) INCLUDE (provider, model_norm, input, output, reasoning)`,
 			func(ctx context.Context, x *sqlx.Tx, l *budget.Limit, start, end time.Time) (int64, error) {
-				q, err := sumFrom(l, 1, 2, 3)
-				if err != nil {
-					return 0, err
+				// The schema of version 3: a model-scope limit of one key,
+				// no team, org or user columns yet.
+				expr, ok := sumExpr[l.Metric]
+				if !ok {
+					return 0, fmt.Errorf("no usage history for metric %s", l.Metric)
 				}
+				q := `SELECT COALESCE(` + expr + `, 0)::bigint FROM usage
+					WHERE key = $1 AND at >= $2::bigint AND at < $3::bigint AND model_norm LIKE $4 ESCAPE '\'`
 				var v int64
-				return v, x.GetContext(ctx, &v, `SELECT `+q, append([]any{start.UnixNano(), end.UnixNano()}, sumArgs(l)...)...)
+				return v, x.GetContext(ctx, &v, q, l.Key, start.UnixNano(), end.UnixNano(), likePattern(l.ScopeValue))
 			})
 	},
 }

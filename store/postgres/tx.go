@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -50,7 +51,11 @@ func (t *tx) exec(ctx context.Context, q string, args ...any) (int64, error) {
 
 // ---- limits
 
-const limitCols = `id, key, scope, scope_value, metric, max, "window", window_seconds, reset_time, timezone, enabled`
+const limitCols = `id, key, team, org, scope, scope_value, metric, max, "window", window_seconds, reset_time, timezone, enabled`
+
+// limitSelect is what a limit is read with: its columns and its creation,
+// a once window's anchor.
+const limitSelect = limitCols + `, created_at`
 
 func (t *tx) Versions(ctx context.Context) (limits, prices int64, err error) {
 	q := `SELECT (SELECT value FROM meta WHERE name = 'limits_version'), (SELECT value FROM meta WHERE name = 'prices_version')`
@@ -114,35 +119,77 @@ func (t *tx) LimitsVersion(ctx context.Context) (int64, error) {
 }
 
 func (t *tx) Limits(ctx context.Context, key string) ([]budget.Limit, error) {
-	var rows []sqlrow.Limit
-	var err error
 	if key == "" {
-		err = t.tx.SelectContext(ctx, &rows, `SELECT `+limitCols+` FROM limits`)
-	} else {
-		err = t.tx.SelectContext(ctx, &rows, `SELECT `+limitCols+` FROM limits WHERE key IN ($1, '')`, key)
+		return t.limits(ctx, `TRUE`)
 	}
+	return t.limits(ctx, `key = $1 OR key = '' AND team = '' AND org = ''`, key)
+}
+
+func (t *tx) OwnedLimits(ctx context.Context, level budget.Level, owner string) ([]budget.Limit, error) {
+	col, err := sqlrow.OwnerColumn(level)
 	if err != nil {
-		return nil, fmt.Errorf("read limits: %w", err)
+		return nil, err
 	}
-	return sqlrow.DecodeLimits(rows)
+	return t.limits(ctx, col+` = $1 AND `+col+` <> ''`, owner)
 }
 
 func (t *tx) Limit(ctx context.Context, id string) (budget.Limit, error) {
-	var r sqlrow.Limit
-	err := t.tx.GetContext(ctx, &r, `SELECT `+limitCols+` FROM limits WHERE id = $1`, id)
-	if errors.Is(err, sql.ErrNoRows) {
-		return budget.Limit{}, fmt.Errorf("limit %q: %w", id, budget.ErrNotFound)
-	}
+	ls, err := t.limits(ctx, `id = $1`, id)
 	if err != nil {
 		return budget.Limit{}, fmt.Errorf("read limit %s: %w", id, err)
 	}
-	return r.Decode()
+	if len(ls) == 0 {
+		return budget.Limit{}, fmt.Errorf("limit %q: %w", id, budget.ErrNotFound)
+	}
+	return ls[0], nil
+}
+
+// limits reads the limits where holds (with args), each with its raises,
+// in one round trip: a row per limit and raise, or per limit without any.
+func (t *tx) limits(ctx context.Context, where string, args ...any) ([]budget.Limit, error) {
+	rows, err := t.tx.QueryxContext(ctx, `SELECT l.*, r.id AS raise_id, r.amount AS raise_amount, r.until AS raise_until, r.created_at AS raised_at
+		FROM (SELECT `+limitSelect+` FROM limits WHERE `+where+`) l LEFT JOIN raises r ON r.limit_id = l.id`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("read limits: %w", err)
+	}
+	defer rows.Close()
+	var ls []sqlrow.Limit
+	var raises []sqlrow.Raise
+	seen := make(map[string]bool)
+	for rows.Next() {
+		var r struct {
+			sqlrow.Limit
+			RaiseID  sql.NullString `db:"raise_id"`
+			Amount   sql.NullInt64  `db:"raise_amount"`
+			Until    sql.NullInt64  `db:"raise_until"`
+			RaisedAt sql.NullInt64  `db:"raised_at"`
+		}
+		if err := rows.StructScan(&r); err != nil {
+			return nil, fmt.Errorf("read limits: %w", err)
+		}
+		if !seen[r.ID] {
+			seen[r.ID] = true
+			ls = append(ls, r.Limit)
+		}
+		if r.RaiseID.Valid {
+			raises = append(raises, sqlrow.Raise{ID: r.RaiseID.String, LimitID: r.ID, Amount: r.Amount.Int64, Until: r.Until.Int64, CreatedAt: r.RaisedAt.Int64})
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read limits: %w", err)
+	}
+	out, err := sqlrow.DecodeLimits(ls)
+	if err != nil {
+		return nil, err
+	}
+	sqlrow.AttachRaises(out, raises)
+	return out, nil
 }
 
 func (t *tx) InsertLimit(ctx context.Context, l budget.Limit, now time.Time) error {
 	args := append(sqlrow.LimitArgs(l), ns(now), ns(now))
 	_, err := t.exec(ctx, `INSERT INTO limits (`+limitCols+`, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`, args...)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`, args...)
 	if err != nil {
 		return fmt.Errorf("insert limit %s: %w", l.ID, err)
 	}
@@ -176,8 +223,9 @@ func (t *tx) DeleteLimit(ctx context.Context, id string) error {
 
 // qInsertUsage inserts a batch given as parallel arrays and returns the
 // rows it inserted (duplicates are skipped).
-const qInsertUsage = `INSERT INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm, cost, unpriced)
-	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::text[], $12::bigint[], $13::boolean[])
+const qInsertUsage = `INSERT INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm, cost, unpriced, team, org, end_user)
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::text[], $12::bigint[], $13::boolean[],
+		$14::text[], $15::text[], $16::text[])
 	ON CONFLICT DO NOTHING RETURNING key, request_id`
 
 type usageKey struct{ key, id string }
@@ -213,13 +261,15 @@ func (t *tx) insertUsage(ctx context.Context, evs []budget.EventWrite) ([]bool, 
 	keys, ids, provs, models, norms := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	in, out, reas, cr, cw, at := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	costs, unpriced := make([]int64, n), make([]bool, n)
+	teams, orgs, users := make([]string, n), make([]string, n), make([]string, n)
 	for j, i := range order {
 		e := &events[i]
 		keys[j], ids[j], provs[j], models[j], norms[j] = e.Key, e.RequestID, e.Provider, e.Model, budget.NormalizeModel(e.Model)
 		in[j], out[j], reas[j], cr[j], cw[j], at[j] = e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, ns(e.At)
 		costs[j], unpriced[j] = e.Cost, e.Unpriced
+		teams[j], orgs[j], users[j] = e.Team, e.Org, e.User
 	}
-	rows, err := t.tx.QueryContext(ctx, qInsertUsage, keys, ids, provs, models, in, out, reas, cr, cw, at, norms, costs, unpriced)
+	rows, err := t.tx.QueryContext(ctx, qInsertUsage, keys, ids, provs, models, in, out, reas, cr, cw, at, norms, costs, unpriced, teams, orgs, users)
 	if err != nil {
 		return nil, fmt.Errorf("insert usage: %w", err)
 	}
@@ -248,35 +298,44 @@ var sumExpr = map[budget.Metric]string{
 	budget.MetricUSD:      "LEAST(COALESCE(SUM(cost), 0), 9007199254740991)",
 }
 
-// sumFrom is the history's total for l's scope and metric over
-// [$start, $end), with the key at $first and the scope value at $first+1.
-func sumFrom(l *budget.Limit, start, end, first int) (string, error) {
+// sumFrom is the history's total of l's metric over [start, end) for the
+// events l.History() selects, as the tail of a SELECT ("... FROM usage
+// WHERE ..."), its placeholders numbered from $first, with their
+// arguments. Team and org sums name the partial indexes' condition so the
+// planner can use them.
+func sumFrom(l *budget.Limit, start, end time.Time, first int) (string, []any, error) {
 	expr, ok := sumExpr[l.Metric]
 	if !ok {
-		return "", fmt.Errorf("no usage history for metric %s", l.Metric)
+		return "", nil, fmt.Errorf("no usage history for metric %s", l.Metric)
 	}
-	q := fmt.Sprintf(`COALESCE(%s, 0)::bigint FROM usage WHERE key = $%d AND at >= $%d::bigint AND at < $%d::bigint`, expr, first, start, end)
-	switch l.Scope {
-	case budget.ScopeProvider:
-		q += fmt.Sprintf(` AND provider = $%d`, first+1)
-	case budget.ScopeModel:
-		if budget.IsModelPattern(l.ScopeValue) {
-			q += fmt.Sprintf(` AND model_norm LIKE $%d ESCAPE '\'`, first+1)
-		} else {
-			q += fmt.Sprintf(` AND model_norm = $%d`, first+1)
-		}
+	h := l.History()
+	var b strings.Builder
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(first+len(args)-1)
 	}
-	return q, nil
-}
-
-func sumArgs(l *budget.Limit) []any {
+	fmt.Fprintf(&b, `COALESCE(%s, 0)::bigint FROM usage WHERE `, expr)
 	switch {
-	case l.Scope == budget.ScopeModel && budget.IsModelPattern(l.ScopeValue):
-		return []any{l.Owner(), likePattern(l.ScopeValue)}
-	case l.Scope != budget.ScopeGlobal:
-		return []any{l.Owner(), l.ScopeValue}
+	case h.Team != "":
+		b.WriteString(`team = ` + arg(h.Team) + ` AND team <> ''`)
+	case h.Org != "":
+		b.WriteString(`org = ` + arg(h.Org) + ` AND org <> ''`)
+	default:
+		b.WriteString(`key = ` + arg(h.Key))
 	}
-	return []any{l.Owner()}
+	b.WriteString(` AND at >= ` + arg(start.UnixNano()) + `::bigint AND at < ` + arg(end.UnixNano()) + `::bigint`)
+	switch {
+	case h.Provider != "":
+		b.WriteString(` AND provider = ` + arg(h.Provider))
+	case h.Model != "" && budget.IsModelPattern(h.Model):
+		b.WriteString(` AND model_norm LIKE ` + arg(likePattern(h.Model)) + ` ESCAPE '\'`)
+	case h.Model != "":
+		b.WriteString(` AND model_norm = ` + arg(h.Model))
+	case h.User != "":
+		b.WriteString(` AND end_user = ` + arg(h.User))
+	}
+	return b.String(), args, nil
 }
 
 // likePattern is a model pattern (* and ?, as budget.MatchModel reads
@@ -284,12 +343,11 @@ func sumArgs(l *budget.Limit) []any {
 var likePattern = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`, `*`, `%`, `?`, `_`).Replace
 
 func (t *tx) SumUsage(ctx context.Context, l *budget.Limit, start, end time.Time) (int64, error) {
-	q, err := sumFrom(l, 1, 2, 3)
+	q, args, err := sumFrom(l, start, end, 1)
 	if err != nil {
 		return 0, err
 	}
 	var v int64
-	args := append([]any{start.UnixNano(), end.UnixNano()}, sumArgs(l)...)
 	if err := t.tx.GetContext(ctx, &v, `SELECT `+q, args...); err != nil {
 		return 0, fmt.Errorf("sum usage of limit %s: %w", l.ID, err)
 	}
@@ -327,8 +385,11 @@ func (t *tx) Rollovers(ctx context.Context, key string, n int) ([]budget.Rollove
 	q := `SELECT r.limit_id, r.subject, r.window_start, r.prev_window_start, r.prev_used, r.logged_at FROM rollovers r`
 	args := []any{n}
 	if key != "" {
-		q += ` JOIN limits l ON l.id = r.limit_id WHERE l.key = $2 OR l.key = '' AND r.subject = $2`
-		args = append(args, key)
+		// Its own limits', and the defaults' counters for it (per user too:
+		// key, budget.SubjectSep, user).
+		q += ` JOIN limits l ON l.id = r.limit_id WHERE l.key = $2 OR l.key = '' AND l.team = '' AND l.org = ''
+			AND (r.subject = $2 OR starts_with(r.subject, $3))`
+		args = append(args, key, key+budget.SubjectSep)
 	}
 	q += ` ORDER BY r.logged_at DESC, r.window_start DESC, r.limit_id COLLATE "C" LIMIT $1`
 	if err := t.tx.SelectContext(ctx, &rows, q, args...); err != nil {
