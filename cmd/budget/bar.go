@@ -91,7 +91,7 @@ func max1(c int) int {
 
 // barText is the bar of a status: used, reserved, then remaining cells.
 func barText(s *budget.Status) string {
-	u, r := barCells(s.Used, s.Reserved, s.Limit.Max, barWidth)
+	u, r := barCells(s.Used, s.Reserved, s.Max, barWidth)
 	return strings.Repeat(string(barUsed), u) + strings.Repeat(string(barReserved), r) +
 		strings.Repeat(string(barRemaining), barWidth-u-r)
 }
@@ -144,41 +144,38 @@ func windowCut(l *budget.Limit, n int) string {
 	return cut(base, n)
 }
 
-// scopeText is the scope with its value cut to nameWidth runes.
+// scopeText is scopeString with names cut to nameWidth runes.
 func scopeText(l *budget.Limit) string {
-	if l.Scope == budget.ScopeGlobal {
-		return l.ScopeString()
-	}
-	return string(l.Scope) + "=" + cut(l.ScopeValue, nameWidth)
+	return scopeString(l, func(s string) string { return cut(s, nameWidth) })
 }
 
 // writeBars prints the limits of r, two lines each, in reportWidth columns:
 //
-//	ID  KEY  SCOPE  METRIC  WINDOW
+//	ID  OWNER  SCOPE  METRIC  WINDOW
 //	  BAR  USED/LIMIT  RESERVED  USED%  RESETS  [disabled]
 //
 // Columns are as wide as their widest cell; WINDOW is cut to what is left
 // of the width.
 func writeBars(w io.Writer, r *budget.Report) {
 	head := [2][]string{
-		{"ID", "KEY", "SCOPE", "METRIC", "WINDOW"},
+		{"ID", "OWNER", "SCOPE", "METRIC", "WINDOW"},
 		{"BAR", "USED/LIMIT", "RESERVED", "USED%", "RESETS"},
 	}
 	rows := make([][2][]string, len(r.Limits))
 	for i := range r.Limits {
 		s := &r.Limits[i]
 		l := &s.Limit
-		reset := "-"
-		if !s.ResetAt.IsZero() {
-			reset = ts(s.ResetAt) + " (in " + untilText(r.At, s.ResetAt) + ")"
+		reset := resetText(s.ResetAt)
+		if !s.ResetAt.IsZero() && !s.ResetAt.Equal(budget.Forever) {
+			reset += " (in " + untilText(r.At, s.ResetAt) + ")"
 		}
-		second := []string{barText(s), amountText(l, s.Used) + "/" + amountText(l, l.Max),
-			amountText(l, s.Reserved), percentText(s.Used, l.Max), reset}
+		second := []string{barText(s), amountText(l, s.Used) + "/" + amountText(l, s.Max),
+			amountText(l, s.Reserved), percentText(s.Used, s.Max), reset}
 		if !l.Enabled {
 			second = append(second, "disabled")
 		}
 		rows[i] = [2][]string{
-			{cut(l.ID, nameWidth), cut(keyText(l), nameWidth), scopeText(l), string(l.Metric), windowText(l)},
+			{cut(l.ID, nameWidth), cut(ownerText(l), nameWidth), scopeText(l), string(l.Metric), windowText(l)},
 			second,
 		}
 	}
@@ -193,7 +190,7 @@ func writeBars(w io.Writer, r *budget.Report) {
 	}
 	// WINDOW, the last cell of the first line, gets what the others leave.
 	last := len(widths[0]) - 1
-	room := reportWidth // at least 13: the other cells are at most 20+20+29+10 runes
+	room := reportWidth // at least 13: the other cells are at most 20+20+29+10 runes (scopeString)
 	for k := 0; k < last; k++ {
 		room -= widths[0][k] + 2
 	}

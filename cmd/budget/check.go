@@ -9,13 +9,16 @@ import (
 	"github.com/tokenbudget/tokenbudget/budget"
 )
 
-const checkHelp = `usage: budget check --key K [--provider P] [--model M] [--tokens N] [--at T] [--json]
+const checkHelp = `usage: budget check --key K [--provider P] [--model M] [--user U] [--tokens N] [--at T] [--json]
 
 Asks whether a request may run at --at (default now) without consuming
-anything: every applicable enabled limit, the most restrictive breach and
-whether the provider is parked. --tokens is one unsplit estimate that counts
-fully against every token metric. Exit 3 when refused. With --json prints
-{"allowed", "breach", "parked", "limits"}.
+anything: every applicable enabled limit (the key's, its team's, its org's
+and the defaults counted for it), the most restrictive breach and whether
+the provider is parked. --tokens is one unsplit estimate that counts fully
+against every token metric. --user is the end user the request is for:
+user limits apply by it. Exit 3 when refused. With --json prints
+{"allowed", "breach", "parked", "limits"}; a breach's level and owner say
+whose limit refused.
 
 `
 
@@ -26,6 +29,7 @@ func (m *Main) runCheck(ctx context.Context, args []string) (err error) {
 	fs.StringVar(&req.Key, "key", "", "API key (required)")
 	fs.StringVar(&req.Provider, "provider", "", "provider of the request")
 	fs.StringVar(&req.Model, "model", "", "model of the request")
+	fs.StringVar(&req.User, "user", "", "end user the request is for")
 	fs.Int64Var(&req.Estimate.Tokens, "tokens", 0, "estimated tokens of the request")
 	at := m.atFlag(fs)
 	asJSON := fs.Bool("json", false, `print {"allowed", "breach", "parked", "limits"}`)
@@ -54,7 +58,7 @@ func (m *Main) runCheck(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	if *asJSON {
-		err = writeJSON(m.Stdout, decisionObj(&d))
+		err = writeJSON(m.Stdout, decisionObj(&d, now))
 	} else {
 		err = writeDecision(m.Stdout, &d, req.Estimate)
 	}
@@ -89,8 +93,8 @@ func writeDecision(w0 io.Writer, d *budget.Decision, est budget.Estimate) error 
 			estText = "the estimate priced" // the CLI's estimate is tokens; the tracker priced it
 		}
 		fmt.Fprintf(w, "  limit %s (%s %s %s %s): used %s + reserved %s + %s %s limit %s; retry after %ds (%s)\n",
-			l.ID, keyText(l), l.ScopeString(), l.Metric, windowText(l), amountText(l, b.Used), amountText(l, b.Reserved),
-			estText, op, amountText(l, l.Max), b.RetryAfterSeconds, retry)
+			l.ID, ownerText(l), scopeString(l, identity), l.Metric, windowText(l), amountText(l, b.Used), amountText(l, b.Reserved),
+			estText, op, limitText(l, b.Max), b.RetryAfterSeconds, retry)
 	}
 	if u := d.Unpriced; u != nil {
 		fmt.Fprintf(w, "  model %q of provider %q has no price and a dollar limit applies: set one with 'budget price set'\n", u.Model, u.Provider)

@@ -23,9 +23,13 @@ import (
 const importHelp = `usage: budget import [--db PATH] [--json] FILE|-
 
 Imports usage events from JSON lines (- reads stdin), one event per line
-with the record fields: request_id, key, provider, model, input, output,
-reasoning, cache_read, cache_write, at (RFC3339, default now). key, provider
-and model are required; unknown fields are invalid; blank lines are skipped.
+with the record fields: request_id, key, provider, model, user, input,
+output, reasoning, cache_read, cache_write, at (RFC3339, default now), and
+team and org. key, provider and model are required; unknown fields are
+invalid; blank lines are skipped. An event with a team or an org is charged
+to them as given (history exported elsewhere keeps its levels; neither needs
+to exist); one with neither is charged to its key's team and org as they
+are when it is written.
 
 Every line is validated before anything is written: a bad line exits 2
 naming its line number. Events are then written in batches of 1000, each one
@@ -218,6 +222,9 @@ type importLine struct {
 	Key        string     `json:"key"`
 	Provider   string     `json:"provider"`
 	Model      string     `json:"model"`
+	User       string     `json:"user"`
+	Team       string     `json:"team"`
+	Org        string     `json:"org"`
 	Input      tokenCount `json:"input"`
 	Output     tokenCount `json:"output"`
 	Reasoning  tokenCount `json:"reasoning"`
@@ -257,7 +264,8 @@ func parseLine(b []byte, n int, now time.Time, salt string) (budget.Usage, error
 	if _, err := dec.Token(); err != io.EOF {
 		return budget.Usage{}, budget.Invalid("json", clip(b), "want one JSON object per line")
 	}
-	u := budget.Usage{RequestID: in.RequestID, Key: in.Key, Provider: in.Provider, Model: in.Model, At: now}
+	u := budget.Usage{RequestID: in.RequestID, Key: in.Key, Provider: in.Provider, Model: in.Model, User: in.User,
+		Team: in.Team, Org: in.Org, At: now}
 	for _, f := range []struct {
 		name string
 		num  tokenCount
@@ -310,7 +318,7 @@ func decodeError(b []byte, err error) error {
 	}
 	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		name, _ := strconv.Unquote(f)
-		return budget.Invalid("field", name, "unknown; want request_id, key, provider, model, input, output, reasoning, cache_read, cache_write, at")
+		return budget.Invalid("field", name, "unknown; want request_id, key, provider, model, user, team, org, input, output, reasoning, cache_read, cache_write, at")
 	}
 	return budget.Invalid("json", clip(b), err.Error())
 }

@@ -10,21 +10,27 @@ import (
 	"github.com/tokenbudget/tokenbudget/budget"
 )
 
-const inspectHelp = `usage: budget inspect [--key K] [--at T] [--rollovers N] [--wide | --json]
+const inspectHelp = `usage: budget inspect [--key K | --team T | --org O] [--at T] [--rollovers N] [--wide | --json]
 
-Shows every limit (of one key with --key), disabled ones too, in the window
-holding --at (default now), then the newest rollovers (default 20) and the
-parked providers. Writes nothing.
+Shows every limit, disabled ones too, in the window holding --at (default
+now), then the newest rollovers (default 20) and the parked providers.
+Writes nothing. Without a flag it shows every limit but the defaults (they
+have no usage of their own); --key K shows what applies to K: its own
+limits, its team's and its org's, and the defaults with K's usage; --team T
+and --org O show only that team's or org's own limits, with its usage. A
+per-user (*) limit shows one entry per end user with usage in the window.
 
 By default each limit takes two lines that fit in 100 columns:
-  ID  KEY  SCOPE  METRIC  WINDOW
+  ID  OWNER  SCOPE  METRIC  WINDOW
     BAR  USED/LIMIT  RESERVED  USED%  RESETS  [disabled]
 BAR has 20 cells: █ used, ▒ reserved, · remaining (any non-zero amount
-shows at least one cell, only a full limit fills the bar). Amounts of usd
-limits are in dollars. RESETS is the end of the window (UTC) and the time
-left until it from --at. Ids, keys and scope values longer than 20
-characters are cut to 17 and "..."; a calendar WINDOW that does not fit in
-what is left of the 100 columns loses its zone.
+shows at least one cell, only a full limit fills the bar). OWNER is the
+key, team:T, org:O, or (default) after the key it is counted for. LIMIT is
+the limit in force at --at, raises included. Amounts of usd limits are in
+dollars. RESETS is the end of the window (UTC) and the time left until it
+from --at; never for a once window. Ids, owners and scope values longer
+than 20 characters are cut to 17 and "..."; a calendar WINDOW that does not
+fit in what is left of the 100 columns loses its zone.
 
 With --wide prints one wide table row per limit, every field in full. With
 --json prints {"at", "limits", "rollovers", "providers"}.
@@ -37,7 +43,9 @@ const defaultRollovers = 20
 func (m *Main) runInspect(ctx context.Context, args []string) (err error) {
 	fs := newFlagSet("inspect")
 	dsn := m.dbFlag(fs)
-	key := fs.String("key", "", "show only this key's limits and rollovers")
+	key := fs.String("key", "", "show what applies to this key, with its usage")
+	team := fs.String("team", "", "show only this team's own limits")
+	org := fs.String("org", "", "show only this org's own limits")
 	at := m.atFlag(fs)
 	n := fs.Int("rollovers", defaultRollovers, "how many of the newest rollovers to show")
 	asJSON := fs.Bool("json", false, `print {"at", "limits", "rollovers", "providers"}`)
@@ -56,13 +64,22 @@ func (m *Main) runInspect(ctx context.Context, args []string) (err error) {
 	if *n < 0 {
 		return budget.Invalid("rollovers", *n, "must be 0 or more")
 	}
+	level, owner, err := inspectOwner(*key, *team, *org)
+	if err != nil {
+		return err
+	}
 
 	db, err := m.openDB(ctx, *dsn, dbOptions{now: fixedClock(now)})
 	if err != nil {
 		return err
 	}
 	defer closeDB(ctx, db, &err)
-	r, err := db.Inspect(ctx, strings.TrimSpace(*key), now, *n)
+	var r budget.Report
+	if level == budget.LevelKey {
+		r, err = db.Inspect(ctx, owner, now, *n)
+	} else {
+		r, err = db.InspectOwned(ctx, level, owner, now, *n)
+	}
 	if err != nil {
 		return err
 	}
@@ -72,12 +89,30 @@ func (m *Main) runInspect(ctx context.Context, args []string) (err error) {
 			Limits    []statusJSON   `json:"limits"`
 			Rollovers []rolloverJSON `json:"rollovers"`
 			Providers []providerJSON `json:"providers"`
-		}{ts(r.At), statusObjs(r.Limits), rolloverObjs(r.Rollovers), providerObjs(r.Providers)})
+		}{ts(r.At), statusObjs(r.Limits, r.At), rolloverObjs(r.Rollovers), providerObjs(r.Providers)})
 	}
 	if *wide {
 		return writeReport(m, &r)
 	}
 	return writeCompactReport(m, &r)
+}
+
+// inspectOwner is whose limits inspect shows: a key's (LevelKey; every
+// key's when owner is ""), a team's or an org's. At most one of the flags
+// may be given.
+func inspectOwner(key, team, org string) (budget.Level, string, error) {
+	key, team, org = strings.TrimSpace(key), strings.TrimSpace(team), strings.TrimSpace(org)
+	switch {
+	case key != "" && team != "":
+		return "", "", budget.Invalid("team", team, "give --key, --team or --org, not two of them")
+	case key != "" && org != "", team != "" && org != "":
+		return "", "", budget.Invalid("org", org, "give --key, --team or --org, not two of them")
+	case team != "":
+		return budget.LevelTeam, team, budget.CheckName("team", team)
+	case org != "":
+		return budget.LevelOrg, org, budget.CheckName("org", org)
+	}
+	return budget.LevelKey, key, nil
 }
 
 // writeReport prints a report as tables: limits, rollovers, parked providers.

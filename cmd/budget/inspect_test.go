@@ -74,8 +74,8 @@ func TestInspectGolden(t *testing.T) {
 	wide := mustRun(t, 0, "inspect", "--db", db, "--at", at, "--wide").stdout
 	golden(t, "inspect.txt", wide)
 	for _, want := range []string{
-		"ID               KEY   SCOPE            METRIC      WINDOW                    LIMIT  USED  RESERVED  REMAINING  WINDOW START          RESET AT              ENABLED\n",
-		"demo-day         demo  global           tokens      daily 09:00 Europe/Paris  1000   477   0         523        2026-03-02T08:00:00Z  2026-03-03T08:00:00Z  yes\n",
+		"ID               OWNER  SCOPE            METRIC      WINDOW                    LIMIT  USED  RESERVED  REMAINING  WINDOW START          RESET AT              ENABLED\n",
+		"demo-day         demo   global           tokens      daily 09:00 Europe/Paris  1000   477   0         523        2026-03-02T08:00:00Z  2026-03-03T08:00:00Z  yes\n",
 	} {
 		if !strings.Contains(wide, want) {
 			t.Errorf("inspect --wide: got\n%s\nwant a line %q", wide, want)
@@ -167,19 +167,19 @@ func TestInspectBars(t *testing.T) {
 	got := mustRun(t, 0, "inspect", "--db", db, "--at", "2026-03-02T10:40:00Z").stdout
 	want := `at 2026-03-02T10:40:00Z
 
-ID               KEY   SCOPE            METRIC      WINDOW
+ID               OWNER  SCOPE            METRIC      WINDOW
   BAR                   USED/LIMIT  RESERVED  USED%  RESETS
-demo-conc        demo  global           concurrent  -
+demo-conc        demo   global           concurrent  -
   ····················  0/2         0         0%     -
-demo-out-off     demo  global           output      1h
+demo-out-off     demo   global           output      1h
   ███████████████████·  47/50       0         94%    2026-03-02T11:00:00Z (in 20m)     disabled
-demo-day         demo  global           tokens      daily 09:00 Europe/Paris
+demo-day         demo   global           tokens      daily 09:00 Europe/Paris
   ██████████··········  477/1000    0         47%    2026-03-03T08:00:00Z (in 21h20m)
-demo-openai-req  demo  provider=openai  requests    5m
+demo-openai-req  demo   provider=openai  requests    5m
   ····················  0/10        0         0%     2026-03-02T10:45:00Z (in 5m)
-demo-gpt-hour    demo  model=gpt-4o     tokens      1h
+demo-gpt-hour    demo   model=gpt-4o     tokens      1h
   ██████████··········  240/500     0         48%    2026-03-02T11:00:00Z (in 20m)
-team-week        team  global           input       weekly 00:00 UTC
+team-week        team   global           input       weekly 00:00 UTC
   ██████··············  30/100      0         30%    2026-03-09T00:00:00Z (in 6d13h)
 bar: █ used, ▒ reserved, · remaining
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
@@ -13,25 +14,43 @@ import (
 // The JSON shapes of contract section 7: snake_case, times RFC3339 in UTC
 // with whole seconds, null for what does not apply, [] for empty lists.
 
-// limitJSON is a limit object.
+// limitJSON is a limit object. Limit is the limit in force at the
+// instant the object describes (now for limit set and ls, the status's
+// instant otherwise): BaseLimit plus the Raises active then.
 type limitJSON struct {
-	ID         string  `json:"id"`
-	Key        *string `json:"key"` // null for a default limit
-	Scope      string  `json:"scope"`
-	ScopeValue string  `json:"scope_value"`
-	Metric     string  `json:"metric"`
-	Limit      int64   `json:"limit"`
-	Window     *string `json:"window"`     // null for concurrent limits
-	ResetTime  *string `json:"reset_time"` // null unless calendar
-	Timezone   *string `json:"timezone"`   // null unless calendar
-	Enabled    bool    `json:"enabled"`
+	ID         string      `json:"id"`
+	Level      string      `json:"level"` // key, team, org or default
+	Owner      *string     `json:"owner"` // the key, team or org; null for a default limit
+	Key        *string     `json:"key"`   // the key of a key-level limit; null otherwise
+	Scope      string      `json:"scope"`
+	ScopeValue string      `json:"scope_value"`
+	Metric     string      `json:"metric"`
+	Limit      int64       `json:"limit"`
+	BaseLimit  int64       `json:"base_limit"`
+	Raises     []raiseJSON `json:"raises"`
+	Window     *string     `json:"window"`     // null for concurrent limits
+	ResetTime  *string     `json:"reset_time"` // null unless calendar
+	Timezone   *string     `json:"timezone"`   // null unless calendar
+	Enabled    bool        `json:"enabled"`
+}
+
+// raiseJSON is a raise of a limit, in the limit's unit (micro-dollars for
+// usd, as limit and base_limit).
+type raiseJSON struct {
+	ID    string  `json:"id"`
+	By    int64   `json:"by"`
+	Until *string `json:"until"` // null: it stays
+	At    string  `json:"at"`
 }
 
 // statusJSON is a limit status: the limit in its window at an instant.
 type statusJSON struct {
 	limitJSON
+	// User is the end user whose counter this is, for a per-user ('*')
+	// limit; null for other limits.
+	User        *string `json:"user"`
 	WindowStart *string `json:"window_start"` // null for concurrent limits
-	ResetAt     *string `json:"reset_at"`     // null for concurrent limits
+	ResetAt     *string `json:"reset_at"`     // null for concurrent and once limits
 	Used        int64   `json:"used"`
 	Reserved    int64   `json:"reserved"`
 	Remaining   int64   `json:"remaining"`
@@ -86,10 +105,14 @@ type decisionJSON struct {
 	Unpriced *unpricedJSON `json:"unpriced,omitempty"`
 }
 
-func limitObj(l *budget.Limit) limitJSON {
-	o := limitJSON{ID: l.ID, Scope: string(l.Scope), ScopeValue: l.ScopeValue,
-		Metric: string(l.Metric), Limit: l.Max, Enabled: l.Enabled}
+// limitObj is l as it stands at at.
+func limitObj(l *budget.Limit, at time.Time) limitJSON {
+	o := limitJSON{ID: l.ID, Level: string(l.Level()), Scope: string(l.Scope), ScopeValue: l.ScopeValue,
+		Metric: string(l.Metric), Limit: l.MaxAt(at), BaseLimit: l.Max, Raises: raiseObjs(l.ActiveRaises(at)), Enabled: l.Enabled}
 	if !l.IsDefault() {
+		o.Owner = ptr(l.Owner())
+	}
+	if l.Key != "" {
 		o.Key = ptr(l.Key)
 	}
 	if l.Window.Kind != budget.NoWindow {
@@ -102,25 +125,62 @@ func limitObj(l *budget.Limit) limitJSON {
 	return o
 }
 
-func limitObjs(ls []budget.Limit) []limitJSON {
+func limitObjs(ls []budget.Limit, at time.Time) []limitJSON {
 	out := make([]limitJSON, len(ls))
 	for i := range ls {
-		out[i] = limitObj(&ls[i])
+		out[i] = limitObj(&ls[i], at)
 	}
 	return out
 }
 
-func statusObj(s *budget.Status) statusJSON {
-	return statusJSON{limitJSON: limitObj(&s.Limit), WindowStart: tsp(s.WindowStart), ResetAt: tsp(s.ResetAt),
-		Used: s.Used, Reserved: s.Reserved, Remaining: s.Remaining()}
+func raiseObjs(rs []budget.Raise) []raiseJSON {
+	out := make([]raiseJSON, len(rs))
+	for i, r := range rs {
+		out[i] = raiseJSON{ID: r.ID, By: r.Amount, Until: tsp(r.Until), At: ts(r.At)}
+	}
+	return out
 }
 
-func statusObjs(ss []budget.Status) []statusJSON {
+// statusObj is a status at at, the instant it was computed for.
+func statusObj(s *budget.Status, at time.Time) statusJSON {
+	o := statusJSON{limitJSON: limitObj(&s.Limit, at), WindowStart: tsp(s.WindowStart), ResetAt: resetAt(s.ResetAt),
+		Used: s.Used, Reserved: s.Reserved, Remaining: s.Remaining()}
+	o.Limit = s.Max // the domain's word on what was in force
+	if u := statusUser(&s.Limit); u != "" {
+		o.User = ptr(u)
+	}
+	return o
+}
+
+func statusObjs(ss []budget.Status, at time.Time) []statusJSON {
 	out := make([]statusJSON, len(ss))
 	for i := range ss {
-		out[i] = statusObj(&ss[i])
+		out[i] = statusObj(&ss[i], at)
 	}
 	return out
+}
+
+// resetAt is a window's end for JSON: null for concurrent limits (no
+// window) and once windows (they never reset).
+func resetAt(t time.Time) *string {
+	if t.Equal(budget.Forever) {
+		return nil
+	}
+	return tsp(t)
+}
+
+// statusUser is the end user whose counter of a per-user ('*') limit a
+// status is about: the limit's Subject, after the key for a default
+// limit; "" for other limits.
+func statusUser(l *budget.Limit) string {
+	if !l.EachUser() || l.Subject == "" {
+		return ""
+	}
+	if l.IsDefault() {
+		_, user, _ := strings.Cut(l.Subject, budget.SubjectSep)
+		return user
+	}
+	return l.Subject
 }
 
 func providerObj(p *budget.ProviderState) providerJSON {
@@ -153,10 +213,11 @@ func rolloverObjs(rs []budget.Rollover) []rolloverJSON {
 	return out
 }
 
-func decisionObj(d *budget.Decision) decisionJSON {
-	o := decisionJSON{Allowed: d.Allowed, Limits: statusObjs(d.Limits)}
+// decisionObj is a decision made at at.
+func decisionObj(d *budget.Decision, at time.Time) decisionJSON {
+	o := decisionJSON{Allowed: d.Allowed, Limits: statusObjs(d.Limits, at)}
 	if b := d.Breach; b != nil {
-		o.Breach = &breachJSON{statusJSON: statusObj(&b.Status), RetryAfterSeconds: b.RetryAfterSeconds, Retryable: b.Retryable}
+		o.Breach = &breachJSON{statusJSON: statusObj(&b.Status, at), RetryAfterSeconds: b.RetryAfterSeconds, Retryable: b.Retryable}
 	}
 	if p := d.Parked; p != nil {
 		o.Parked = &parkedJSON{providerJSON: providerObj(&p.ProviderState), RetryAfterSeconds: p.RetryAfterSeconds}
@@ -206,6 +267,55 @@ func windowText(l *budget.Limit) string {
 	return l.Window.String()
 }
 
+// resetText is a window's end for tables: "never" for a once window, "-"
+// without a window.
+func resetText(t time.Time) string {
+	if t.Equal(budget.Forever) {
+		return "never"
+	}
+	return tsText(t)
+}
+
+// ownerText is whose limit l is, for tables: the key of a key limit,
+// "team:T" or "org:O", and "(default)" for a default limit, after the key
+// it was applied to when there is one ("demo (default)").
+func ownerText(l *budget.Limit) string {
+	switch l.Level() {
+	case budget.LevelKey:
+		return l.Key
+	case budget.LevelTeam:
+		return "team:" + l.Team
+	case budget.LevelOrg:
+		return "org:" + l.Org
+	}
+	if k, _, _ := strings.Cut(l.Subject, budget.SubjectSep); k != "" {
+		return k + " (default)"
+	}
+	return "(default)"
+}
+
+// scopeString is l's scope for tables, each name through name: "global",
+// "provider=openai", "user=*", and for one user's counter of a per-user
+// limit "user=alice (*)". It has at most 9 runes more than a name.
+func scopeString(l *budget.Limit, name func(string) string) string {
+	if l.Scope == budget.ScopeGlobal {
+		return l.ScopeString()
+	}
+	if u := statusUser(l); u != "" {
+		return string(l.Scope) + "=" + name(u) + " (" + budget.AllUsers + ")"
+	}
+	return string(l.Scope) + "=" + name(l.ScopeValue)
+}
+
+// limitText is an amount in force for tables, with the base limit after
+// it when raises change it: "1500 (base 1000)".
+func limitText(l *budget.Limit, max int64) string {
+	if max == l.Max {
+		return amountText(l, max)
+	}
+	return amountText(l, max) + " (base " + amountText(l, l.Max) + ")"
+}
+
 // tsText is ts, or "-" for the zero time.
 func tsText(t time.Time) string {
 	if t.IsZero() {
@@ -224,11 +334,13 @@ func yesNo(b bool) string {
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 // statusLine is one status as a tab-separated table row; statusHeader heads it.
-const statusHeader = "ID\tKEY\tSCOPE\tMETRIC\tWINDOW\tLIMIT\tUSED\tRESERVED\tREMAINING\tWINDOW START\tRESET AT\tENABLED"
+const statusHeader = "ID\tOWNER\tSCOPE\tMETRIC\tWINDOW\tLIMIT\tUSED\tRESERVED\tREMAINING\tWINDOW START\tRESET AT\tENABLED"
 
 func statusLine(s *budget.Status) string {
 	l := &s.Limit
-	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", l.ID, keyText(l), l.ScopeString(), l.Metric,
-		windowText(l), amountText(l, l.Max), amountText(l, s.Used), amountText(l, s.Reserved), amountText(l, s.Remaining()),
-		tsText(s.WindowStart), tsText(s.ResetAt), yesNo(l.Enabled))
+	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", l.ID, ownerText(l), scopeString(l, identity), l.Metric,
+		windowText(l), limitText(l, s.Max), amountText(l, s.Used), amountText(l, s.Reserved), amountText(l, s.Remaining()),
+		tsText(s.WindowStart), resetText(s.ResetAt), yesNo(l.Enabled))
 }
+
+func identity(s string) string { return s }

@@ -11,17 +11,18 @@ import (
 	"github.com/tokenbudget/tokenbudget/gatekey"
 )
 
-const limitHelp = `usage: budget limit <set|ls|rm> [flags]
+const limitHelp = `usage: budget limit <set|ls|rm|raise> [flags]
 
-	limit set    create or update a limit (prints its id)
-	limit ls     list limits
-	limit rm ID  delete a limit with its counters (exit 4 when unknown)
+	limit set       create or update a limit (prints its id)
+	limit ls        list limits
+	limit rm ID     delete a limit with its counters (exit 4 when unknown)
+	limit raise ID  add to a limit for a while, or for good (prints the raise's id)
 `
 
 func (m *Main) runLimit(ctx context.Context, args []string) error {
 	if len(args) == 0 {
 		fmt.Fprint(m.Stderr, limitHelp)
-		return usagef("limit", "missing subcommand: set, ls or rm")
+		return usagef("limit", "missing subcommand: set, ls, rm or raise")
 	}
 	switch args[0] {
 	case "set":
@@ -30,42 +31,57 @@ func (m *Main) runLimit(ctx context.Context, args []string) error {
 		return m.runLimitLs(ctx, args[1:])
 	case "rm", "remove":
 		return m.runLimitRm(ctx, args[1:])
+	case "raise":
+		return m.runLimitRaise(ctx, args[1:])
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(m.Stdout, limitHelp)
 		return nil
 	}
-	return usagef("limit", "unknown subcommand %q: want set, ls or rm", args[0])
+	return usagef("limit", "unknown subcommand %q: want set, ls, rm or raise", args[0])
 }
 
-const limitSetHelp = `usage: budget limit set (--key K | --default) [--scope global|provider|model] [--value V] --limit N
-	[--metric tokens|input|output|requests|concurrent] --window W [--reset-time HH:MM]
+const limitSetHelp = `usage: budget limit set (--key K | --team T | --org O | --default)
+	[--scope global|provider|model|user] [--value V] --limit N
+	[--metric tokens|input|output|requests|concurrent|usd] --window W [--reset-time HH:MM]
 	[--tz ZONE] [--id ID] [--disabled | --enabled] [--json]
 
-Creates a limit, or updates the one with the same key, scope, value, metric
-and window (or the one --id names). An update changes only the attributes
-whose flags are given. --window is 1m, 1h, 1.5h (whole seconds) or daily,
-weekly, monthly; concurrent limits take none. A model --value is matched
-normalised (case, a leading vendor/, a trailing date, -latest or @tag do not
-count) and may be a pattern: * for any run of characters, ? for one.
+Creates a limit, or updates the one with the same owner, scope, value,
+metric and window (or the one --id names). An update changes only the
+attributes whose flags are given. --window is 1m, 1h, 1.5h (whole seconds),
+daily, weekly, monthly, or once: a window that never resets, from the
+limit's creation on (a prepaid balance, topped up with 'budget limit
+raise'); concurrent limits take none. A model --value is matched normalised
+(case, a leading vendor/, a trailing date, -latest or @tag do not count) and
+may be a pattern: * for any run of characters, ? for one. A user --value is
+one end user (the --user of check, record and reserve, the proxy's
+X-Budget-User), or * for each end user separately: every user gets a
+counter of their own.
 
---default makes a default limit instead of one key's: it applies to every
-key that has no enabled limit of its own with the same scope, value, metric
-and window, and each key has its own counter of it. Prints the limit's id,
-or the limit with --json (a default limit's key is null). Warns on stderr
-when --key names a key that has no gateway key ('budget key add').
+The owner is one of: --key, one key's limit; --team, a limit its keys share
+('budget team set' creates the team); --org, a limit the keys of all its
+teams share; --default, a limit that applies to every key that has no
+enabled limit of its own with the same scope, value, metric and window, and
+that each key counts separately. A request is checked against its key's,
+its team's and its org's limits together; the most restrictive decides.
+
+Prints the limit's id, or the limit with --json (level, owner; a key that
+is null unless the level is key). Warns on stderr when --key names a key
+that has no gateway key ('budget key add').
 
 `
 
 func (m *Main) runLimitSet(ctx context.Context, args []string) (err error) {
 	fs := newFlagSet("limit set")
 	dsn := m.dbFlag(fs)
-	key := fs.String("key", "", "API key the limit belongs to (required unless --default)")
+	key := fs.String("key", "", "API key the limit belongs to (one of --key, --team, --org, --default)")
+	team := fs.String("team", "", "team the limit belongs to: its keys share it")
+	org := fs.String("org", "", "organisation the limit belongs to: the keys of its teams share it")
 	isDefault := fs.Bool("default", false, "a default limit: applies to every key without an own limit of this shape")
-	scope := fs.String("scope", "global", "global, provider or model")
-	value := fs.String("value", "", "the provider or model name of a provider or model limit")
+	scope := fs.String("scope", "global", "global, provider, model or user")
+	value := fs.String("value", "", "the provider, model or end user (* for each user) of a scoped limit")
 	maxText := fs.String("limit", "", "the limit, > 0 (required to create); dollars (up to 6 decimals) for --metric usd")
 	metric := fs.String("metric", "tokens", "tokens, input, output, requests, concurrent or usd")
-	window := fs.String("window", "", "1m, 1h, 5h, ... or daily, weekly, monthly (required except for concurrent)")
+	window := fs.String("window", "", "1m, 1h, 5h, ... or daily, weekly, monthly, once (required except for concurrent)")
 	resetTime := fs.String("reset-time", "", "HH:MM a calendar window starts at (default 00:00)")
 	tz := fs.String("tz", "", "IANA zone of a calendar window (default UTC)")
 	id := fs.String("id", "", "id of a new limit, or of the existing limit to update")
@@ -80,7 +96,7 @@ func (m *Main) runLimitSet(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	set := visited(fs)
-	spec := budget.LimitSpec{ID: *id, Key: *key, Default: *isDefault, Scope: *scope, ScopeValue: *value, Metric: *metric, Window: *window}
+	spec := budget.LimitSpec{ID: *id, Key: *key, Team: *team, Org: *org, Default: *isDefault, Scope: *scope, ScopeValue: *value, Metric: *metric, Window: *window}
 	if set["reset-time"] {
 		spec.ResetTime = resetTime
 	}
@@ -111,6 +127,9 @@ func (m *Main) runLimitSet(ctx context.Context, args []string) (err error) {
 		// update; Validate cannot know that, as it does not see the store.
 		return budget.Invalid("limit", "", "is required to create a limit")
 	}
+	if err := noTeamsYet(*dsn, spec.Team, spec.Org); err != nil {
+		return err
+	}
 
 	db, err := m.openDB(ctx, *dsn, dbOptions{create: true})
 	if err != nil {
@@ -121,11 +140,11 @@ func (m *Main) runLimitSet(ctx context.Context, args []string) (err error) {
 	if err != nil {
 		return err
 	}
-	if !l.IsDefault() {
+	if l.Key != "" {
 		m.warnNoGatewayKey(ctx, db.KeyStore(), l.Key)
 	}
 	if *asJSON {
-		return writeJSON(m.Stdout, limitObj(&l))
+		return writeJSON(m.Stdout, limitObj(&l, m.Now()))
 	}
 	_, err = fmt.Fprintln(m.Stdout, l.ID)
 	return err
@@ -134,7 +153,9 @@ func (m *Main) runLimitSet(ctx context.Context, args []string) (err error) {
 const limitLsHelp = `usage: budget limit ls [--key K] [--json]
 
 Lists the limits (of one key and the default limits with --key) in listing
-order: key (default limits first), scope, value, metric, window length, id.
+order: level (default, key, team, org), owner, scope, value, metric, window
+length, id. LIMIT is the limit in force now: with raises, the base limit
+follows it. With --json prints {"limits": [...]}.
 
 `
 
@@ -155,6 +176,7 @@ func (m *Main) runLimitLs(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	defer closeDB(ctx, db, &err)
+	now := m.Now()
 	ls, err := db.Limits(ctx, strings.TrimSpace(*key))
 	if err != nil {
 		return err
@@ -162,17 +184,18 @@ func (m *Main) runLimitLs(ctx context.Context, args []string) (err error) {
 	if *asJSON {
 		return writeJSON(m.Stdout, struct {
 			Limits []limitJSON `json:"limits"`
-		}{limitObjs(ls)})
+		}{limitObjs(ls, now)})
 	}
 	if len(ls) == 0 {
 		_, err = fmt.Fprintln(m.Stdout, "no limits")
 		return err
 	}
 	w := tabwriter.NewWriter(m.Stdout, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(w, "ID\tKEY\tSCOPE\tMETRIC\tWINDOW\tLIMIT\tENABLED")
+	fmt.Fprintln(w, "ID\tOWNER\tSCOPE\tMETRIC\tWINDOW\tLIMIT\tENABLED")
 	for i := range ls {
 		l := &ls[i]
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.ID, keyText(l), l.ScopeString(), l.Metric, windowText(l), amountText(l, l.Max), yesNo(l.Enabled))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.ID, ownerText(l), l.ScopeString(), l.Metric, windowText(l),
+			limitText(l, l.MaxAt(now)), yesNo(l.Enabled))
 	}
 	return w.Flush()
 }
@@ -206,16 +229,20 @@ func (m *Main) runLimitRm(ctx context.Context, args []string) (err error) {
 	return db.DeleteLimit(ctx, id)
 }
 
-// keyText is a limit's key for tables: "(default)" for a default limit,
-// with the key it was applied to when there is one.
-func keyText(l *budget.Limit) string {
-	switch {
-	case !l.IsDefault():
-		return l.Key
-	case l.Subject != "":
-		return l.Subject + " (default)"
+// noTeamsYet refuses a team or an org on a SQLite database that does not
+// exist yet: it has none, and the command must not create the file only to
+// refuse (the domain's own check, with the same words, needs a store).
+func noTeamsYet(dsn, team, org string) error {
+	if !sqliteMissing(dsn) {
+		return nil
 	}
-	return "(default)"
+	if team = strings.TrimSpace(team); team != "" {
+		return budget.Invalid("team", team, "unknown team (create it with: budget team set "+team+")")
+	}
+	if org = strings.TrimSpace(org); org != "" {
+		return budget.Invalid("org", org, "unknown org (an org exists once a team names it: budget team set TEAM --org "+org+")")
+	}
+	return nil
 }
 
 // warnNoGatewayKey warns on stderr when key has no gateway key: a misspelt
@@ -238,14 +265,7 @@ func (m *Main) warnNoGatewayKey(ctx context.Context, s gatekey.Store, key string
 // parseLimit reads --limit: dollars for a usd limit (stored in
 // micro-dollars), else a whole number.
 func parseLimit(metric, v string) (int64, error) {
-	if strings.TrimSpace(metric) == string(budget.MetricUSD) {
-		return budget.ParseUSD("limit", v)
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-	if err != nil {
-		return 0, budget.Invalid("limit", v, "must be a whole number")
-	}
-	return n, nil
+	return parseAmount("limit", budget.Metric(strings.TrimSpace(metric)), v)
 }
 
 // amountText prints an amount of l's metric: dollars for usd limits

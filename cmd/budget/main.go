@@ -66,6 +66,7 @@ Commands:
 	limit set        create or update a limit
 	limit ls         list limits
 	limit rm         delete a limit
+	limit raise      add to a limit until an instant, or for good
 	record           record one request's usage
 	import           import usage events from JSON lines
 	check            ask whether a request may run now (exit 3 when refused)

@@ -122,8 +122,9 @@ func wantKeys(t testing.TB, what string, v any, want ...string) {
 }
 
 var (
-	limitFields  = []string{"id", "key", "scope", "scope_value", "metric", "limit", "window", "reset_time", "timezone", "enabled"}
-	statusFields = append(slices.Clone(limitFields), "window_start", "reset_at", "used", "reserved", "remaining")
+	limitFields = []string{"id", "level", "owner", "key", "scope", "scope_value", "metric", "limit", "base_limit", "raises",
+		"window", "reset_time", "timezone", "enabled"}
+	statusFields = append(slices.Clone(limitFields), "user", "window_start", "reset_at", "used", "reserved", "remaining")
 )
 
 func TestUsage(t *testing.T) {
@@ -171,6 +172,11 @@ func TestUsage(t *testing.T) {
 		{[]string{"provider", "unpark"}, 2, "", "want exactly one provider"},
 		{[]string{"recover", "extra"}, 2, "", `unexpected argument "extra"`},
 		{[]string{"provider", "ls", "extra"}, 2, "", `unexpected argument "extra"`},
+		{[]string{"limit", "raise", "-h"}, 0, "usage: budget limit raise", ""},
+		{[]string{"limit", "raise"}, 2, "", "want exactly one limit id"},
+		{[]string{"check", "-h"}, 0, "-user", ""},
+		{[]string{"record", "-h"}, 0, "-user", ""},
+		{[]string{"reserve", "-h"}, 0, "-user", ""},
 	} {
 		r := run(t, tc.args...)
 		if r.code != tc.code || !strings.Contains(r.stdout, tc.stdout) || !strings.Contains(r.stderr, tc.stderr) {

@@ -8,11 +8,13 @@ import (
 	"github.com/tokenbudget/tokenbudget/budget"
 )
 
-const recordHelp = `usage: budget record --key K --provider P --model M [--input N] [--output N]
+const recordHelp = `usage: budget record --key K --provider P --model M [--user U] [--input N] [--output N]
 	[--reasoning N] [--cache-read N] [--cache-write N] [--request-id ID] [--at T] [--json]
 
 Records one request's usage and waits until it is written. --input counts
 every prompt token; --cache-read and --cache-write are a breakdown inside it.
+--user is the end user the request was for: user limits count it. The event
+is charged to the key's team and org as they are when it is written.
 A request id already recorded for the key is a duplicate: nothing changes.
 Prints the request id, or {"request_id", "duplicate"} with --json.
 
@@ -25,6 +27,7 @@ func (m *Main) runRecord(ctx context.Context, args []string) (err error) {
 	fs.StringVar(&u.Key, "key", "", "API key (required)")
 	fs.StringVar(&u.Provider, "provider", "", "provider (required)")
 	fs.StringVar(&u.Model, "model", "", "model (required)")
+	fs.StringVar(&u.User, "user", "", "end user the request was for")
 	fs.Int64Var(&u.Input, "input", 0, "prompt tokens, cached or not")
 	fs.Int64Var(&u.Output, "output", 0, "generated tokens other than reasoning")
 	fs.Int64Var(&u.Reasoning, "reasoning", 0, "reasoning tokens")

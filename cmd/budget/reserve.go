@@ -9,10 +9,12 @@ import (
 	"github.com/tokenbudget/tokenbudget/budget"
 )
 
-const reserveHelp = `usage: budget reserve --key K [--provider P] [--model M] --tokens N [--ttl D] [--on-expiry release|charge] [--json]
+const reserveHelp = `usage: budget reserve --key K [--provider P] [--model M] [--user U] --tokens N [--ttl D]
+	[--on-expiry release|charge] [--json]
 
-Holds an estimate of N tokens against every applicable enabled limit, all or
-nothing, and takes a lease on each concurrent limit, until the reservation is
+Holds an estimate of N tokens against every applicable enabled limit (the
+key's, its team's, its org's, the defaults counted for it; user limits by
+--user, the end user the request is for), all or nothing, and takes a lease on each concurrent limit, until the reservation is
 committed ('budget commit ID'), released ('budget release ID') or expires
 (--ttl, default 2m). At expiry a release reservation (the default) stops
 counting; a charge reservation keeps counting until recovery charges its
@@ -30,6 +32,7 @@ func (m *Main) runReserve(ctx context.Context, args []string) (err error) {
 	fs.StringVar(&req.Key, "key", "", "API key (required)")
 	fs.StringVar(&req.Provider, "provider", "", "provider of the request")
 	fs.StringVar(&req.Model, "model", "", "model of the request")
+	fs.StringVar(&req.User, "user", "", "end user the request is for")
 	fs.Int64Var(&req.Estimate.Tokens, "tokens", 0, "estimated tokens of the request, > 0 (required)")
 	ttl := fs.Duration("ttl", budget.DefaultReservationTTL, "how long the reservation holds unless settled, > 0")
 	onExpiry := fs.String("on-expiry", string(budget.ExpireRelease), "what expiry does: release (stop counting) or charge (charge the estimate)")
@@ -62,12 +65,13 @@ func (m *Main) runReserve(ctx context.Context, args []string) (err error) {
 	defer closeDB(ctx, db, &err)
 	r, err := db.ReserveWith(ctx, req, budget.ReserveOptions{TTL: *ttl, OnExpiry: policy})
 	if err != nil {
-		d, ok, derr := m.refusal(ctx, db.Tracker, req, err)
+		now := m.Now()
+		d, ok, derr := m.refusal(ctx, db.Tracker, req, err, now)
 		if !ok {
 			return derr
 		}
 		if *asJSON {
-			err = writeJSON(m.Stdout, decisionObj(&d))
+			err = writeJSON(m.Stdout, decisionObj(&d, now))
 		} else {
 			err = writeDecision(m.Stdout, &d, req.Estimate)
 		}
@@ -87,7 +91,8 @@ func (m *Main) runReserve(ctx context.Context, args []string) (err error) {
 // exceeded limit carries its decision; a parked provider's refusal carries
 // no limits, so they are read (without writing) as check reads them. ok is
 // false when err is not a refusal (or reading failed): derr is the error.
-func (m *Main) refusal(ctx context.Context, t *budget.Tracker, req budget.Request, err error) (d budget.Decision, ok bool, derr error) {
+// now is the instant of the refusal.
+func (m *Main) refusal(ctx context.Context, t *budget.Tracker, req budget.Request, err error, now time.Time) (d budget.Decision, ok bool, derr error) {
 	var ee *budget.ExceededError
 	if errors.As(err, &ee) {
 		return ee.Decision, true, nil
@@ -100,7 +105,6 @@ func (m *Main) refusal(ctx context.Context, t *budget.Tracker, req budget.Reques
 	if !errors.As(err, &pe) {
 		return d, false, err
 	}
-	now := m.Now()
 	if d, derr = t.CheckAt(ctx, req, now); derr != nil {
 		return d, false, errors.Join(err, derr)
 	}
