@@ -41,13 +41,21 @@ type apiError struct {
 	typ     string // OpenAI/Anthropic error type: rate_limit_error, ...
 	code    string
 	message string
+	param   string // the request field at fault, for OpenAI's param ("": null)
 	limit   *limitDetail
 }
 
 // limitDetail is the machine-readable breach inside a budget refusal.
+// Limit is the limit in force (raises included); Window is null for a
+// concurrent limit, ResetAt for one that never resets too (a concurrent
+// or a once limit).
 type limitDetail struct {
-	ID                string  `json:"id"`
-	Key               string  `json:"key"`
+	ID  string `json:"id"`
+	Key string `json:"key"`
+	// Level is whose limit refused (key, team, org or default), Owner the
+	// key, team or org it belongs to (null for a default limit).
+	Level             string  `json:"level"`
+	Owner             *string `json:"owner"`
 	Scope             string  `json:"scope"`
 	ScopeValue        string  `json:"scope_value"`
 	Metric            string  `json:"metric"`
@@ -78,6 +86,10 @@ func writeError(w http.ResponseWriter, f Format, e apiError) {
 			Limit   *limitDetail `json:"limit,omitempty"`
 		}{e.typ, e.message, e.code, e.limit}}
 	} else {
+		var param *string
+		if e.param != "" {
+			param = &e.param
+		}
 		body = struct {
 			Error any `json:"error"`
 		}{struct {
@@ -86,7 +98,7 @@ func writeError(w http.ResponseWriter, f Format, e apiError) {
 			Param   *string      `json:"param"`
 			Code    string       `json:"code"`
 			Limit   *limitDetail `json:"limit,omitempty"`
-		}{e.message, e.typ, nil, e.code, e.limit}}
+		}{e.message, e.typ, param, e.code, e.limit}}
 	}
 	b, _ := json.Marshal(body)
 	h := w.Header()
@@ -156,6 +168,10 @@ func tooLongToWait(retry int64, maxWait time.Duration) bool {
 // exceededError builds the 429 of a budget refusal and sets its headers:
 // x-should-retry: false when the request can never fit or its wait is
 // longer than maxWait, so that an SDK hands the 429 to its caller at once.
+// The message and the limit object name the level whose limit refused. A
+// limit that never resets (window once) has no reset to announce: no
+// reset_at, no x-ratelimit-reset-*, and no Retry-After unless another
+// breached limit has a wait.
 func exceededError(h http.Header, f Format, d *budget.Decision, est budget.Estimate, now time.Time, maxWait time.Duration) apiError {
 	b := d.Breach
 	setRateLimitHeaders(h, d.Limits, budget.Estimate{}, now, false)
@@ -164,19 +180,32 @@ func exceededError(h http.Header, f Format, d *budget.Decision, est budget.Estim
 	}
 	l := &b.Limit
 	e := est.Amount(l.Metric)
-	h.Set("Retry-After", strconv.FormatInt(b.RetryAfterSeconds, 10))
-	setLimitHeaders(h, l.Metric, l.Max, l.Max-b.Used-b.Reserved, time.Duration(b.RetryAfterSeconds)*time.Second)
+	// never: a prepaid balance (window once), which no wait refills.
+	never := l.Window.Kind != budget.NoWindow && !l.Window.Resets()
+	if b.RetryAfterSeconds > 0 || b.Retryable {
+		h.Set("Retry-After", strconv.FormatInt(b.RetryAfterSeconds, 10))
+	}
+	reset := time.Duration(b.RetryAfterSeconds) * time.Second
+	if never {
+		reset = -1
+	}
+	setLimitHeaders(h, l.Metric, b.Max, b.Max-b.Used-b.Reserved, reset)
 	h.Set(limitHeader, l.ID)
 	h.Set(limitScopeHeader, l.ScopeString())
 	if !b.Retryable || tooLongToWait(b.RetryAfterSeconds, maxWait) {
 		h.Set("X-Should-Retry", "false")
 	}
 	win := "-"
-	det := &limitDetail{ID: l.ID, Key: l.Key, Scope: string(l.Scope), ScopeValue: l.ScopeValue, Metric: string(l.Metric),
-		Limit: l.Max, Used: b.Used, Reserved: b.Reserved, Estimate: e, RetryAfterSeconds: b.RetryAfterSeconds, Retryable: b.Retryable}
+	det := &limitDetail{ID: l.ID, Key: l.Key, Level: string(l.Level()), Scope: string(l.Scope), ScopeValue: l.ScopeValue, Metric: string(l.Metric),
+		Limit: b.Max, Used: b.Used, Reserved: b.Reserved, Estimate: e, RetryAfterSeconds: b.RetryAfterSeconds, Retryable: b.Retryable}
+	if o := l.Owner(); o != "" {
+		det.Owner = &o
+	}
 	if l.Window.Kind != budget.NoWindow {
 		win = l.Window.String()
 		det.Window = &win
+	}
+	if l.Window.Resets() {
 		r := b.ResetAt.UTC().Format(time.RFC3339)
 		det.ResetAt = &r
 	}
@@ -185,21 +214,73 @@ func exceededError(h http.Header, f Format, d *budget.Decision, est budget.Estim
 	if l.Metric == budget.MetricUSD {
 		amount, what = func(v int64) string { return "$" + budget.FormatUSD(v) }, "dollar"
 	}
+	per := string(l.Metric) + " per " + win
+	if never {
+		per = string(l.Metric) + ", never resets"
+	}
 	var msg strings.Builder
-	fmt.Fprintf(&msg, "%s budget exceeded: limit %s (key %s, scope %s, %s per %s) used %s", what, l.ID, l.Key, l.ScopeString(), l.Metric, win, amount(b.Used))
+	fmt.Fprintf(&msg, "%s budget exceeded: %s (scope %s, %s) used %s", what, whose(l), l.ScopeString(), per, amount(b.Used))
 	if b.Reserved > 0 {
 		fmt.Fprintf(&msg, " + reserved %s", amount(b.Reserved))
 	}
-	fmt.Fprintf(&msg, " of limit %s; this request needs about %s", amount(l.Max), amount(e))
+	fmt.Fprintf(&msg, " of limit %s; this request needs about %s", amount(b.Max), amount(e))
 	switch {
+	case e > b.Max:
+		msg.WriteString(", more than the limit itself: lower max_tokens or shorten the prompt")
+	case never:
+		msg.WriteString("; this limit never resets (a prepaid balance): ask the gateway's operator to raise it")
 	case !b.Retryable:
-		fmt.Fprintf(&msg, ", more than the limit itself: lower max_tokens or shorten the prompt")
+		msg.WriteString("; " + cannotWait(d.Limits, est))
 	case l.Window.Kind == budget.NoWindow:
 		fmt.Fprintf(&msg, "; retry in %ds", b.RetryAfterSeconds)
 	default:
 		fmt.Fprintf(&msg, "; the window resets at %s (in %s)", b.ResetAt.UTC().Format(time.RFC3339), time.Duration(b.RetryAfterSeconds)*time.Second)
 	}
 	return apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: CodeBudgetExceeded, message: msg.String(), limit: det}
+}
+
+// whose names a limit with its level, as a refusal says it: "key k limit
+// lim_1", "team eng limit lim_1", "org acme limit lim_1", or "default
+// limit lim_1 for key k"; a per-user limit (scope user=*) adds "of end
+// user u", whose counter it is.
+func whose(l *budget.Limit) string {
+	var d string
+	if l.IsDefault() {
+		d = "default limit " + l.ID + strings.TrimPrefix(l.Describe(), "default")
+	} else {
+		d = l.Describe() + " limit " + l.ID
+	}
+	if l.EachUser() {
+		user := l.Subject
+		if l.IsDefault() {
+			_, user, _ = strings.Cut(l.Subject, budget.SubjectSep)
+		}
+		if user != "" {
+			d += " of end user " + user
+		}
+	}
+	return d
+}
+
+// cannotWait says why no wait helps a refusal whose most restrictive
+// breach could be waited out: another limit it breaches is smaller than
+// the estimate, or never resets.
+func cannotWait(limits []budget.Status, est budget.Estimate) string {
+	for i := range limits {
+		s := &limits[i]
+		if est.Amount(s.Limit.Metric) > s.Max {
+			return "it needs more than " + whose(&s.Limit) + " itself: lower max_tokens or shorten the prompt"
+		}
+	}
+	for i := range limits {
+		s := &limits[i]
+		e := est.Amount(s.Limit.Metric)
+		breached := e > 0 && s.Used+s.Reserved+e > s.Max || e == 0 && s.Used+s.Reserved >= s.Max
+		if breached && !s.Limit.Window.Resets() && s.Limit.Metric != budget.MetricConcurrent {
+			return whose(&s.Limit) + " is spent too and never resets (a prepaid balance): ask the gateway's operator to raise it"
+		}
+	}
+	return "waiting does not help: another limit refuses it too"
 }
 
 // parkedError builds the answer to a request for a parked provider: 429,
@@ -220,7 +301,8 @@ func parkedError(h http.Header, f Format, p budget.ProviderState, retry int64, m
 }
 
 // setLimitHeaders sets OpenAI's x-ratelimit-{limit,remaining,reset}-{tokens,
-// requests} for one limit of metric m (concurrent limits have none).
+// requests} for one limit of metric m (concurrent limits have none); a
+// negative reset (a limit that never resets) sets no reset header.
 func setLimitHeaders(h http.Header, m budget.Metric, limit, remaining int64, reset time.Duration) {
 	var kind string
 	switch m {
@@ -233,15 +315,19 @@ func setLimitHeaders(h http.Header, m budget.Metric, limit, remaining int64, res
 	}
 	h.Set("X-Ratelimit-Limit-"+kind, strconv.FormatInt(limit, 10))
 	h.Set("X-Ratelimit-Remaining-"+kind, strconv.FormatInt(max(0, remaining), 10))
-	h.Set("X-Ratelimit-Reset-"+kind, max(0, reset).String())
+	if reset >= 0 {
+		h.Set("X-Ratelimit-Reset-"+kind, reset.String())
+	}
 }
 
 // setRateLimitHeaders sets the headers of the applicable limits: the IETF
 // RateLimit-Policy and RateLimit fields for every one, and, when success is
 // true, OpenAI's x-ratelimit-*-tokens (and -requests) for the token (and
 // requests) limit with the least room left. Remaining is limit - used -
-// reserved - sub, clamped at 0: sub is the request's estimate when the
-// statuses do not hold it yet (check mode), else zero.
+// reserved - sub, clamped at 0, of the limit in force (Status.Max): sub is
+// the request's estimate when the statuses do not hold it yet (check
+// mode), else zero. A limit that never resets has no window length (w) nor
+// reset (t).
 func setRateLimitHeaders(h http.Header, limits []budget.Status, sub budget.Estimate, now time.Time, success bool) {
 	if len(limits) == 0 {
 		return
@@ -251,14 +337,14 @@ func setRateLimitHeaders(h http.Header, limits []budget.Status, sub budget.Estim
 	var tokRem, reqRem int64
 	for i := range limits {
 		s := &limits[i]
-		rem := s.Limit.Max - s.Used - s.Reserved
+		rem := s.Max - s.Used - s.Reserved
 		if sub != (budget.Estimate{}) {
 			rem -= sub.Amount(s.Limit.Metric)
 		}
 		rem = max(0, rem)
 		var reset time.Duration
 		w := int64(0)
-		if s.Limit.Window.Kind != budget.NoWindow {
+		if s.Limit.Window.Resets() {
 			reset = s.ResetAt.Sub(now)
 			w = int64(s.ResetAt.Sub(s.WindowStart) / time.Second)
 		}
@@ -280,7 +366,7 @@ func setRateLimitHeaders(h http.Header, limits []budget.Status, sub budget.Estim
 			policy.WriteString(", ")
 			state.WriteString(", ")
 		}
-		fmt.Fprintf(&policy, "%q;q=%d;qu=%q", s.Limit.ID, s.Limit.Max, unit)
+		fmt.Fprintf(&policy, "%q;q=%d;qu=%q", s.Limit.ID, s.Max, unit)
 		if w > 0 {
 			fmt.Fprintf(&policy, ";w=%d", w)
 		}
@@ -295,10 +381,10 @@ func setRateLimitHeaders(h http.Header, limits []budget.Status, sub budget.Estim
 		return
 	}
 	if tok != nil {
-		setLimitHeaders(h, tok.Limit.Metric, tok.Limit.Max, tokRem, resetOf(tok, now))
+		setLimitHeaders(h, tok.Limit.Metric, tok.Max, tokRem, resetOf(tok, now))
 	}
 	if req != nil {
-		setLimitHeaders(h, req.Limit.Metric, req.Limit.Max, reqRem, resetOf(req, now))
+		setLimitHeaders(h, req.Limit.Metric, req.Max, reqRem, resetOf(req, now))
 	}
 }
 
@@ -315,12 +401,12 @@ func setMatchedHeaders(h http.Header, limits []budget.Status, sub budget.Estimat
 	var bestFrac float64
 	for i := range limits {
 		s := &limits[i]
-		rem := s.Limit.Max - s.Used - s.Reserved - sub.Amount(s.Limit.Metric)
+		rem := s.Max - s.Used - s.Reserved - sub.Amount(s.Limit.Metric)
 		if sub == (budget.Estimate{}) {
-			rem = s.Limit.Max - s.Used - s.Reserved
+			rem = s.Max - s.Used - s.Reserved
 		}
-		frac := float64(max(0, rem)) / float64(s.Limit.Max)
-		if best == nil || frac < bestFrac || frac == bestFrac && s.Limit.Max < best.Limit.Max {
+		frac := float64(max(0, rem)) / float64(s.Max)
+		if best == nil || frac < bestFrac || frac == bestFrac && s.Max < best.Max {
 			best, bestFrac = s, frac
 		}
 	}
@@ -330,7 +416,12 @@ func setMatchedHeaders(h http.Header, limits []budget.Status, sub budget.Estimat
 	}
 }
 
+// resetOf is when s's window resets, rounded up to whole seconds; -1 for
+// a window that never does.
 func resetOf(s *budget.Status, now time.Time) time.Duration {
+	if !s.Limit.Window.Resets() {
+		return -1
+	}
 	return time.Duration(ceilSeconds(s.ResetAt.Sub(now))) * time.Second
 }
 
