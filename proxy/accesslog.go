@@ -21,6 +21,7 @@ type exchange struct {
 	key       string // the gateway key's name, once authenticated
 	provider  string
 	model     string // the request's, once validated
+	user      string // the request's end user, once validated
 	requestID string
 	est       *budget.Estimate // what was admitted (Info.Estimate)
 	charged   *budget.Usage    // what was committed or recorded
@@ -54,7 +55,8 @@ func (x *exchange) Unwrap() http.ResponseWriter { return x.ResponseWriter }
 // logExchange writes the request's access log line. The attributes are
 // names and numbers the proxy chose or validated: never a secret (the key
 // is its name), never a prompt or an answer. A model is logged only once
-// it passed budget.CheckName, so a client cannot forge log lines with it.
+// it passed budget.CheckName, so a client cannot forge log lines with it;
+// so is an end user.
 func (m *Middleware) logExchange(x *exchange, r *http.Request) {
 	attrs := make([]slog.Attr, 0, 16)
 	attrs = append(attrs,
@@ -65,6 +67,9 @@ func (m *Middleware) logExchange(x *exchange, r *http.Request) {
 		slog.String("key", x.key),
 		slog.String("provider", x.provider),
 		slog.String("model", x.model))
+	if x.user != "" {
+		attrs = append(attrs, slog.String("user", x.user))
+	}
 	if x.requestID != "" {
 		attrs = append(attrs, slog.String("request_id", x.requestID))
 	}

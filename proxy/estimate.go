@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/tokenbudget/tokenbudget/budget"
 )
@@ -49,6 +50,14 @@ type RequestInfo struct {
 	Messages  int64
 	Parts     int64
 	PreTokens int64
+	// User is the end user the body names: OpenAI's "user", else
+	// Anthropic's metadata.user_id (strings only; "" when neither is
+	// one), spaces trimmed. The middleware prefers the X-Budget-User header
+	// (UserHeader) and validates the result.
+	User string
+	// UserField is the body field User came from ("user" or
+	// "metadata.user_id"; "" when none), for error messages.
+	UserField string
 }
 
 // Estimate is what a request is expected to cost before it runs:
@@ -103,11 +112,14 @@ type request struct {
 	Input               json.RawMessage `json:"input"`
 	Tools               json.RawMessage `json:"tools"`
 	Functions           json.RawMessage `json:"functions"`
+	User                json.RawMessage `json:"user"`
+	Metadata            json.RawMessage `json:"metadata"`
 }
 
 // ParseRequest reads a request body of format f: its model, stream flags,
-// output cap and the counts RequestInfo.Estimate is made of. A body that is not a JSON
-// object is an error; fields of an unexpected type are ignored.
+// output cap, end user and the counts RequestInfo.Estimate is made of. A
+// body that is not a JSON object is an error; fields of an unexpected type
+// are ignored.
 func ParseRequest(f Format, body []byte) (RequestInfo, error) {
 	var r request
 	if err := json.Unmarshal(body, &r); err != nil {
@@ -135,6 +147,7 @@ func ParseRequest(f Format, body []byte) (RequestInfo, error) {
 			ri.MaxOutput = max(ri.MaxOutput, min(v, budget.MaxTokens))
 		}
 	}
+	ri.User, ri.UserField = bodyUser(r.User, r.Metadata)
 	if f == OpenAIChat {
 		var n int64
 		if json.Unmarshal(r.N, &n) == nil && n > 1 {
@@ -154,6 +167,27 @@ func ParseRequest(f Format, body []byte) (RequestInfo, error) {
 	}
 	ri.TextBytes, ri.Messages, ri.Parts, ri.PreTokens = s.text, s.msgs, s.parts, s.tokens
 	return ri, nil
+}
+
+// bodyUser is the end user a body names: the "user" string (OpenAI),
+// else metadata.user_id (Anthropic), whichever route it came on, spaces
+// trimmed; a blank string or a value of another type names none.
+func bodyUser(user, metadata json.RawMessage) (v, field string) {
+	if json.Unmarshal(user, &v) == nil {
+		if v = strings.TrimSpace(v); v != "" {
+			return v, "user"
+		}
+	}
+	var md struct {
+		UserID json.RawMessage `json:"user_id"`
+	}
+	v = ""
+	if json.Unmarshal(metadata, &md) == nil && json.Unmarshal(md.UserID, &v) == nil {
+		if v = strings.TrimSpace(v); v != "" {
+			return v, "metadata.user_id"
+		}
+	}
+	return "", ""
 }
 
 // scan counts the text bytes, messages and parts of valid JSON values.

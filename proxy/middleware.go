@@ -64,6 +64,11 @@ const (
 	settleTimeout = 30 * time.Second
 )
 
+// UserHeader names the end user of a request. It wins over the body's
+// fields (RequestInfo.User) and is removed before the request is
+// forwarded.
+const UserHeader = "X-Budget-User"
+
 // Route is what the middleware serves at one path.
 type Route struct {
 	Format Format
@@ -283,8 +288,12 @@ type Info struct {
 	RequestID string
 	// At is when the request was admitted: its usage counts in the windows
 	// holding At (a reservation's instant in reserve mode).
-	At      time.Time
-	Key     string // the gateway key's name
+	At  time.Time
+	Key string // the gateway key's name
+	// User is the request's end user: the X-Budget-User header, else the
+	// body's (RequestInfo.User); "" when none is named. Its usage and
+	// reservation carry it, so user-scope limits count it.
+	User    string
 	Route   Route
 	Request RequestInfo
 	// Estimate is what was admitted: the request's estimate, its output
@@ -336,6 +345,9 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 	var w http.ResponseWriter = x
 	ctx := r.Context()
+	// A gateway header: the upstream never sees it, on any path.
+	hdrUser := strings.TrimSpace(r.Header.Get(UserHeader))
+	r.Header.Del(UserHeader)
 	if isModels(r.URL.Path) {
 		m.models(x, r, next)
 		return
@@ -379,6 +391,11 @@ func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 		return
 	}
 	x.model = ri.Model
+	user, ok := m.endUser(w, f, hdrUser, &ri)
+	if !ok {
+		return
+	}
+	x.user = user
 	est := ri.Estimate(f, m.cfg.DefaultMaxOutput, m.cfg.ImageTokens)
 	// A request without a cap gets one: the output estimate may shrink to
 	// the room left, down to the floor, and the upstream is told the
@@ -401,9 +418,9 @@ func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 		}
 		strip = true
 	}
-	info := &Info{Key: key, Route: route, Request: ri, Estimate: est}
+	info := &Info{Key: key, User: user, Route: route, Request: ri, Estimate: est}
 	x.est = &info.Estimate
-	req := budget.Request{Key: key, Provider: route.Provider, Model: ri.Model, Estimate: est}
+	req := budget.Request{Key: key, Provider: route.Provider, Model: ri.Model, User: user, Estimate: est}
 	extra := make(http.Header, 8)
 	res, ok := m.admit(w, r, f, req, minOutput, info, extra)
 	if !ok {
@@ -463,6 +480,28 @@ func (m *Middleware) authenticate(x *exchange, r *http.Request, f Format) (strin
 	r.Header.Del("Authorization")
 	r.Header.Del("X-Api-Key")
 	return key, true
+}
+
+// endUser is the request's end user: hdr (the X-Budget-User header,
+// trimmed) when set, else the body's. A name the tracker could not store
+// (budget.CheckName) is 400, naming where it came from, before anything is
+// written or logged; ok is false then.
+func (m *Middleware) endUser(w http.ResponseWriter, f Format, hdr string, ri *RequestInfo) (user string, ok bool) {
+	user, from, param := hdr, "the "+UserHeader+" header", ""
+	if user == "" {
+		user, from, param = ri.User, "the body's "+ri.UserField, ri.UserField
+	}
+	if user == "" {
+		return "", true
+	}
+	if err := budget.CheckName("user", user); err != nil {
+		m.outcome(w, OutcomeBadRequest)
+		e := simpleError(f, http.StatusBadRequest, CodeBadRequest, err.Error()+" (from "+from+")")
+		e.param = param
+		writeError(w, f, e)
+		return "", false
+	}
+	return user, true
 }
 
 // outcome counts a request's outcome in the metrics and, when w is the

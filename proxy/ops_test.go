@@ -14,9 +14,9 @@ import (
 )
 
 // TestAccessLog: one line per request the middleware answers, whatever
-// the answer, with the key's name, provider, model, status, outcome,
-// estimate, tokens charged and latency; never the secret, never the
-// prompt.
+// the answer, with the key's name, provider, model, end user (when one is
+// named), status, outcome, estimate, tokens charged and latency; never
+// the secret, never the prompt.
 func TestAccessLog(t *testing.T) {
 	t.Parallel()
 	log := &syncBuffer{}
@@ -27,8 +27,8 @@ func TestAccessLog(t *testing.T) {
 	const prompt = "the secret plans of the prompt"
 	// estimate: ceil((4 + 30) / 4) + 4 = 13 input, 50 output
 	body := `{"model":"gpt-4o","max_tokens":50,"messages":[{"role":"user","content":"` + prompt + `"}]}`
-	e.do("/v1/chat/completions", body) // 200, charged 10 + 20
-	e.do("/v1/chat/completions", body) // 429: 63 > 50 left
+	e.do("/v1/chat/completions", body)                            // 200, charged 10 + 20
+	e.do("/v1/chat/completions", body, proxy.UserHeader, "alice") // 429: 63 > 50 left
 	e.send("/v1/chat/completions", body, "Authorization", "Bearer tbk_nope")
 	e.wait(1)
 	e.do("/v1/nothing", body)
@@ -40,6 +40,7 @@ func TestAccessLog(t *testing.T) {
 		Key            string   `json:"key"`
 		Provider       string   `json:"provider"`
 		Model          string   `json:"model"`
+		User           string   `json:"user"`
 		RequestID      string   `json:"request_id"`
 		EstimateInput  *int64   `json:"estimate_input"`
 		EstimateOutput *int64   `json:"estimate_output"`
@@ -82,6 +83,9 @@ func TestAccessLog(t *testing.T) {
 			(l.EstimateInput != nil) != want.withEstimate || (l.RequestID != "") != want.withRequestID {
 			t.Errorf("line %d: %+v; want %+v", i, l, want)
 		}
+	}
+	if lines[0].User != "" || lines[1].User != "alice" {
+		t.Errorf("end users: %q, %q; want none, then alice (the X-Budget-User header)", lines[0].User, lines[1].User)
 	}
 	if s := log.String(); strings.Contains(s, e.secret) || strings.Contains(s, "tbk_nope") || strings.Contains(s, prompt) {
 		t.Errorf("the access log holds a secret or the prompt:\n%s", s)

@@ -206,7 +206,9 @@ func (m *Middleware) settle(r *http.Request, rc *recorder, info *Info, route Rou
 	gone := panicked || rc.writeErr != nil || r.Context().Err() != nil
 	stalled := info.stalled.Load()
 	est := info.Estimate
-	u := budget.Usage{RequestID: info.RequestID, Key: info.Key, Provider: route.Provider, Model: info.Request.Model, At: info.At}
+	// A commit takes the user from its reservation; a check-mode record
+	// from here.
+	u := budget.Usage{RequestID: info.RequestID, Key: info.Key, User: info.User, Provider: route.Provider, Model: info.Request.Model, At: info.At}
 	charge, outcome := true, OutcomeOK
 	switch {
 	case rc.status/100 == 2:
