@@ -20,33 +20,43 @@
 //  3. the body: over MaxBody 413 (from its Content-Length, before a byte
 //     is read); not all there within BodyTimeout 408; its bytes held
 //     against MaxInflightBytes, 503 with Retry-After when they would go
-//     over; then read for the model, the output cap and the prompt
-//     estimate (RequestInfo.Estimate; the output at the largest of
-//     max_tokens, max_completion_tokens and max_output_tokens, since an
-//     upstream may honour any of them). A model the tracker could not
-//     store (budget.CheckName: over budget.MaxNameLen bytes, control
-//     characters) is 400 before anything is written or logged, quoted
-//     only in part;
+//     over; then read for the model, the output cap, the end user and
+//     the prompt estimate (RequestInfo.Estimate; the output at the
+//     largest of max_tokens, max_completion_tokens and max_output_tokens,
+//     since an upstream may honour any of them). The end user is the
+//     X-Budget-User header (UserHeader, never forwarded, on any path),
+//     else the body's "user" string (OpenAI), else its metadata.user_id
+//     string (Anthropic); none when all are blank. A model or an end user
+//     the tracker could not store (budget.CheckName: over
+//     budget.MaxNameLen bytes, control characters) is 400 before anything
+//     is written or logged, naming the field and where it came from,
+//     quoted only in part;
 //  4. admission: Tracker.ReserveWith (ModeReserve, exact) or Tracker.Check
-//     (ModeCheck, fast) for key name, provider and the request's model.
-//     A request without a cap of its own (Config.CapField) is admitted
-//     with the largest output up to DefaultMaxOutput that the room left
-//     allows, at least MinInjectedOutput (budget.ReserveOptions.MinOutput
-//     inside the reservation's transaction; budget.FitOutput on Check's
-//     statuses), and forwarded with that cap in the field its API reads,
-//     so no answer outgrows its admission. A refusal is a 429 with
-//     Retry-After, x-ratelimit-*-tokens, the IETF RateLimit-Policy and
-//     RateLimit fields, X-Tokenbudget-Limit and -Limit-Scope, and an
-//     OpenAI- or Anthropic-shaped body (code token_budget_exceeded, or
-//     provider_parked: 429, 503 when overloaded); x-should-retry: false
-//     when it can never fit or its wait is over MaxClientWait (60s), so
-//     SDKs do not sleep until a window resets. With RequireLimits a
-//     request no enabled limit applies to is 403 no_budget. A reservation
-//     is charged on expiry (budget.ExpireCharge) and lasts ReservationTTL
-//     (20s), renewed every third of it while the request runs: if the
-//     process dies, recovery charges the estimate (the client may have had
-//     its answer; a request never served may be charged, a served one is
-//     never missed) and the concurrency leases are free within the TTL;
+//     (ModeCheck, fast) for key name, provider, the request's model and end
+//     user, against the limits of the key, its team, its organisation and
+//     the defaults (the tracker decides which apply). A request without a
+//     cap of its own (Config.CapField) is admitted with the largest output
+//     up to DefaultMaxOutput that the room left allows, at least
+//     MinInjectedOutput (budget.ReserveOptions.MinOutput inside the
+//     reservation's transaction; budget.FitOutput on Check's statuses), and
+//     forwarded with that cap in the field its API reads, so no answer
+//     outgrows its admission. A refusal is a 429 with Retry-After,
+//     x-ratelimit-*-tokens, the IETF RateLimit-Policy and RateLimit fields,
+//     X-Tokenbudget-Limit and -Limit-Scope, and an OpenAI- or
+//     Anthropic-shaped body (code token_budget_exceeded, or provider_parked:
+//     429, 503 when overloaded); x-should-retry: false when it can never fit
+//     or its wait is over MaxClientWait (60s), so SDKs do not sleep until a
+//     window resets. A budget refusal names the level whose limit refused
+//     ("team eng limit lim_...", and level and owner in its limit object)
+//     and counts the limit in force (raises included, budget.Status.Max);
+//     a limit that never resets (window once) announces no reset: no
+//     Retry-After, reset header or reset_at. With RequireLimits a request no
+//     enabled limit applies to is 403 no_budget. A reservation is charged on
+//     expiry (budget.ExpireCharge) and lasts ReservationTTL (20s), renewed
+//     every third of it while the request runs: if the process dies,
+//     recovery charges the estimate (the client may have had its answer; a
+//     request never served may be charged, a served one is never missed) and
+//     the concurrency leases are free within the TTL;
 //  5. the wrapped handler, with stream_options.include_usage added to a
 //     streamed chat request and no Accept-Encoding, whose response passes
 //     through as it comes, each SSE event flushed (a usage-only chunk the
@@ -57,18 +67,20 @@
 //     also the rate-limit headers of the limit with the least room left
 //     (X-Tokenbudget-Limit, -Limit-Scope) and, when a cap was injected,
 //     X-Tokenbudget-Max-Output;
-//  6. settlement, on a context the client leaving does not cancel: the
-//     usage is committed (recorded in check mode); a response without
+//  6. settlement, on a context the client leaving does not cancel: the usage
+//     is committed (recorded in check mode, with the end user; a commit and
+//     a charge on expiry take it from the reservation); a response without
 //     usage, or with an invalid one (a count or the billable sum over
 //     2^53-1), at the estimate (logged, counted); a stream the client left
 //     at the usage reported so far, else the input estimate plus
 //     ceil(streamed text bytes / 4); a stream the upstream cut short (or
 //     that stalled) at what it reported plus the estimate of the rest; an
-//     error answer releases the reservation. A commit the store cannot
-//     take yet stays queued in the tracker until it can. Upstream 429,
-//     529, repeated 503, 401 and 403 answers park the provider;
-//  7. one AccessLog line (key name, provider, model, status, outcome,
-//     estimate, tokens charged, latency; never a secret or a prompt).
+//     error answer releases the reservation. A commit the store cannot take
+//     yet stays queued in the tracker until it can. Upstream 429, 529,
+//     repeated 503, 401 and 403 answers park the provider;
+//  7. one AccessLog line (key name, provider, model, end user, status,
+//     outcome, estimate, tokens charged, latency; never a secret or a
+//     prompt).
 //
 // GET /v1/models (and /v1/models/ID) needs a valid gateway key, costs no
 // budget, and goes to the wrapped handler as it is, with the Info of the
