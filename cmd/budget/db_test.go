@@ -13,6 +13,10 @@ import (
 var readOnly = [][]string{
 	{"limit", "ls"},
 	{"limit", "rm", "lim_x"},
+	{"limit", "raise", "lim_x", "--by", "1"},
+	{"team", "ls"},
+	{"team", "rm", "t"},
+	{"inspect", "--team", "t"},
 	{"check", "--key", "k"},
 	{"inspect"},
 	{"verify"},
@@ -29,6 +33,8 @@ var creating = [][]string{
 	{"record", "--key", "k", "--provider", "p", "--model", "m", "--input", "1"},
 	{"reserve", "--key", "k", "--tokens", "1"},
 	{"provider", "park", "p", "--kind", "overloaded"},
+	{"team", "set", "t", "--org", "o"},
+	{"key", "set-team", "k", "--none"},
 }
 
 func TestReadOnlyCommandsOnMissingDB(t *testing.T) {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -12,19 +13,20 @@ import (
 	"github.com/tokenbudget/tokenbudget/proxy"
 )
 
-const keyHelp = `usage: budget key <add|ls|rotate|revoke> [flags]
+const keyHelp = `usage: budget key <add|ls|rotate|revoke|set-team> [flags]
 
-	key add NAME     create a gateway key; prints its secret, shown only this once
-	                 (--reuse: take the name of a revoked key again)
-	key ls           list gateway keys: state and last use
-	key rotate NAME  give a key a new secret; the old one works for --grace (1h)
-	key revoke NAME  revoke a key (the proxy refuses it within 5s)
+	key add NAME           create a gateway key; prints its secret, shown only this once
+	                       (--reuse: take the name of a revoked key again; --team T: in team T)
+	key ls                 list gateway keys: state and last use
+	key rotate NAME        give a key a new secret; the old one works for --grace (1h)
+	key revoke NAME        revoke a key (the proxy refuses it within 5s)
+	key set-team NAME T    place any key (gateway or not) in team T, or in none with --none
 `
 
 func (m *Main) runKey(ctx context.Context, args []string) error {
 	if len(args) == 0 {
 		fmt.Fprint(m.Stderr, keyHelp)
-		return usagef("key", "missing subcommand: add, ls, rotate or revoke")
+		return usagef("key", "missing subcommand: add, ls, rotate, revoke or set-team")
 	}
 	switch args[0] {
 	case "add":
@@ -35,14 +37,16 @@ func (m *Main) runKey(ctx context.Context, args []string) error {
 		return m.runKeyRevoke(ctx, args[1:])
 	case "rotate":
 		return m.runKeyRotate(ctx, args[1:])
+	case "set-team":
+		return m.runKeySetTeam(ctx, args[1:])
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(m.Stdout, keyHelp)
 		return nil
 	}
-	return usagef("key", "unknown subcommand %q: want add, ls, rotate or revoke", args[0])
+	return usagef("key", "unknown subcommand %q: want add, ls, rotate, revoke or set-team", args[0])
 }
 
-const keyAddHelp = `usage: budget key add NAME [--reuse] [--at T] [--json]
+const keyAddHelp = `usage: budget key add NAME [--team TEAM] [--reuse] [--at T] [--json]
 
 Creates the gateway key NAME for 'budget proxy' and prints its secret: give
 it to the application, which sends it as "Authorization: Bearer SECRET" or
@@ -52,7 +56,9 @@ A name that exists is invalid (exit 2), revoked or not, unless --reuse is
 given and the key of that name is revoked: the name then gets a new secret
 and keeps its limits and their windows (the revoked secret stays refused).
 A live key's name is never taken: 'budget key rotate' gives it a new
-secret. With --json prints {"name", "secret"}.
+secret. --team places the key in TEAM, which must exist ('budget team
+set'): an unknown team is invalid (exit 2) and no key is created. With
+--json prints {"name", "secret"}.
 
 `
 
@@ -62,6 +68,7 @@ func (m *Main) runKeyAdd(ctx context.Context, args []string) (err error) {
 	at := m.atFlag(fs)
 	asJSON := fs.Bool("json", false, `print {"name", "secret"}`)
 	reuse := fs.Bool("reuse", false, "take the name of a revoked key again")
+	team := fs.String("team", "", "the team the key belongs to (it exists)")
 	pos, err := m.parseArgs(fs, keyAddHelp, args)
 	if err != nil {
 		return err
@@ -74,12 +81,33 @@ func (m *Main) runKeyAdd(ctx context.Context, args []string) (err error) {
 	if err != nil {
 		return err
 	}
+	*team = strings.TrimSpace(*team)
+	if err := budget.CheckName("team", *team); err != nil {
+		return err
+	}
+	if err := noTeamsYet(*dsn, *team, ""); err != nil {
+		return err
+	}
 
 	db, err := m.openDB(ctx, *dsn, dbOptions{create: true})
 	if err != nil {
 		return err
 	}
 	defer closeDB(ctx, db, &err)
+	// The team must exist before the key is created, so an unknown team
+	// leaves nothing half-written.
+	var placed budget.Team
+	if *team != "" {
+		ts, err := db.Teams(ctx)
+		if err != nil {
+			return err
+		}
+		i := slices.IndexFunc(ts, func(t budget.Team) bool { return t.Name == *team })
+		if i < 0 {
+			return budget.Invalid("team", *team, "unknown team (create it with: budget team set "+*team+")")
+		}
+		placed = ts[i]
+	}
 	add := proxy.AddKey
 	if *reuse {
 		add = proxy.ReuseKey
@@ -88,8 +116,14 @@ func (m *Main) runKeyAdd(ctx context.Context, args []string) (err error) {
 	if err != nil {
 		return err
 	}
-	if ls, err := db.Limits(ctx, name); err == nil && !anyEnabled(ls) {
-		fmt.Fprintf(m.Stderr, "budget: warning: key %q has no limits of its own and there are no default limits: it is unlimited until you set one ('budget limit set --key %s ...' or '--default')\n", name, name)
+	if placed.Name != "" {
+		if err := db.SetKeyTeam(ctx, name, placed.Name); err != nil {
+			return fmt.Errorf("gateway key %s was created, but not placed in team %s (run 'budget key set-team %s %s'): %w",
+				name, placed.Name, name, placed.Name, err)
+		}
+	}
+	if ls, err := db.Limits(ctx, ""); err == nil && !anyApplies(ls, name, placed) {
+		fmt.Fprintf(m.Stderr, "budget: warning: key %q has no limits of its own, of a team or an org, and there are no default limits: it is unlimited until you set one ('budget limit set --key %s ...' or '--default')\n", name, name)
 	}
 	if *asJSON {
 		return writeJSON(m.Stdout, struct {
@@ -302,10 +336,29 @@ func (m *Main) runKeyRevoke(ctx context.Context, args []string) (err error) {
 	return err
 }
 
-func anyEnabled(ls []budget.Limit) bool {
+// anyApplies reports whether an enabled limit of ls is key's own, a
+// default, or the team's or its org's.
+func anyApplies(ls []budget.Limit, key string, team budget.Team) bool {
 	for i := range ls {
-		if ls[i].Enabled {
+		l := &ls[i]
+		if !l.Enabled {
+			continue
+		}
+		switch l.Level() {
+		case budget.LevelDefault:
 			return true
+		case budget.LevelKey:
+			if l.Key == key {
+				return true
+			}
+		case budget.LevelTeam:
+			if team.Name != "" && l.Team == team.Name {
+				return true
+			}
+		case budget.LevelOrg:
+			if team.Org != "" && l.Org == team.Org {
+				return true
+			}
 		}
 	}
 	return false

@@ -67,6 +67,9 @@ Commands:
 	limit ls         list limits
 	limit rm         delete a limit
 	limit raise      add to a limit until an instant, or for good
+	team set         create a team (in an org), or move it
+	team ls          list teams with their org and keys
+	team rm          remove a team
 	record           record one request's usage
 	import           import usage events from JSON lines
 	check            ask whether a request may run now (exit 3 when refused)
@@ -87,6 +90,7 @@ Commands:
 	key ls           list gateway keys
 	key rotate       give a gateway key a new secret (the old one works for a grace period)
 	key revoke       revoke a gateway key
+	key set-team     place a key (gateway or not) in a team, or in none
 	proxy            serve the OpenAI/Anthropic API under the budgets (reverse proxy)
 	mock-upstream    serve a mock LLM provider, to try the proxy without an account
 	demo             run the proxy and a mock provider on a fresh database, offline
@@ -190,6 +194,8 @@ func (m *Main) Run(ctx context.Context, args []string) (err error) {
 		return m.runProvider(ctx, rest)
 	case "key":
 		return m.runKey(ctx, rest)
+	case "team":
+		return m.runTeam(ctx, rest)
 	case "price":
 		return m.runPrice(ctx, rest)
 	case "proxy":
