@@ -116,14 +116,13 @@ func normalizeRequest(req Request) (Request, error) {
 // when warm.
 func (t *Tracker) status(ctx context.Context, kl *keyLimits, i int, who *Who, now time.Time, clock int64) (Status, error) {
 	l := &kl.limits[i]
-	st := Status{Limit: *l, Max: l.MaxAt(now)}
 	// A per-user limit's counter depends on the user: the limit's slot
 	// remembers only its window, never a counter.
 	each := l.EachUser()
 	if each {
-		st.Limit.Subject = l.subjectFor(who)
-		l = &st.Limit
+		l = l.forWho(who) // a copy: st must not have its address taken, or every check allocates it
 	}
+	st := Status{Limit: *l, Max: l.MaxAt(now)}
 	k := cache.Key{LimitID: l.ID, Subject: l.Subject}
 	var w *curWindow
 	if l.Metric != MetricConcurrent {
