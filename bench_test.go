@@ -216,6 +216,33 @@ func benchPairs(b *testing.B, goroutines int) {
 	runPairs(b, t, goroutines)
 }
 
+// BenchmarkReserveCommitLevels64 is BenchmarkReserveCommit64 with the
+// 1,000 keys in 10 teams of one organisation, each team and the
+// organisation with a daily limit: 5 holds a reservation, and the team
+// and organisation windows shared by every key under them.
+func BenchmarkReserveCommitLevels64(b *testing.B) {
+	ctx := context.Background()
+	t := openBench(b, pairKeys, nil).Tracker
+	for team := range 10 {
+		name := fmt.Sprintf("team-%d", team)
+		if _, err := t.SetTeam(ctx, name, "org"); err != nil {
+			b.Fatal(err)
+		}
+		storetest.SetLimit(b, t, budget.LimitSpec{Team: name, Window: "daily"}, 1<<50)
+	}
+	storetest.SetLimit(b, t, budget.LimitSpec{Org: "org", Window: "daily"}, 1<<50)
+	for k := range pairKeys {
+		if err := t.SetKeyTeam(ctx, storetest.BenchKey(k), fmt.Sprintf("team-%d", k%10)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if d, err := t.Check(ctx, pairReqs[0]); err != nil || len(d.Limits) != 5 {
+		b.Fatalf("check = %+v, %v; want 5 limits over 3 levels", d, err)
+	}
+	warmPairs(b, t)
+	runPairs(b, t, 64)
+}
+
 // BenchmarkRecordDurable64 is the durable mode (synchronous=FULL, Record
 // returns once the batch holding its event is fsynced) with 64 concurrent
 // callers: group commit makes one fsync serve a whole batch.
