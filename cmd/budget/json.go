@@ -143,7 +143,7 @@ func raiseObjs(rs []budget.Raise) []raiseJSON {
 
 // statusObj is a status at at, the instant it was computed for.
 func statusObj(s *budget.Status, at time.Time) statusJSON {
-	o := statusJSON{limitJSON: limitObj(&s.Limit, at), WindowStart: tsp(s.WindowStart), ResetAt: resetAt(s.ResetAt),
+	o := statusJSON{limitJSON: limitObj(&s.Limit, at), WindowStart: tsp(windowStart(s)), ResetAt: resetAt(s.ResetAt),
 		Used: s.Used, Reserved: s.Reserved, Remaining: s.Remaining()}
 	o.Limit = s.Max // the domain's word on what was in force
 	if u := statusUser(&s.Limit); u != "" {
@@ -158,6 +158,16 @@ func statusObjs(ss []budget.Status, at time.Time) []statusJSON {
 		out[i] = statusObj(&ss[i], at)
 	}
 	return out
+}
+
+// windowStart is s's window start, or the zero time for the stretch
+// before a once window's anchor (the limit's creation), which has no start
+// of its own (the domain counts it from the earliest instant it holds).
+func windowStart(s *budget.Status) time.Time {
+	if w := s.Limit.Window; w.Kind == budget.Once && s.WindowStart.Before(w.Anchor) {
+		return time.Time{}
+	}
+	return s.WindowStart
 }
 
 // resetAt is a window's end for JSON: null for concurrent limits (no
@@ -340,7 +350,7 @@ func statusLine(s *budget.Status) string {
 	l := &s.Limit
 	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", l.ID, ownerText(l), scopeString(l, identity), l.Metric,
 		windowText(l), limitText(l, s.Max), amountText(l, s.Used), amountText(l, s.Reserved), amountText(l, s.Remaining()),
-		tsText(s.WindowStart), resetText(s.ResetAt), yesNo(l.Enabled))
+		tsText(windowStart(s)), resetText(s.ResetAt), yesNo(l.Enabled))
 }
 
 func identity(s string) string { return s }
