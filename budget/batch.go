@@ -324,7 +324,7 @@ func (b *batch) load(ctx context.Context, tx Tx) error {
 		model = NormalizeModel(model)
 		for i := range ls {
 			l := &ls[i]
-			if l.Metric == MetricConcurrent || !l.Applies(who, provider, model) {
+			if l.Metric == MetricConcurrent || !l.Applies(who, provider, model) || !l.Covers(at) {
 				continue
 			}
 			l = l.forWho(who)
@@ -369,7 +369,7 @@ func (b *batch) load(ctx context.Context, tx Tx) error {
 			model := NormalizeModel(o.req.Model)
 			for i := range ls {
 				l := &ls[i]
-				if !l.Enabled || !l.Applies(&who, o.req.Provider, model) {
+				if !l.Enabled || !l.Applies(&who, o.req.Provider, model) || !l.Covers(o.at) {
 					continue
 				}
 				l = l.forWho(&who)
@@ -567,7 +567,7 @@ func (b *batch) event(ctx context.Context, tx Tx, ev Usage, o *op) error {
 	} else {
 		ev.Cost, ev.Unpriced = 0, false
 		for j := range ls {
-			if ls[j].Metric == MetricUSD && ls[j].Applies(&who, ev.Provider, model) {
+			if ls[j].Metric == MetricUSD && ls[j].Applies(&who, ev.Provider, model) && ls[j].Covers(ev.At) {
 				ev.Unpriced = true
 				break
 			}
@@ -576,7 +576,7 @@ func (b *batch) event(ctx context.Context, tx Tx, ev Usage, o *op) error {
 	ew := EventWrite{Usage: ev}
 	for j := range ls {
 		l := &ls[j]
-		if l.Metric == MetricConcurrent || !l.Applies(&who, ev.Provider, model) {
+		if l.Metric == MetricConcurrent || !l.Applies(&who, ev.Provider, model) || !l.Covers(ev.At) {
 			continue
 		}
 		l = l.forWho(&who)
@@ -661,7 +661,7 @@ func (b *batch) reserve(ctx context.Context, tx Tx, o *op) error {
 	var statuses []Status
 	for i := range ls {
 		l := &ls[i]
-		if !l.Enabled || !l.Applies(&who, req.Provider, model) {
+		if !l.Enabled || !l.Applies(&who, req.Provider, model) || !l.Covers(at) {
 			continue
 		}
 		l = l.forWho(&who)

@@ -183,6 +183,12 @@ func cmpOr(ss ...string) string {
 	return ""
 }
 
+// Covers reports whether l counts what happens at t: always, but a once
+// limit only from its creation (its anchor) on.
+func (l *Limit) Covers(t time.Time) bool {
+	return l.Window.Kind != Once || !t.Before(l.Window.Anchor)
+}
+
 // EachUser reports whether l counts each end user separately (scope user,
 // value AllUsers).
 func (l *Limit) EachUser() bool { return l.Scope == ScopeUser && l.ScopeValue == AllUsers }

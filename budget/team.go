@@ -64,6 +64,9 @@ func (t *Tracker) SetTeam(ctx context.Context, name, org string) (created bool, 
 			return false, err
 		}
 	}
+	if org == name {
+		return false, invalid("org", org, "is the team's own name; a team and an org may not share a name")
+	}
 	err = t.store.Update(ctx, func(tx Tx) error {
 		ts, err := tx.Teams(ctx)
 		if err != nil {

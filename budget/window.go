@@ -210,7 +210,7 @@ func (w Window) Nominal() time.Duration {
 // Bounds returns the window holding t: start <= t < end. An instant exactly
 // on a boundary belongs to the new window. For NoWindow both are zero. A
 // Once window is [Anchor, Forever); instants before its anchor fall in
-// one window before it, which no limit decides on.
+// one window before it, which its limit does not cover (Limit.Covers).
 func (w Window) Bounds(t time.Time) (start, end time.Time) {
 	switch w.Kind {
 	case Once:

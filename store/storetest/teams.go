@@ -156,7 +156,10 @@ func testOrgBinds(t *testing.T, newDB NewDB) {
 	if _, err := tr.SetTeam(ctx, "acme", ""); !errors.Is(err, budget.ErrInvalid) {
 		t.Fatalf("SetTeam(acme) = %v; want invalid: acme is an org", err)
 	}
-	if _, err := tr.SetTeam(ctx, "x", "eng"); !errors.Is(err, budget.ErrInvalid) {
+	if _, err := tr.SetTeam(ctx, "same", "same"); !errors.Is(err, budget.ErrInvalid) {
+		t.Fatalf("SetTeam(same, org same) = %v; want invalid: a team and an org may not share a name", err)
+	}
+		if _, err := tr.SetTeam(ctx, "x", "eng"); !errors.Is(err, budget.ErrInvalid) {
 		t.Fatalf("SetTeam(x, org eng) = %v; want invalid: eng is a team", err)
 	}
 	if err := tr.SetKeyTeam(ctx, "d", "nope"); !errors.Is(err, budget.ErrInvalid) {
@@ -328,6 +331,9 @@ func testOnce(t *testing.T, newDB NewDB) {
 		t.Fatalf("once limit = %+v; want a once window anchored at its creation %v", l.Window, c.Now())
 	}
 	RecordSync(t, tr, ev("e1", "k", "p", "m", 60, 0, c.Now()))
+	// An event dated before the balance existed (a late import) is not
+	// the balance's to count.
+	RecordSync(t, tr, ev("e0", "k", "p", "m", 1000, 0, T0))
 	c.Advance(40 * 24 * time.Hour)
 	RecordSync(t, tr, ev("e2", "k", "p", "m", 30, 0, c.Now()))
 	s, ok := statusOf(t, tr, budget.Request{Key: "k"}, c.Now(), l.ID)
