@@ -28,6 +28,7 @@ type writerState struct {
 }
 
 func (w *writerState) init() {
+	w.version = -1 // unknown: the first batch reads the versions and the prune horizon
 	w.byWho = make(map[[3]string][]Limit)
 	w.placement = make(map[string][2]string)
 	w.mem.forget()

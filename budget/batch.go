@@ -239,6 +239,12 @@ func (b *batch) load(ctx context.Context, tx Tx) error {
 		if lv != t.w.version {
 			t.w.forgetLimits()
 			t.w.version = lv
+			// A prune moves the limits version too.
+			h, err := tx.PrunedBefore(ctx)
+			if err != nil {
+				return err
+			}
+			t.horizon.Store(nsOrZero(h))
 		}
 		if t.w.prices != nil && t.w.prices.version != pv {
 			t.w.prices = nil
@@ -515,6 +521,19 @@ func (b *batch) decide(ctx context.Context, tx Tx) error {
 		var err error
 		switch o.kind {
 		case opUsage:
+			if o.evs != nil { // RecordSync: its caller hears of a prune that raced it
+				if h := b.t.horizon.Load(); h != 0 {
+					for i := range o.evs {
+						if o.evs[i].At.UnixNano() < h {
+							o.out.err = horizonError(&o.evs[i], h)
+							break
+						}
+					}
+					if o.out.err != nil {
+						continue
+					}
+				}
+			}
 			for _, ev := range o.events() {
 				who := ev.Who()
 				if err = b.t.place(ctx, tx, &who); err != nil {
@@ -562,9 +581,13 @@ func (b *batch) event(ctx context.Context, tx Tx, ev Usage, o *op) error {
 		return err
 	}
 	model := NormalizeModel(ev.Model)
-	if p := b.prices.Lookup(ev.Provider, model, ev.At); p != nil {
+	noPrice := false
+	if ev.CostKnown {
+		ev.Unpriced = false // priced when it was first written
+	} else if p := b.prices.Lookup(ev.Provider, model, ev.At); p != nil {
 		ev.Cost, ev.Unpriced = p.Cost(&ev), false
 	} else {
+		noPrice = true
 		ev.Cost, ev.Unpriced = 0, false
 		for j := range ls {
 			if ls[j].Metric == MetricUSD && ls[j].Applies(&who, ev.Provider, model) && ls[j].Covers(ev.At) {
@@ -573,7 +596,7 @@ func (b *batch) event(ctx context.Context, tx Tx, ev Usage, o *op) error {
 			}
 		}
 	}
-	ew := EventWrite{Usage: ev}
+	ew := EventWrite{Usage: ev, NoPrice: noPrice}
 	for j := range ls {
 		l := &ls[j]
 		if l.Metric == MetricConcurrent || !l.Applies(&who, ev.Provider, model) || !l.Covers(ev.At) {

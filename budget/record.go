@@ -132,6 +132,9 @@ func (t *Tracker) Record(ctx context.Context, u Usage) error {
 	if err != nil {
 		return err
 	}
+	if err := t.checkHorizon(&u); err != nil {
+		return err
+	}
 	o := &op{kind: opUsage, ev: u}
 	if t.cfg.Durable {
 		o.done = make(chan opResult, 1)
@@ -143,6 +146,20 @@ func (t *Tracker) Record(ctx context.Context, u Usage) error {
 		return nil
 	}
 	return t.wait(ctx, o).err
+}
+
+// checkHorizon refuses an event before the prune horizon: the history no
+// longer holds the ids it would be deduplicated against.
+func (t *Tracker) checkHorizon(u *Usage) error {
+	if h := t.horizon.Load(); h != 0 && u.At.UnixNano() < h {
+		return horizonError(u, h)
+	}
+	return nil
+}
+
+func horizonError(u *Usage, h int64) error {
+	return invalid("at", u.At.UTC().Format(time.RFC3339Nano), "is before the prune horizon "+
+		time.Unix(0, h).UTC().Format(time.RFC3339)+": its request id could no longer be deduplicated")
 }
 
 // RecordSync records events and waits until they are committed, reporting
@@ -157,6 +174,9 @@ func (t *Tracker) RecordSync(ctx context.Context, events ...Usage) ([]bool, erro
 	for i := range events {
 		u, err := events[i].Normalize(now)
 		if err != nil {
+			return nil, err
+		}
+		if err := t.checkHorizon(&u); err != nil {
 			return nil, err
 		}
 		evs[i] = u

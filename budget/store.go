@@ -157,6 +157,9 @@ func (w *WriteSet) CounterDeltas(inserted []bool) []int64 {
 type EventWrite struct {
 	Usage Usage // Cost and Unpriced set
 	Adds  []CounterAdd
+	// NoPrice: no price matched the event (Usage.Unpriced says so only
+	// when a usd limit applied); its rollup counts it.
+	NoPrice bool
 }
 
 // CounterAdd adds Amount to WriteSet.Counters[Counter].
@@ -311,8 +314,36 @@ type Tx interface {
 	PutPrices(ctx context.Context, ps []Price) error
 
 	// SumUsage is the history's total over [start, end) of the events
-	// l.History() selects, in l's metric.
+	// l.History() selects, in l's metric. The part of the range before
+	// the prune horizon (PrunedBefore, a UTC midnight) is summed from the
+	// daily rollups of the whole days in it: exact when start is a UTC
+	// midnight; otherwise the pruned part of start's day is missing (Prune
+	// refuses to cut into a limit's current window, so only a limit
+	// created after a prune with a window unaligned to UTC days can meet
+	// that).
 	SumUsage(ctx context.Context, l *Limit, start, end time.Time) (int64, error)
+	// Rollups lists the daily rollups of the days in [from, to) (UTC
+	// midnights), key's only unless key is "", unordered.
+	Rollups(ctx context.Context, from, to time.Time, key string) ([]Rollup, error)
+	// EventTotals sums the events in [from, to), key's only unless key is
+	// "", per UTC day and (key, team, org, user, provider, model): what
+	// rollups of those events hold. Unordered.
+	EventTotals(ctx context.Context, from, to time.Time, key string) ([]Rollup, error)
+	// Events calls fn with every event in [from, to), key's only unless
+	// key is "", ordered by instant, key and request id, Cost and
+	// Unpriced as stored. fn's error stops it and is returned.
+	Events(ctx context.Context, from, to time.Time, key string, fn func(Usage) error) error
+	// PrunedBefore is the prune horizon: the events before it were
+	// deleted, their rollups kept. Zero when nothing was pruned.
+	PrunedBefore(ctx context.Context) (time.Time, error)
+	// Prune deletes the events before before (a UTC midnight later than
+	// the horizon) and moves the horizon there. It returns the events
+	// deleted.
+	Prune(ctx context.Context, before time.Time) (int64, error)
+	// OpenReservationsBefore lists up to max reservations whose instant
+	// is before before and that are live, or expired and settled at or
+	// after committable (still committable).
+	OpenReservationsBefore(ctx context.Context, before, committable time.Time, max int) ([]ReservationRow, error)
 	// CounterRows lists every counter row, for verify.
 	CounterRows(ctx context.Context) ([]CounterRow, error)
 	// Rollovers lists the newest n rollovers of key's limits, its default
@@ -342,7 +373,8 @@ type Tx interface {
 	// expiry is at or before now, oldest first, at most max.
 	ExpiredReservations(ctx context.Context, now time.Time, max int) ([]ReservationRow, error)
 	// Apply writes w, in this order: the events (duplicates of a stored
-	// (key, request_id) skipped), the counters (missing rows created from
+	// (key, request_id) skipped) with their daily rollups (w.Rollups of
+	// the events inserted), the counters (missing rows created from
 	// the history, which then holds w's events; existing rows gain the sum
 	// of their inserted events' contributions), the rollovers (existing ones
 	// kept), the new reservations with their holds, the settlements (their

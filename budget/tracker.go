@@ -137,6 +137,9 @@ type Tracker struct {
 
 	stats trackerStats
 	w     writerState // owned by the writer goroutine
+	// horizon is the prune horizon as last read (Unix nanos, 0: none):
+	// Record refuses events before it.
+	horizon atomic.Int64
 }
 
 // New starts a Tracker over store. It recovers expired reservations once
@@ -160,6 +163,10 @@ func New(ctx context.Context, store Store, cfg Config) (*Tracker, error) {
 	}
 	t.w.init()
 	go t.run() // recovery runs on the writer
+	// Record refuses events before the prune horizon from the start; if the
+	// store cannot say yet, the writer's first batch reads it (its limits
+	// version starts unknown).
+	_, _ = t.PrunedBefore(ctx)
 	if cfg.SweepInterval > 0 {
 		if _, err := t.Recover(ctx, t.now()); err != nil {
 			_ = t.Close(context.Background())

@@ -35,6 +35,10 @@ type Usage struct {
 	// counts 0 against usd limits.
 	Cost     int64 `json:"cost"`
 	Unpriced bool  `json:"-"`
+	// CostKnown keeps Cost as given instead of pricing the event when it is
+	// written (an import of exported history carries its cost); Events
+	// sets it on every event a price matched when it was written.
+	CostKnown bool `json:"-"`
 	// User is the end user the request was for ("" when none is known).
 	User string `json:"user,omitempty"`
 	// Team and Org are what the event is charged to beyond its key. The
@@ -113,6 +117,11 @@ func (u Usage) Normalize(at time.Time) (Usage, error) {
 	}
 	if u.Billable() > MaxTokens {
 		return u, invalid("input+output+reasoning", u.Billable(), "overflows 2^53-1")
+	}
+	if u.CostKnown {
+		if err := CheckTokens("cost", u.Cost); err != nil {
+			return u, err
+		}
 	}
 	if u.At.IsZero() {
 		u.At = at

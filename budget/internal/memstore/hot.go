@@ -139,8 +139,22 @@ func (t *tx) Apply(_ context.Context, w *budget.WriteSet) ([]bool, int64, error)
 			continue
 		}
 		u.At = stored(u.At)
-		st.events[k] = event{u: u, modelNorm: budget.NormalizeModel(u.Model)}
+		u.CostKnown = false
+		st.events[k] = event{u: u, modelNorm: budget.NormalizeModel(u.Model), noPrice: w.Events[i].NoPrice}
 		inserted[i] = true
+	}
+	if rs := w.Rollups(inserted); len(rs) > 0 {
+		own(st, "rollups", &st.rollups)
+		for _, r := range rs {
+			k := keyOf(&r)
+			cur, ok := st.rollups[k]
+			if !ok {
+				cur = r
+				cur.Totals = budget.Totals{}
+			}
+			cur.Add(&r.Totals)
+			st.rollups[k] = cur
+		}
 	}
 	if err := t.applyCounters(w, inserted); err != nil {
 		return nil, 0, err

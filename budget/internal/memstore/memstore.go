@@ -258,6 +258,7 @@ type eventKey struct{ key, requestID string }
 type event struct {
 	u         budget.Usage
 	modelNorm string
+	noPrice   bool
 }
 
 type counterRow struct {
@@ -293,6 +294,8 @@ type state struct {
 	teams                        map[string]string // team -> org ("" for none)
 	orgs                         map[string]bool
 	keyTeams                     map[string]string // key -> team
+	rollups                      map[rollupKey]budget.Rollup
+	prunedBefore                 int64
 
 	base   *state          // the state forked, while unpublished
 	cloned map[string]bool // tables cloned since the fork
@@ -302,7 +305,7 @@ func newState() *state {
 	return &state{limits: map[string]budget.Limit{}, prices: map[priceKey]budget.Price{}, events: map[eventKey]event{},
 		counters: map[counterKey]counterRow{}, rollovers: map[counterKey]budget.Rollover{},
 		reservations: map[string]budget.ReservationRow{}, holds: map[holdKey]budget.Hold{}, providers: map[string]provider{},
-		teams: map[string]string{}, orgs: map[string]bool{}, keyTeams: map[string]string{}}
+		teams: map[string]string{}, orgs: map[string]bool{}, keyTeams: map[string]string{}, rollups: map[rollupKey]budget.Rollup{}}
 }
 
 func (st *state) fork() *state {

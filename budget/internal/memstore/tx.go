@@ -263,6 +263,20 @@ func (t *tx) sum(l *budget.Limit, start, end time.Time) (int64, error) {
 	}
 	h, lo, hi := l.History(), start.UnixNano(), end.UnixNano()
 	var total int64
+	if hz := t.st.prunedBefore; lo < hz {
+		// Pruned: the whole days' rollups (see budget.Tx.SumUsage).
+		from := budget.Day(start)
+		if !from.Equal(start) {
+			from = from.AddDate(0, 0, 1)
+		}
+		for _, r := range t.st.rollups {
+			if d := r.Day.UnixNano(); d < ns(from) || d >= min(hi, hz) || !matches(&h, r.Key, r.Team, r.Org, r.User, r.Provider, budget.NormalizeModel(r.Model)) {
+				continue
+			}
+			total = min(total+r.Amount(l.Metric), budget.MaxTokens)
+		}
+		lo = hz
+	}
 	for k, e := range t.st.events {
 		switch {
 		case h.Team != "":

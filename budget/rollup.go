@@ -1,0 +1,108 @@
+package budget
+
+import (
+	"time"
+)
+
+// Daily rollups: the history summed per UTC day and (key, team, org, end
+// user, provider, model), written by Apply in the same transaction as the
+// events they sum, so they always agree with the events. Reports read them
+// for whole days, and once old events are pruned (Tracker.Prune) they are
+// all that remains of those days: seeding a window that starts on a UTC
+// midnight before the prune horizon sums them instead of the events.
+
+// Day is the UTC midnight starting the day that holds t.
+func Day(t time.Time) time.Time {
+	y, m, d := t.UTC().Date()
+	return time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
+}
+
+// Totals is usage summed over events.
+type Totals struct {
+	Requests   int64 // events, late commits' excess not counted (see LateSuffix)
+	Input      int64
+	Output     int64
+	Reasoning  int64
+	CacheRead  int64
+	CacheWrite int64
+	Cost       int64 // micro-dollars
+	// NoPrice counts the events no price matched (their Cost is 0 and
+	// unknown, whether or not a usd limit applied).
+	NoPrice int64
+}
+
+// Tokens is the billable tokens: input + output + reasoning.
+func (t *Totals) Tokens() int64 { return t.Input + t.Output + t.Reasoning }
+
+// Add adds o to t, each sum saturating at MaxTokens.
+func (t *Totals) Add(o *Totals) {
+	add := func(a *int64, b int64) { *a = min(*a+b, MaxTokens) }
+	add(&t.Requests, o.Requests)
+	add(&t.Input, o.Input)
+	add(&t.Output, o.Output)
+	add(&t.Reasoning, o.Reasoning)
+	add(&t.CacheRead, o.CacheRead)
+	add(&t.CacheWrite, o.CacheWrite)
+	add(&t.Cost, o.Cost)
+	add(&t.NoPrice, o.NoPrice)
+}
+
+// Rollup is one UTC day's totals of one (key, team, org, user, provider,
+// model); Model is the model as recorded.
+type Rollup struct {
+	Day                                   time.Time
+	Key, Team, Org, User, Provider, Model string
+	Totals
+}
+
+// rollupKey is a Rollup's identity.
+type rollupKey struct {
+	day                                   int64
+	key, team, org, user, provider, model string
+}
+
+// Rollups are the rollup rows the inserted events of w add to (inserted[i]
+// for w.Events[i]), one per day and dimensions, in the order first seen.
+func (w *WriteSet) Rollups(inserted []bool) []Rollup {
+	var out []Rollup
+	idx := make(map[rollupKey]int)
+	for i := range w.Events {
+		if !inserted[i] {
+			continue
+		}
+		e := &w.Events[i]
+		u := &e.Usage
+		day := Day(u.At)
+		k := rollupKey{day.UnixNano(), u.Key, u.Team, u.Org, u.User, u.Provider, u.Model}
+		j, ok := idx[k]
+		if !ok {
+			j = len(out)
+			idx[k] = j
+			out = append(out, Rollup{Day: day, Key: u.Key, Team: u.Team, Org: u.Org, User: u.User, Provider: u.Provider, Model: u.Model})
+		}
+		t := Totals{Requests: u.Amount(MetricRequests), Input: u.Input, Output: u.Output, Reasoning: u.Reasoning,
+			CacheRead: u.CacheRead, CacheWrite: u.CacheWrite, Cost: u.Cost}
+		if e.NoPrice {
+			t.NoPrice = 1
+		}
+		out[j].Add(&t)
+	}
+	return out
+}
+
+// Amount is what the totals add to a limit of metric m (as Usage.Amount).
+func (t *Totals) Amount(m Metric) int64 {
+	switch m {
+	case MetricTokens:
+		return min(t.Tokens(), MaxTokens)
+	case MetricInput:
+		return t.Input
+	case MetricOutput:
+		return min(t.Output+t.Reasoning, MaxTokens)
+	case MetricRequests:
+		return t.Requests
+	case MetricUSD:
+		return t.Cost
+	}
+	return 0
+}
