@@ -69,12 +69,36 @@ CREATE TABLE IF NOT EXISTS usage (
     team        TEXT    NOT NULL DEFAULT '',  -- the team and org it was charged to, at write time
     org         TEXT    NOT NULL DEFAULT '',
     end_user    TEXT    NOT NULL DEFAULT '',  -- the end user of the request, '' when unknown
+    no_price    INTEGER NOT NULL DEFAULT 0,   -- 1: no price matched (cost 0 and unknown), usd limit or not
     PRIMARY KEY (key, request_id)
 ) WITHOUT ROWID;
 -- Covering indexes: seeding a cold window reads only an index, never the table.
 CREATE INDEX IF NOT EXISTS usage_window ON usage (key, at, provider, model_norm, end_user, input, output, reasoning, cost);
 CREATE INDEX IF NOT EXISTS usage_team ON usage (team, at, provider, model_norm, end_user, input, output, reasoning, cost) WHERE team <> '';
 CREATE INDEX IF NOT EXISTS usage_org ON usage (org, at, provider, model_norm, end_user, input, output, reasoning, cost) WHERE org <> '';
+
+-- rollups: the history summed per UTC day and (key, team, org, end_user,
+-- provider, model), written in the same transaction as the events; all that
+-- remains of days before the prune horizon (meta pruned_before).
+CREATE TABLE IF NOT EXISTS rollups (
+    day         INTEGER NOT NULL,  -- the UTC midnight starting the day, Unix ns
+    key         TEXT    NOT NULL,
+    team        TEXT    NOT NULL DEFAULT '',
+    org         TEXT    NOT NULL DEFAULT '',
+    end_user    TEXT    NOT NULL DEFAULT '',
+    provider    TEXT    NOT NULL DEFAULT '',
+    model       TEXT    NOT NULL DEFAULT '',  -- as recorded
+    model_norm  TEXT    NOT NULL DEFAULT '',  -- normalised: what model limits match
+    requests    INTEGER NOT NULL DEFAULT 0,   -- events, late commits' excess not counted
+    input       INTEGER NOT NULL DEFAULT 0,
+    output      INTEGER NOT NULL DEFAULT 0,
+    reasoning   INTEGER NOT NULL DEFAULT 0,
+    cache_read  INTEGER NOT NULL DEFAULT 0,
+    cache_write INTEGER NOT NULL DEFAULT 0,
+    cost        INTEGER NOT NULL DEFAULT 0,   -- micro-dollars
+    no_price    INTEGER NOT NULL DEFAULT 0,   -- events no price matched
+    PRIMARY KEY (day, key, team, org, end_user, provider, model)
+) WITHOUT ROWID;
 
 -- prices: USD per million tokens, in micro-dollars, per (provider, model, from);
 -- model is a normalised name or a pattern.
@@ -182,6 +206,7 @@ CREATE TABLE IF NOT EXISTS meta (
 ) WITHOUT ROWID;
 INSERT OR IGNORE INTO meta (name, value) VALUES ('limits_version', 0);
 INSERT OR IGNORE INTO meta (name, value) VALUES ('prices_version', 0);
+INSERT OR IGNORE INTO meta (name, value) VALUES ('pruned_before', 0);  -- Unix ns; 0: nothing pruned
 CREATE TRIGGER IF NOT EXISTS limits_ins AFTER INSERT ON limits
 BEGIN UPDATE meta SET value = value + 1 WHERE name = 'limits_version'; END;
 CREATE TRIGGER IF NOT EXISTS limits_upd AFTER UPDATE ON limits

@@ -170,6 +170,9 @@ func (t *tx) Apply(ctx context.Context, w *budget.WriteSet) ([]bool, int64, erro
 	if err != nil {
 		return nil, 0, err
 	}
+	if err := t.addRollups(ctx, w.Rollups(inserted)); err != nil {
+		return nil, 0, err
+	}
 	if err := t.applyCounters(ctx, w, inserted); err != nil {
 		return nil, 0, err
 	}
@@ -337,13 +340,22 @@ func (t *tx) applyCounters(ctx context.Context, w *budget.WriteSet, inserted []b
 // already holds this transaction's events; if the row exists after all,
 // delta is added to it instead.
 func (t *tx) createCounter(ctx context.Context, l *budget.Limit, start, end time.Time, delta int64) error {
-	q, sumArgs, err := sumQuery(l, start, end)
+	rolled, from, err := t.rolledUp(ctx, l, start, end)
 	if err != nil {
 		return err
 	}
-	q = strings.Replace(q, "SELECT ", "INSERT INTO counters (limit_id, subject, window_start, window_end, used) SELECT ?, ?, ?, ?, ", 1) +
+	evEnd := end
+	if evEnd.Before(from) {
+		evEnd = from // the whole window is before the horizon
+	}
+	q, sumArgs, err := sumQuery(l, from, evEnd)
+	if err != nil {
+		return err
+	}
+	q = strings.Replace(q, "SELECT ", "INSERT INTO counters (limit_id, subject, window_start, window_end, used) SELECT ?, ?, ?, ?, MIN(? + ", 1)
+	q = strings.Replace(q, " FROM usage", ", 9007199254740991) FROM usage", 1) +
 		` ON CONFLICT (limit_id, subject, window_start) DO UPDATE SET used = MIN(used + ?, 9007199254740991)`
-	args := append([]any{l.ID, l.Subject, start.UnixNano(), end.UnixNano()}, sumArgs...)
+	args := append([]any{l.ID, l.Subject, start.UnixNano(), end.UnixNano(), rolled}, sumArgs...)
 	args = append(args, delta)
 	if _, err := t.exec(ctx, q, args...); err != nil {
 		return fmt.Errorf("create counter %s@%d: %w", l.ID, start.Unix(), err)

@@ -30,7 +30,7 @@ import (
 )
 
 // SchemaVersion is the PRAGMA user_version this build writes and reads.
-const SchemaVersion = 8
+const SchemaVersion = 9
 
 // Options configure Open. The zero value is usable.
 type Options struct {
@@ -324,8 +324,31 @@ func migrations(schema string) []migration {
 			ALTER TABLE reservations ADD COLUMN org TEXT NOT NULL DEFAULT '';
 			ALTER TABLE reservations ADD COLUMN end_user TEXT NOT NULL DEFAULT '';
 			` + schema},
+		// 9: daily rollups, kept with the events and built here from the
+		// history so far; events know whether a price matched (before, only
+		// those under a usd limit did: unpriced).
+		{sql: `ALTER TABLE usage ADD COLUMN no_price INTEGER NOT NULL DEFAULT 0;
+			UPDATE usage SET no_price = unpriced WHERE unpriced <> 0;
+			` + schema + `
+			INSERT INTO rollups (` + sqlrow.RollupCols + `)
+				SELECT ` + dayOf("at") + `, key, team, org, end_user, provider, model, MAX(model_norm), ` + rollupSums + `
+				FROM usage GROUP BY 1, key, team, org, end_user, provider, model;`},
 	}
 }
+
+// dayOf is the SQL for the UTC midnight (Unix ns) of the day holding the
+// instant col, floored for instants before 1970 too.
+func dayOf(col string) string {
+	return `(` + col + ` - ((` + col + ` % 86400000000000) + 86400000000000) % 86400000000000)`
+}
+
+// rollupSums are the rollups' sums of a group of usage rows, in
+// sqlrow.RollupCols order after the dimensions, saturating at 2^53-1.
+const rollupSums = `SUM(substr(request_id, -5) <> ':late'),
+	CAST(MIN(TOTAL(input), 9007199254740991) AS INTEGER), CAST(MIN(TOTAL(output), 9007199254740991) AS INTEGER),
+	CAST(MIN(TOTAL(reasoning), 9007199254740991) AS INTEGER), CAST(MIN(TOTAL(cache_read), 9007199254740991) AS INTEGER),
+	CAST(MIN(TOTAL(cache_write), 9007199254740991) AS INTEGER), CAST(MIN(TOTAL(cost), 9007199254740991) AS INTEGER),
+	SUM(no_price)`
 
 const migrate8SQL = `
 	CREATE TABLE limits_v8 (

@@ -32,7 +32,7 @@ var errReadOnly = errors.New("store: write inside a read-only transaction")
 
 const (
 	// Multi-row statements: %s stands for the VALUES rows.
-	qInsertUsageN = `INSERT INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm, cost, unpriced, team, org, end_user)
+	qInsertUsageN = `INSERT INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm, cost, unpriced, team, org, end_user, no_price)
 		VALUES %s ON CONFLICT DO NOTHING RETURNING key, request_id`
 	qAddCountersN = `WITH v(lid, sub, ws, d) AS (VALUES %s)
 		UPDATE counters SET used = MIN(used + v.d, 9007199254740991) FROM v
@@ -47,7 +47,7 @@ var hotStatements = []string{qLimitsVersion, `PRAGMA data_version`,
 	multiRow(qInsertUsageN, usageCols, chunk), multiRow(qInsertUsageN, usageCols, 1), multiRow(qAddCountersN, 4, chunk)}
 
 // usageCols is the number of columns qInsertUsageN writes.
-const usageCols = 16
+const usageCols = 17
 
 var multiRows sync.Map // multiRowKey -> string
 
@@ -335,7 +335,7 @@ func (t *tx) insertUsage(ctx context.Context, evs []budget.EventWrite) ([]bool, 
 		for i := range part {
 			e := &part[i]
 			args = append(args, e.Key, e.RequestID, e.Provider, e.Model, e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, ns(e.At),
-				budget.NormalizeModel(e.Model), e.Cost, e.Unpriced, e.Team, e.Org, e.User)
+				budget.NormalizeModel(e.Model), e.Cost, e.Unpriced, e.Team, e.Org, e.User, evs[lo+i].NoPrice)
 		}
 		// The rows that went in come back (a duplicate of a stored row, or
 		// of an earlier row of the chunk, does not): one statement either way.
@@ -377,18 +377,85 @@ func sumQuery(l *budget.Limit, start, end time.Time) (string, []any, error) {
 	if !ok {
 		return "", nil, fmt.Errorf("no usage history for metric %s", l.Metric)
 	}
-	h := l.History()
-	var q string
-	var args []any
+	q, args := historyWhere(`SELECT COALESCE(`+expr+`, 0) FROM usage WHERE at >= ? AND at < ?`, []any{start.UnixNano(), end.UnixNano()}, l.History(), true)
+	return q, args, nil
+}
+
+func (t *tx) SumUsage(ctx context.Context, l *budget.Limit, start, end time.Time) (int64, error) {
+	rolled, from, err := t.rolledUp(ctx, l, start, end)
+	if err != nil {
+		return 0, err
+	}
+	if !from.Before(end) {
+		return rolled, nil
+	}
+	q, args, err := sumQuery(l, from, end)
+	if err != nil {
+		return 0, err
+	}
+	var v int64
+	if err := t.get(ctx, &v, q, args...); err != nil {
+		return 0, fmt.Errorf("sum usage of limit %s: %w", l.ID, err)
+	}
+	return min(v+rolled, budget.MaxTokens), nil
+}
+
+// rolledUp is l's sum over the whole UTC days of [start, end) before the
+// prune horizon, from the rollups, and where the events take over.
+func (t *tx) rolledUp(ctx context.Context, l *budget.Limit, start, end time.Time) (int64, time.Time, error) {
+	h, err := t.PrunedBefore(ctx)
+	if err != nil {
+		return 0, start, err
+	}
+	rf, rt, ef := sqlrow.Horizon(start.UnixNano(), end.UnixNano(), ns(h))
+	from := fromNs(ef)
+	if ef == 0 {
+		from = time.Unix(0, 0).UTC()
+	}
+	if rf >= rt {
+		return 0, from, nil
+	}
+	expr, ok := rollupExpr[l.Metric]
+	if !ok {
+		return 0, from, fmt.Errorf("no usage history for metric %s", l.Metric)
+	}
+	q, args := historyWhere(`SELECT COALESCE(`+expr+`, 0) FROM rollups WHERE day >= ? AND day < ?`, []any{rf, rt}, l.History(), false)
+	var v int64
+	if err := t.get(ctx, &v, q, args...); err != nil {
+		return 0, from, fmt.Errorf("sum rollups of limit %s: %w", l.ID, err)
+	}
+	return v, from, nil
+}
+
+// rollupExpr sums rollups rows as sumExpr sums events.
+var rollupExpr = map[budget.Metric]string{
+	budget.MetricTokens:   "CAST(MIN(TOTAL(input + output + reasoning), 9007199254740991) AS INTEGER)",
+	budget.MetricInput:    "CAST(MIN(TOTAL(input), 9007199254740991) AS INTEGER)",
+	budget.MetricOutput:   "CAST(MIN(TOTAL(output + reasoning), 9007199254740991) AS INTEGER)",
+	budget.MetricRequests: "CAST(MIN(TOTAL(requests), 9007199254740991) AS INTEGER)",
+	budget.MetricUSD:      "CAST(MIN(TOTAL(cost), 9007199254740991) AS INTEGER)",
+}
+
+// historyWhere narrows q (which ends in a WHERE clause, with args) to the
+// rows h selects; partial names the partial indexes' condition (events).
+func historyWhere(q string, args []any, h budget.History, partial bool) (string, []any) {
 	switch {
 	case h.Team != "":
-		q, args = `SELECT COALESCE(`+expr+`, 0) FROM usage WHERE team = ? AND team <> '' AND at >= ? AND at < ?`, []any{h.Team}
+		q += ` AND team = ?`
+		if partial {
+			q += ` AND team <> ''`
+		}
+		args = append(args, h.Team)
 	case h.Org != "":
-		q, args = `SELECT COALESCE(`+expr+`, 0) FROM usage WHERE org = ? AND org <> '' AND at >= ? AND at < ?`, []any{h.Org}
+		q += ` AND org = ?`
+		if partial {
+			q += ` AND org <> ''`
+		}
+		args = append(args, h.Org)
 	default:
-		q, args = `SELECT COALESCE(`+expr+`, 0) FROM usage WHERE key = ? AND at >= ? AND at < ?`, []any{h.Key}
+		q += ` AND key = ?`
+		args = append(args, h.Key)
 	}
-	args = append(args, start.UnixNano(), end.UnixNano())
 	switch {
 	case h.Provider != "":
 		q += ` AND provider = ?`
@@ -406,19 +473,7 @@ func sumQuery(l *budget.Limit, start, end time.Time) (string, []any, error) {
 		q += ` AND end_user = ?`
 		args = append(args, h.User)
 	}
-	return q, args, nil
-}
-
-func (t *tx) SumUsage(ctx context.Context, l *budget.Limit, start, end time.Time) (int64, error) {
-	q, args, err := sumQuery(l, start, end)
-	if err != nil {
-		return 0, err
-	}
-	var v int64
-	if err := t.get(ctx, &v, q, args...); err != nil {
-		return 0, fmt.Errorf("sum usage of limit %s: %w", l.ID, err)
-	}
-	return v, nil
+	return q, args
 }
 
 func (t *tx) CounterRows(ctx context.Context) ([]budget.CounterRow, error) {

@@ -159,7 +159,7 @@ func testOrgBinds(t *testing.T, newDB NewDB) {
 	if _, err := tr.SetTeam(ctx, "same", "same"); !errors.Is(err, budget.ErrInvalid) {
 		t.Fatalf("SetTeam(same, org same) = %v; want invalid: a team and an org may not share a name", err)
 	}
-		if _, err := tr.SetTeam(ctx, "x", "eng"); !errors.Is(err, budget.ErrInvalid) {
+	if _, err := tr.SetTeam(ctx, "x", "eng"); !errors.Is(err, budget.ErrInvalid) {
 		t.Fatalf("SetTeam(x, org eng) = %v; want invalid: eng is a team", err)
 	}
 	if err := tr.SetKeyTeam(ctx, "d", "nope"); !errors.Is(err, budget.ErrInvalid) {

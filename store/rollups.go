@@ -1,0 +1,140 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/store/internal/sqlrow"
+)
+
+// qAddRollupsN adds to the daily rollups; %s stands for the VALUES rows.
+const qAddRollupsN = `INSERT INTO rollups (` + sqlrow.RollupCols + `) VALUES %s
+	ON CONFLICT (` + sqlrow.RollupDims + `) DO UPDATE SET
+		requests = MIN(requests + excluded.requests, 9007199254740991),
+		input = MIN(input + excluded.input, 9007199254740991),
+		output = MIN(output + excluded.output, 9007199254740991),
+		reasoning = MIN(reasoning + excluded.reasoning, 9007199254740991),
+		cache_read = MIN(cache_read + excluded.cache_read, 9007199254740991),
+		cache_write = MIN(cache_write + excluded.cache_write, 9007199254740991),
+		cost = MIN(cost + excluded.cost, 9007199254740991),
+		no_price = no_price + excluded.no_price`
+
+func (t *tx) addRollups(ctx context.Context, rs []budget.Rollup) error {
+	if err := t.insertRows(ctx, qAddRollupsN, sqlrow.RollupNCols, len(rs), func(i int, a []any) []any {
+		return sqlrow.RollupArgs(a, &rs[i])
+	}); err != nil {
+		return fmt.Errorf("add daily rollups: %w", err)
+	}
+	return nil
+}
+
+func (t *tx) Rollups(ctx context.Context, from, to time.Time, key string) ([]budget.Rollup, error) {
+	q, args := `SELECT `+sqlrow.RollupSelect+` FROM rollups WHERE day >= ? AND day < ?`, []any{from.UnixNano(), to.UnixNano()}
+	if key != "" {
+		q += ` AND key = ?`
+		args = append(args, key)
+	}
+	var rows []sqlrow.Rollup
+	if err := t.sel(ctx, &rows, q, args...); err != nil {
+		return nil, fmt.Errorf("read rollups: %w", err)
+	}
+	return sqlrow.DecodeRollups(rows), nil
+}
+
+const day = int64(24 * time.Hour)
+
+// eventsIn narrows a query of usage to [from, to) and key (all when ""):
+// by key and instant, so the covering index is read one key at a time
+// (every key with events has rollups of their days).
+func eventsIn(q string, from, to time.Time, key string) (string, []any) {
+	if key != "" {
+		return q + ` WHERE key = ? AND at >= ? AND at < ?`, []any{key, from.UnixNano(), to.UnixNano()}
+	}
+	f, tn := from.UnixNano(), to.UnixNano()
+	return q + ` WHERE key IN (SELECT DISTINCT key FROM rollups WHERE day >= ? AND day < ?) AND at >= ? AND at < ?`,
+		[]any{max(f, math.MinInt64+day) - day, tn, f, tn} // a day back covers from's day, without overflow
+}
+
+func (t *tx) EventTotals(ctx context.Context, from, to time.Time, key string) ([]budget.Rollup, error) {
+	q, args := eventsIn(`SELECT `+dayOf("at")+` AS day, key, team, org, end_user, provider, model, `+rollupSums+` AS no_price FROM usage`, from, to, key)
+	q += ` GROUP BY 1, key, team, org, end_user, provider, model`
+	// The sums come back unnamed but the last: scan by position.
+	var out []budget.Rollup
+	err := t.scan(ctx, q, args, func(s scanner) error {
+		var r sqlrow.Rollup
+		if err := s.Scan(&r.Day, &r.Key, &r.Team, &r.Org, &r.User, &r.Provider, &r.Model, &r.Requests, &r.Input, &r.Output,
+			&r.Reasoning, &r.CacheRead, &r.CacheWrite, &r.Cost, &r.NoPrice); err != nil {
+			return err
+		}
+		out = append(out, r.Decode())
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sum events by day: %w", err)
+	}
+	return out, nil
+}
+
+func (t *tx) Events(ctx context.Context, from, to time.Time, key string, fn func(budget.Usage) error) error {
+	q, args := eventsIn(`SELECT `+sqlrow.EventCols+` FROM usage`, from, to, key)
+	rows, err := t.query(ctx, q+` ORDER BY at, key, request_id`, args...)
+	if err != nil {
+		return fmt.Errorf("read events: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var e sqlrow.Event
+		if err := rows.StructScan(&e); err != nil {
+			return fmt.Errorf("read events: %w", err)
+		}
+		if err := fn(e.Decode()); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read events: %w", err)
+	}
+	return nil
+}
+
+func (t *tx) PrunedBefore(ctx context.Context) (time.Time, error) {
+	var v int64
+	if err := t.get(ctx, &v, `SELECT value FROM meta WHERE name = 'pruned_before'`); err != nil {
+		return time.Time{}, fmt.Errorf("read the prune horizon: %w", err)
+	}
+	return fromNs(v), nil
+}
+
+func (t *tx) Prune(ctx context.Context, before time.Time) (int64, error) {
+	// A scan of the table: pruning is rare, and an index on at alone would
+	// cost every write.
+	n, err := t.exec(ctx, `DELETE FROM usage WHERE at < ?`, before.UnixNano())
+	if err != nil {
+		return 0, fmt.Errorf("prune events: %w", err)
+	}
+	if _, err := t.exec(ctx, `UPDATE meta SET value = ? WHERE name = 'pruned_before'`, before.UnixNano()); err != nil {
+		return 0, fmt.Errorf("move the prune horizon: %w", err)
+	}
+	// Writers re-read the horizon when the limits version moves.
+	if _, err := t.exec(ctx, `UPDATE meta SET value = value + 1 WHERE name = 'limits_version'`); err != nil {
+		return 0, fmt.Errorf("move the limits version: %w", err)
+	}
+	return n, nil
+}
+
+func (t *tx) OpenReservationsBefore(ctx context.Context, before, committable time.Time, max int) ([]budget.ReservationRow, error) {
+	var rows []sqlrow.Reservation
+	if err := t.sel(ctx, &rows, `SELECT `+sqlrow.ReservationCols+` FROM reservations
+		WHERE at < ? AND (state = 'live' OR state = 'expired' AND settled_at >= ?) ORDER BY id LIMIT ?`,
+		before.UnixNano(), committable.UnixNano(), max); err != nil {
+		return nil, fmt.Errorf("read open reservations: %w", err)
+	}
+	out := make([]budget.ReservationRow, len(rows))
+	for i := range rows {
+		out[i] = rows[i].Decode()
+	}
+	return out, nil
+}
