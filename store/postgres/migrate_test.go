@@ -1,0 +1,142 @@
+package postgres_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/jmoiron/sqlx"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/store/postgres"
+	"github.com/tokenbudget/tokenbudget/store/storetest"
+)
+
+// schemaAt makes a fresh schema at version v, as this repository's first v
+// migration scripts leave it, runs seed in it and returns its DSN.
+func schemaAt(t *testing.T, v int, seed ...string) string {
+	t.Helper()
+	dsn := freshSchema(t)
+	names, err := filepath.Glob("migrations/*.sql")
+	if err != nil || len(names) < v {
+		t.Fatalf("migration scripts %v, %v; want at least %d", names, err, v)
+	}
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := sqlx.NewDb(stdlib.OpenDB(*cfg), "pgx")
+	defer raw.Close()
+	raw.SetMaxOpenConns(1) // one session: its search_path is the schema's
+	var stmts []string
+	for _, n := range names[:v] { // Glob sorts
+		b, err := os.ReadFile(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stmts = append(stmts, string(b))
+	}
+	stmts = append(stmts, `CREATE TABLE schema_version (version INTEGER NOT NULL)`,
+		`INSERT INTO schema_version (version) VALUES (`+strconv.Itoa(v)+`)`)
+	for _, q := range append(stmts, seed...) {
+		if _, err := raw.Exec(q); err != nil {
+			t.Fatalf("%.200s: %v", q, err)
+		}
+	}
+	return dsn
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// A schema-7 database with key limits, a default limit, a counter and a
+// live reservation holding on a window and a lease. Opening it migrates to
+// the newest schema: the reservation's holds still count and its commit
+// frees them, the history and counter carry over, a team limit of the
+// default's shape can be created beside it (the identity gained its
+// owner), and verify is clean.
+func TestMigrate7To8KeepsLimitsAndLiveReservations(t *testing.T) {
+	ctx := context.Background()
+	day := time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC)
+	at := day.Add(9 * time.Hour)
+	exp := at.Add(time.Hour)
+	dsn := schemaAt(t, 7,
+		`INSERT INTO limits (id, key, scope, scope_value, metric, max, "window", window_seconds, reset_time, timezone, enabled, created_at, updated_at) VALUES
+			('t', 'k', 'global', '', 'tokens', 1000, 'daily', 0, 0, 'UTC', true, 1, 1),
+			('c', 'k', 'global', '', 'concurrent', 5, '', 0, 0, '', true, 1, 1),
+			('d', '', 'global', '', 'tokens', 5000, 'daily', 0, 0, 'UTC', true, 1, 1)`,
+		`INSERT INTO usage (key, request_id, provider, model, model_norm, input, at) VALUES ('k', 'e0', 'p', 'm', 'm', 50, `+itoa(day.Add(time.Hour).UnixNano())+`)`,
+		`INSERT INTO counters (limit_id, subject, window_start, window_end, used) VALUES ('t', '', `+itoa(day.UnixNano())+`, `+itoa(day.Add(24*time.Hour).UnixNano())+`, 50)`,
+		`INSERT INTO reservations (id, key, est_tokens, at, expires_at, state, on_expiry, holds) VALUES ('rsv_old', 'k', 300, `+
+			itoa(at.UnixNano())+`, `+itoa(exp.UnixNano())+`, 'live', 'release', E'c\t\t0\t1\tR\nt\t\t`+itoa(day.UnixNano())+`\t300\tR')`,
+		`INSERT INTO holds (limit_id, subject, window_start, reservation_id, amount, expires_at) VALUES
+			('t', '', `+itoa(day.UnixNano())+`, 'rsv_old', 300, `+itoa(exp.UnixNano())+`),
+			('c', '', 0, 'rsv_old', 1, `+itoa(exp.UnixNano())+`)`,
+	)
+	db, err := postgres.Open(ctx, dsn, postgres.Options{MaxConns: 4})
+	if err != nil {
+		t.Fatalf("Open(schema 7): %v", err)
+	}
+	defer db.Close()
+	c := storetest.NewClock(at.Add(time.Minute))
+	tr := storetest.NewTracker(t, db, c, time.Second)
+	used := func() (tokens, reserved, leases int64) {
+		t.Helper()
+		d, err := tr.CheckAt(ctx, budget.Request{Key: "k"}, c.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range d.Limits {
+			switch st.Limit.ID {
+			case "t":
+				tokens, reserved = st.Used, st.Reserved
+			case "c":
+				leases = st.Used
+			}
+		}
+		return
+	}
+	if tok, res, n := used(); tok != 50 || res != 300 || n != 1 {
+		t.Fatalf("after migration: used %d, reserved %d, leases %d; want 50, 300, 1", tok, res, n)
+	}
+	ls, err := tr.Limits(ctx, "")
+	if err != nil || len(ls) != 3 {
+		t.Fatalf("limits after migration = %+v, %v; want t, c and d", ls, err)
+	}
+	for _, l := range ls {
+		if l.Team != "" || l.Org != "" || len(l.Raises) != 0 {
+			t.Fatalf("limit %s after migration = %+v; want no team, org or raises", l.ID, l)
+		}
+	}
+	if _, err := tr.Commit(ctx, "rsv_old", budget.Usage{Input: 120}); err != nil {
+		t.Fatalf("commit of a migrated reservation: %v", err)
+	}
+	if tok, res, n := used(); tok != 170 || res != 0 || n != 0 {
+		t.Fatalf("after commit: used %d, reserved %d, leases %d; want 170, 0, 0", tok, res, n)
+	}
+	if _, err := tr.SetTeam(ctx, "eng", "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.SetKeyTeam(ctx, "k", "eng"); err != nil {
+		t.Fatal(err)
+	}
+	team := storetest.SetLimit(t, tr, budget.LimitSpec{Team: "eng", Window: "daily"}, 5000)
+	each := storetest.SetLimit(t, tr, budget.LimitSpec{Key: "k", Scope: "user", ScopeValue: "*", Window: "once"}, 100)
+	storetest.RecordSync(t, tr, budget.Usage{Key: "k", RequestID: "e1", User: "alice", Input: 30, At: c.Now()})
+	if u, _ := storetest.Used(t, tr, budget.Request{Key: "k"}, c.Now(), team.ID); u != 30 {
+		t.Fatalf("team eng used %d; want 30 (the event after k joined; k's earlier spending stays with k)", u)
+	}
+	if u, _ := storetest.Used(t, tr, budget.Request{Key: "k", User: "alice"}, c.Now(), each.ID); u != 30 {
+		t.Fatalf("alice's once counter used %d; want 30", u)
+	}
+	if drift, err := tr.Verify(ctx); err != nil || len(drift) != 0 {
+		t.Fatalf("Verify after migration = %+v, %v; want clean", drift, err)
+	}
+	if rep, err := tr.CheckStorage(ctx, true); err != nil || len(rep.Problems) != 0 {
+		t.Fatalf("CheckStorage after migration = %+v, %v", rep, err)
+	}
+}

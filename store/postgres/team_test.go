@@ -1,0 +1,297 @@
+package postgres_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net/url"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/store/postgres"
+)
+
+// Every change to teams, organisations, placements and raises moves the
+// limits version, and waits for a write transaction that read the version
+// (holding the limit definitions shared) to end, so what that transaction
+// resolved from the key's placement and limits stays true until it
+// commits.
+func TestTeamChangesWaitForWriters(t *testing.T) {
+	ctx := context.Background()
+	dsn := freshSchema(t)
+	var b [6]byte
+	rand.Read(b[:])
+	app := "tbt_admin_" + hex.EncodeToString(b[:])
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("application_name", app)
+	u.RawQuery = q.Encode()
+	open := func(dsn string) *postgres.DB {
+		db, err := postgres.Open(ctx, dsn, postgres.Options{MaxConns: 2})
+		if err != nil {
+			t.Fatalf("postgres.Open: %v", err)
+		}
+		t.Cleanup(func() { db.Close() })
+		return db
+	}
+	writer, admin := open(dsn), open(u.String())
+	day := budget.Window{Kind: budget.Daily, Zone: time.UTC}
+	lim := budget.Limit{ID: "lim_k", Key: "k", Scope: budget.ScopeGlobal, Metric: budget.MetricTokens, Max: 100, Window: day, Enabled: true}
+	if err := writer.Update(ctx, func(tx budget.Tx) error {
+		if err := tx.InsertLimit(ctx, lim, time.Now()); err != nil {
+			return err
+		}
+		for _, tm := range []string{"eng", "ops"} {
+			if err := tx.PutTeam(ctx, budget.Team{Name: tm}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, c := range []struct {
+		name   string
+		change func(budget.Tx) error
+	}{
+		{"create a team in a new org", func(tx budget.Tx) error { return tx.PutTeam(ctx, budget.Team{Name: "new", Org: "acme"}) }},
+		{"move a team", func(tx budget.Tx) error { return tx.PutTeam(ctx, budget.Team{Name: "eng", Org: "acme"}) }},
+		{"place a key", func(tx budget.Tx) error { return tx.SetKeyTeam(ctx, "k", "eng") }},
+		{"move a key", func(tx budget.Tx) error { return tx.SetKeyTeam(ctx, "k", "ops") }},
+		{"unplace a key", func(tx budget.Tx) error { return tx.SetKeyTeam(ctx, "k", "") }},
+		{"raise a limit", func(tx budget.Tx) error {
+			return tx.AddRaise(ctx, lim.ID, budget.Raise{ID: "rse_1", Amount: 5, At: time.Now()})
+		}},
+		{"delete a team", func(tx budget.Tx) error { return tx.DeleteTeam(ctx, "new") }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			held, release := make(chan int64, 1), make(chan struct{})
+			var once sync.Once
+			free := func() { once.Do(func() { close(release) }) }
+			defer free() // a failure must not leave the writer holding the lock
+			writerDone := make(chan error, 1)
+			go func() {
+				writerDone <- writer.Update(ctx, func(tx budget.Tx) error {
+					v, err := tx.LimitsVersion(ctx)
+					if err != nil {
+						return err
+					}
+					held <- v
+					<-release
+					return nil
+				})
+			}()
+			var before int64
+			select {
+			case before = <-held:
+			case err := <-writerDone:
+				t.Fatalf("writer: %v", err)
+			}
+			changeDone := make(chan error, 1)
+			go func() { changeDone <- admin.Update(ctx, c.change) }()
+			waitForAdvisoryLock(t, app)
+			select {
+			case err := <-changeDone:
+				t.Fatalf("the change ended (%v) while a writer held the limit definitions", err)
+			default:
+			}
+			free()
+			if err := <-writerDone; err != nil {
+				t.Fatalf("writer: %v", err)
+			}
+			if err := <-changeDone; err != nil {
+				t.Fatalf("change: %v", err)
+			}
+			var after int64
+			if err := writer.View(ctx, func(tx budget.Tx) error {
+				var err error
+				after, err = tx.LimitsVersion(ctx)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if after <= before {
+				t.Fatalf("limits version %d after the change; want more than %d", after, before)
+			}
+		})
+	}
+
+	// What the changes left.
+	err = writer.View(ctx, func(tx budget.Tx) error {
+		teams, err := tx.Teams(ctx)
+		if err != nil {
+			return err
+		}
+		want := []budget.Team{{Name: "eng", Org: "acme", Keys: []string{}}, {Name: "ops", Keys: []string{}}}
+		if !slices.EqualFunc(teams, want, func(a, b budget.Team) bool {
+			return a.Name == b.Name && a.Org == b.Org && slices.Equal(a.Keys, b.Keys)
+		}) {
+			t.Errorf("Teams = %+v; want %+v", teams, want)
+		}
+		if orgs, err := tx.Orgs(ctx); err != nil || !slices.Equal(orgs, []string{"acme"}) {
+			t.Errorf("Orgs = %v, %v; want [acme]", orgs, err)
+		}
+		l, err := tx.Limit(ctx, lim.ID)
+		if err != nil {
+			return err
+		}
+		if len(l.Raises) != 1 || l.Raises[0].ID != "rse_1" || l.Raises[0].Amount != 5 || !l.Raises[0].Until.IsZero() {
+			t.Errorf("raises of %s = %+v; want rse_1 of 5, lasting", l.ID, l.Raises)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitForAdvisoryLock waits until a session of application app waits on
+// an advisory lock (the limits lock).
+func waitForAdvisoryLock(t *testing.T, app string) {
+	t.Helper()
+	db := adminDB(t, testDSN(t))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := db.Get(&n, `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = $1 AND wait_event_type = 'Lock' AND wait_event = 'advisory'`, app); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the change never waited for the limits lock")
+		}
+		time.Sleep(2 * time.Millisecond) // polling the server's view, not a stand-in for it
+	}
+}
+
+// Teams list their keys sorted, placements name the team's org, and
+// deleting a team unplaces its keys; DeleteTeam of an unknown team is
+// ErrNotFound.
+func TestTeamsAndPlacements(t *testing.T) {
+	ctx := context.Background()
+	s := newPostgres(t)()
+	err := s.Update(ctx, func(tx budget.Tx) error {
+		for _, tm := range []budget.Team{{Name: "ops", Org: "zeta"}, {Name: "eng", Org: "acme"}, {Name: "lab"}} {
+			if err := tx.PutTeam(ctx, tm); err != nil {
+				return err
+			}
+		}
+		for _, k := range []string{"kb", "ka", "kc"} {
+			if err := tx.SetKeyTeam(ctx, k, "eng"); err != nil {
+				return err
+			}
+		}
+		return tx.SetKeyTeam(ctx, "kd", "ops")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.View(ctx, func(tx budget.Tx) error {
+		teams, err := tx.Teams(ctx)
+		if err != nil {
+			return err
+		}
+		var names []string
+		for _, tm := range teams {
+			names = append(names, tm.Name)
+		}
+		if !slices.Equal(names, []string{"eng", "lab", "ops"}) || !slices.Equal(teams[0].Keys, []string{"ka", "kb", "kc"}) ||
+			teams[0].Org != "acme" || len(teams[1].Keys) != 0 {
+			t.Errorf("Teams = %+v; want eng (acme: ka, kb, kc), lab (no keys), ops", teams)
+		}
+		if orgs, err := tx.Orgs(ctx); err != nil || !slices.Equal(orgs, []string{"acme", "zeta"}) {
+			t.Errorf("Orgs = %v, %v; want [acme zeta]", orgs, err)
+		}
+		for _, c := range []struct{ key, team, org string }{{"ka", "eng", "acme"}, {"kd", "ops", "zeta"}, {"nobody", "", ""}} {
+			if team, org, err := tx.Placement(ctx, c.key); err != nil || team != c.team || org != c.org {
+				t.Errorf("Placement(%s) = %q, %q, %v; want %q, %q", c.key, team, org, err, c.team, c.org)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(ctx, func(tx budget.Tx) error { return tx.DeleteTeam(ctx, "eng") }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(ctx, func(tx budget.Tx) error { return tx.DeleteTeam(ctx, "eng") }); !errors.Is(err, budget.ErrNotFound) {
+		t.Fatalf("DeleteTeam(deleted team) = %v; want ErrNotFound", err)
+	}
+	err = s.View(ctx, func(tx budget.Tx) error {
+		if team, org, err := tx.Placement(ctx, "ka"); err != nil || team != "" || org != "" {
+			t.Errorf("Placement(ka) after its team was deleted = %q, %q, %v; want none", team, org, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Rollovers(key) lists the key's own limits' rollovers and the default
+// limits' counters for the key, per user too (subject key, SubjectSep,
+// user), but not another key's whose name starts with key, nor a team
+// limit's per-user counter whose user is named like the key.
+func TestRolloversOfPerUserDefaults(t *testing.T) {
+	ctx := context.Background()
+	s := newPostgres(t)()
+	day := budget.Window{Kind: budget.Daily, Zone: time.UTC}
+	each := func(id, key, team string) budget.Limit {
+		return budget.Limit{ID: id, Key: key, Team: team, Scope: budget.ScopeUser, ScopeValue: budget.AllUsers,
+			Metric: budget.MetricTokens, Max: 100, Window: day, Enabled: true}
+	}
+	limits := []budget.Limit{each("lim_def", "", ""), each("lim_k", "k", ""), each("lim_team", "", "eng")}
+	start := time.Date(2026, 3, 3, 0, 0, 0, 0, time.UTC)
+	roll := func(id, subject string) budget.Rollover {
+		return budget.Rollover{LimitID: id, Subject: subject, WindowStart: start, PrevWindowStart: start.Add(-24 * time.Hour), PrevUsed: 1, LoggedAt: start}
+	}
+	err := s.Update(ctx, func(tx budget.Tx) error {
+		if err := tx.PutTeam(ctx, budget.Team{Name: "eng"}); err != nil {
+			return err
+		}
+		for _, l := range limits {
+			if err := tx.InsertLimit(ctx, l, start); err != nil {
+				return err
+			}
+		}
+		_, _, err := tx.Apply(ctx, &budget.WriteSet{Rollovers: []budget.Rollover{
+			roll("lim_def", "k"+budget.SubjectSep+"alice"), roll("lim_def", "k"), roll("lim_def", "kk"+budget.SubjectSep+"bob"),
+			roll("lim_def", "k2"), roll("lim_k", "alice"), roll("lim_team", "k"),
+		}})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.View(ctx, func(tx budget.Tx) error {
+		rs, err := tx.Rollovers(ctx, "k", 100)
+		if err != nil {
+			return err
+		}
+		var got []string
+		for _, r := range rs {
+			got = append(got, r.LimitID+"/"+r.Subject)
+		}
+		slices.Sort(got)
+		want := []string{"lim_def/k", "lim_def/k" + budget.SubjectSep + "alice", "lim_k/alice"}
+		if !slices.Equal(got, want) {
+			t.Errorf("Rollovers(k) = %q; want %q", got, want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
