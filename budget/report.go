@@ -86,14 +86,14 @@ func (t *Tracker) Report(ctx context.Context, q ReportQuery) ([]ReportRow, error
 				return invalid("since", q.Since.UTC().Format(time.RFC3339), "splits a day before the prune horizon "+
 					horizon.Format(time.RFC3339)+", which only daily rollups cover: give UTC midnights")
 			}
-			rs, err := tx.EventTotals(ctx, part[0], part[1], q.Key)
+			rs, err := tx.EventTotals(ctx, part[0], part[1], q.Key, q.By)
 			if err != nil {
 				return err
 			}
 			all = append(all, rs...)
 		}
 		if first.Before(last) {
-			rs, err := tx.Rollups(ctx, first, last, q.Key)
+			rs, err := tx.Rollups(ctx, first, last, q.Key, q.By)
 			if err != nil {
 				return err
 			}
@@ -322,11 +322,11 @@ func rollupDrift(ctx context.Context, tx Tx, from, to time.Time) ([]RollupDrift,
 	if from.IsZero() {
 		from = beforeAll // the start of the history
 	}
-	rs, err := tx.Rollups(ctx, from, to, "")
+	rs, err := tx.Rollups(ctx, from, to, "", AllDims)
 	if err != nil {
 		return nil, err
 	}
-	es, err := tx.EventTotals(ctx, from, to, "")
+	es, err := tx.EventTotals(ctx, from, to, "", AllDims)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"slices"
 	"time"
 )
 
@@ -105,4 +106,44 @@ func (t *Totals) Amount(m Metric) int64 {
 		return t.Cost
 	}
 	return 0
+}
+
+// AllDims are every dimension a rollup has: grouped by them, rollups are
+// as stored.
+var AllDims = []Dim{DimKey, DimTeam, DimOrg, DimUser, DimProvider, DimModel}
+
+// RollupColumns are the dimensions of by that rollups store as columns
+// (not day, week or month: every sum is per day), in AllDims order.
+func RollupColumns(by []Dim) []Dim {
+	var out []Dim
+	for _, d := range AllDims {
+		if slices.Contains(by, d) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// Only clears r's dimensions that are not in cols (RollupColumns), as a
+// store's grouping leaves them.
+func (r *Rollup) Only(cols []Dim) {
+	for _, d := range AllDims {
+		if slices.Contains(cols, d) {
+			continue
+		}
+		switch d {
+		case DimKey:
+			r.Key = ""
+		case DimTeam:
+			r.Team = ""
+		case DimOrg:
+			r.Org = ""
+		case DimUser:
+			r.User = ""
+		case DimProvider:
+			r.Provider = ""
+		case DimModel:
+			r.Model = ""
+		}
+	}
 }

@@ -322,13 +322,14 @@ type Tx interface {
 	// created after a prune with a window unaligned to UTC days can meet
 	// that).
 	SumUsage(ctx context.Context, l *Limit, start, end time.Time) (int64, error)
-	// Rollups lists the daily rollups of the days in [from, to) (UTC
-	// midnights), key's only unless key is "", unordered.
-	Rollups(ctx context.Context, from, to time.Time, key string) ([]Rollup, error)
-	// EventTotals sums the events in [from, to), key's only unless key is
-	// "", per UTC day and (key, team, org, user, provider, model): what
-	// rollups of those events hold. Unordered.
-	EventTotals(ctx context.Context, from, to time.Time, key string) ([]Rollup, error)
+	// Rollups sums the daily rollups of the days in [from, to) (UTC
+	// midnights), key's only unless key is "", per day and the columns of
+	// by (RollupColumns: the dimensions but day, week and month; the
+	// others are left empty in the result). Unordered.
+	Rollups(ctx context.Context, from, to time.Time, key string, by []Dim) ([]Rollup, error)
+	// EventTotals sums the events in [from, to) as Rollups sums rollups:
+	// what the rollups of those events hold. Unordered.
+	EventTotals(ctx context.Context, from, to time.Time, key string, by []Dim) ([]Rollup, error)
 	// Events calls fn with every event in [from, to), key's only unless
 	// key is "", ordered by instant, key and request id, Cost and
 	// Unpriced as stored. fn's error stops it and is returned.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
@@ -31,17 +32,51 @@ func (t *tx) addRollups(ctx context.Context, rs []budget.Rollup) error {
 	return nil
 }
 
-func (t *tx) Rollups(ctx context.Context, from, to time.Time, key string) ([]budget.Rollup, error) {
-	q, args := `SELECT `+sqlrow.RollupSelect+` FROM rollups WHERE day >= ? AND day < ?`, []any{from.UnixNano(), to.UnixNano()}
+// groupBy is the select list and GROUP BY list of a sum per day (day,
+// the SQL of the day column) and the columns of by; the other dimensions
+// are selected as ”.
+func groupBy(day string, by []budget.Dim) (sel, group string) {
+	cols := budget.RollupColumns(by)
+	sel, group = day+` AS day`, `1`
+	for _, d := range budget.AllDims {
+		col := sqlrow.DimColumn(d)
+		if slices.Contains(cols, d) {
+			sel += `, ` + col
+			group += `, ` + col
+		} else {
+			sel += `, ''`
+		}
+	}
+	return sel, group
+}
+
+// scanRollups reads rows of groupBy's select list and the sums.
+func (t *tx) scanRollups(ctx context.Context, q string, args []any) ([]budget.Rollup, error) {
+	var out []budget.Rollup
+	err := t.scan(ctx, q, args, func(s scanner) error {
+		var r sqlrow.Rollup
+		if err := s.Scan(&r.Day, &r.Key, &r.Team, &r.Org, &r.User, &r.Provider, &r.Model, &r.Requests, &r.Input, &r.Output,
+			&r.Reasoning, &r.CacheRead, &r.CacheWrite, &r.Cost, &r.NoPrice); err != nil {
+			return err
+		}
+		out = append(out, r.Decode())
+		return nil
+	})
+	return out, err
+}
+
+func (t *tx) Rollups(ctx context.Context, from, to time.Time, key string, by []budget.Dim) ([]budget.Rollup, error) {
+	sel, group := groupBy("day", by)
+	q, args := `SELECT `+sel+`, `+sqlrow.RollupTotals+` FROM rollups WHERE day >= ? AND day < ?`, []any{from.UnixNano(), to.UnixNano()}
 	if key != "" {
 		q += ` AND key = ?`
 		args = append(args, key)
 	}
-	var rows []sqlrow.Rollup
-	if err := t.sel(ctx, &rows, q, args...); err != nil {
+	out, err := t.scanRollups(ctx, q+` GROUP BY `+group, args)
+	if err != nil {
 		return nil, fmt.Errorf("read rollups: %w", err)
 	}
-	return sqlrow.DecodeRollups(rows), nil
+	return out, nil
 }
 
 const day = int64(24 * time.Hour)
@@ -58,20 +93,10 @@ func eventsIn(q string, from, to time.Time, key string) (string, []any) {
 		[]any{max(f, math.MinInt64+day) - day, tn, f, tn} // a day back covers from's day, without overflow
 }
 
-func (t *tx) EventTotals(ctx context.Context, from, to time.Time, key string) ([]budget.Rollup, error) {
-	q, args := eventsIn(`SELECT `+dayOf("at")+` AS day, key, team, org, end_user, provider, model, `+rollupSums+` AS no_price FROM usage`, from, to, key)
-	q += ` GROUP BY 1, key, team, org, end_user, provider, model`
-	// The sums come back unnamed but the last: scan by position.
-	var out []budget.Rollup
-	err := t.scan(ctx, q, args, func(s scanner) error {
-		var r sqlrow.Rollup
-		if err := s.Scan(&r.Day, &r.Key, &r.Team, &r.Org, &r.User, &r.Provider, &r.Model, &r.Requests, &r.Input, &r.Output,
-			&r.Reasoning, &r.CacheRead, &r.CacheWrite, &r.Cost, &r.NoPrice); err != nil {
-			return err
-		}
-		out = append(out, r.Decode())
-		return nil
-	})
+func (t *tx) EventTotals(ctx context.Context, from, to time.Time, key string, by []budget.Dim) ([]budget.Rollup, error) {
+	sel, group := groupBy(dayOf("at"), by)
+	q, args := eventsIn(`SELECT `+sel+`, `+rollupSums+` FROM usage`, from, to, key)
+	out, err := t.scanRollups(ctx, q+` GROUP BY `+group, args)
 	if err != nil {
 		return nil, fmt.Errorf("sum events by day: %w", err)
 	}

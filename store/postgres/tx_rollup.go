@@ -12,10 +12,10 @@ import (
 
 var errNoRollups = errors.New("postgres: rollups, reports and prune are not supported yet")
 
-func (t *tx) Rollups(context.Context, time.Time, time.Time, string) ([]budget.Rollup, error) {
+func (t *tx) Rollups(context.Context, time.Time, time.Time, string, []budget.Dim) ([]budget.Rollup, error) {
 	return nil, errNoRollups
 }
-func (t *tx) EventTotals(context.Context, time.Time, time.Time, string) ([]budget.Rollup, error) {
+func (t *tx) EventTotals(context.Context, time.Time, time.Time, string, []budget.Dim) ([]budget.Rollup, error) {
 	return nil, errNoRollups
 }
 func (t *tx) Events(context.Context, time.Time, time.Time, string, func(budget.Usage) error) error {

@@ -34,17 +34,37 @@ func matches(h *budget.History, key, team, org, user, provider, modelNorm string
 	return true
 }
 
-func (t *tx) Rollups(_ context.Context, from, to time.Time, key string) ([]budget.Rollup, error) {
-	var out []budget.Rollup
+func (t *tx) Rollups(_ context.Context, from, to time.Time, key string, by []budget.Dim) ([]budget.Rollup, error) {
+	var rs []budget.Rollup
 	for _, r := range t.st.rollups {
 		if d := ns(r.Day); d >= from.UnixNano() && d < to.UnixNano() && (key == "" || r.Key == key) {
-			out = append(out, r)
+			rs = append(rs, r)
 		}
 	}
-	return out, nil
+	return group(rs, by), nil
 }
 
-func (t *tx) EventTotals(_ context.Context, from, to time.Time, key string) ([]budget.Rollup, error) {
+// group sums rs per day and the columns of by, as the SQL stores' GROUP BY.
+func group(rs []budget.Rollup, by []budget.Dim) []budget.Rollup {
+	cols := budget.RollupColumns(by)
+	m := make(map[rollupKey]*budget.Rollup)
+	for _, r := range rs {
+		r.Only(cols)
+		k := keyOf(&r)
+		if g := m[k]; g != nil {
+			g.Add(&r.Totals)
+			continue
+		}
+		m[k] = &r
+	}
+	out := make([]budget.Rollup, 0, len(m))
+	for _, g := range m {
+		out = append(out, *g)
+	}
+	return out
+}
+
+func (t *tx) EventTotals(_ context.Context, from, to time.Time, key string, by []budget.Dim) ([]budget.Rollup, error) {
 	m := make(map[rollupKey]*budget.Rollup)
 	for _, e := range t.st.events {
 		u := &e.u
@@ -69,7 +89,7 @@ func (t *tx) EventTotals(_ context.Context, from, to time.Time, key string) ([]b
 	for _, g := range m {
 		out = append(out, *g)
 	}
-	return out, nil
+	return group(out, by), nil
 }
 
 func (t *tx) Events(_ context.Context, from, to time.Time, key string, fn func(budget.Usage) error) error {
