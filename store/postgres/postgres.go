@@ -5,11 +5,13 @@
 // transactions run at READ COMMITTED and stay exact through atomic
 // statements and row locks: reserving, committing, releasing and renewing
 // lock the limit rows they decide on (waits only go up one order of ids,
-// see locks.go), counter deltas are buffered and added in one ordered
+// see hot.go), counter deltas are buffered and added in one ordered
 // `used = used + n` statement before COMMIT, new counter rows are created
 // with INSERT ... ON CONFLICT. Limit definitions are guarded by a
 // transaction-level advisory lock: writers hold it shared from the moment
-// they read the limits version, a change to limits takes it exclusively.
+// they read the limits version; a change to limits, raises, teams,
+// organisations or key placements takes it exclusively (a statement
+// trigger, which also moves the version).
 // Serialization failures, deadlocks and lock_not_available are retried
 // with backoff until the context ends; lost connections a few times, never
 // after an ambiguous COMMIT. Reads run at REPEATABLE READ READ ONLY, one
