@@ -209,8 +209,11 @@ func sortLimits(ls []Limit) {
 
 // Report is what `budget inspect` shows.
 type Report struct {
-	At        time.Time
-	Limits    []Status // every limit, disabled ones too, in listing order
+	At     time.Time
+	Limits []Status // every limit, disabled ones too, in listing order
+	// Forecasts are the Limits' forecasts at At (nil for concurrent
+	// limits).
+	Forecasts []*Forecast
 	Rollovers []Rollover
 	Providers []ProviderState // parked providers
 }
@@ -266,6 +269,10 @@ func (t *Tracker) inspect(ctx context.Context, level Level, owner string, at tim
 		}
 		sortLimits(ls)
 		if r.Limits, err = storedStatuses(ctx, tx, ls, at); err != nil {
+			return err
+		}
+		r.Forecasts = make([]*Forecast, len(r.Limits))
+		if err := forecasts(ctx, tx, r.Limits, at, r.Forecasts); err != nil {
 			return err
 		}
 		if rollovers > 0 {
