@@ -21,8 +21,35 @@ CREATE TABLE IF NOT EXISTS limits (
     enabled        INTEGER NOT NULL DEFAULT 1,
     created_at     INTEGER NOT NULL,
     updated_at     INTEGER NOT NULL,
+    alerts         TEXT    NOT NULL DEFAULT '',  -- thresholds in percent: "50,80,100"
     UNIQUE (key, team, org, scope, scope_value, metric, window)
 );
+
+-- alerts: an outbox of threshold crossings, logged with the usage that
+-- crossed them, once per (limit, subject, window, threshold); delivered at
+-- least once by whichever deliverer holds its claim.
+CREATE TABLE IF NOT EXISTS alerts (
+    id            TEXT    PRIMARY KEY,
+    limit_id      TEXT    NOT NULL,  -- kept when the limit goes: it is history
+    level         TEXT    NOT NULL,
+    owner         TEXT    NOT NULL DEFAULT '',
+    subject       TEXT    NOT NULL DEFAULT '',
+    window_start  INTEGER NOT NULL,
+    threshold     INTEGER NOT NULL,
+    used          INTEGER NOT NULL,
+    max           INTEGER NOT NULL,
+    at            INTEGER NOT NULL,
+    forecast_used INTEGER NOT NULL DEFAULT -1,  -- -1: none
+    exhausts_at   INTEGER NOT NULL DEFAULT 0,   -- 0: not before the reset
+    delivered_at  INTEGER NOT NULL DEFAULT 0,
+    attempts      INTEGER NOT NULL DEFAULT 0,
+    next_attempt  INTEGER NOT NULL DEFAULT 0,
+    claim_owner   TEXT    NOT NULL DEFAULT '',
+    claim_until   INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (limit_id, subject, window_start, threshold)
+);
+CREATE INDEX IF NOT EXISTS alerts_pending ON alerts (next_attempt, at) WHERE delivered_at = 0;
+CREATE INDEX IF NOT EXISTS alerts_at ON alerts (at);
 
 -- raises: temporary (until > 0) or lasting additions to a limit.
 CREATE TABLE IF NOT EXISTS raises (

@@ -29,6 +29,9 @@ type LimitSpec struct {
 	Timezone   *string
 	Max        *int64 // required on create
 	Enabled    *bool
+	// Alerts are the thresholds (percent; see Limit.Alerts); nil leaves
+	// them as they are, empty removes them.
+	Alerts *[]int
 }
 
 // Validate checks the spec as SetLimit will, without a store, so a tool can
@@ -83,6 +86,9 @@ func (s LimitSpec) parse() (Limit, error) {
 	if s.Enabled != nil {
 		l.Enabled = *s.Enabled
 	}
+	if s.Alerts != nil {
+		l.Alerts = *s.Alerts
+	}
 	return l.Validate()
 }
 
@@ -97,6 +103,9 @@ func (t *Tracker) SetLimit(ctx context.Context, s LimitSpec) (Limit, bool, error
 	var created bool
 	now := t.now()
 	err = t.store.Update(ctx, func(tx Tx) error {
+		if err := tx.LockDefinitions(ctx); err != nil {
+			return err
+		}
 		created = false
 		var ls []Limit
 		var err error
@@ -163,6 +172,9 @@ func (t *Tracker) SetLimit(ctx context.Context, s LimitSpec) (Limit, bool, error
 		}
 		if s.Timezone != nil {
 			out.Window.Zone = want.Window.Zone
+		}
+		if s.Alerts != nil {
+			out.Alerts = want.Alerts
 		}
 		return tx.UpdateLimit(ctx, out, now)
 	})

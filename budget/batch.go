@@ -45,6 +45,7 @@ type memWindow struct {
 	prev       int64 // only when !stored: the window before's usage when read
 	holds      []memHold
 	cw         int32 // this batch's index in WriteSet.Counters, or -1
+	base       int64 // used when this batch first touched it (alerts compare)
 	stored     bool
 	// hot: a reservation decided on it, so it stays in memory between
 	// batches; other windows are forgotten after their batch, their rows'
@@ -195,6 +196,7 @@ type batch struct {
 	// expired reservations found by recovery ops, by op
 	expired map[*op][]string
 	evOps   []*op // the operation of each WriteSet event
+
 	// dups are the commit and charge events an earlier try of this batch
 	// found already in the history (key, NUL, request id): planned again
 	// without them. The writer keeps the map across tries.
@@ -337,8 +339,10 @@ func (b *batch) load(ctx context.Context, tx Tx) error {
 			lockIDs[l.ID] = true
 			r := refAt(l, at)
 			k := windowKey(l, r.Start)
-			if _, ok := refs[k]; !ok {
-				refs[k] = want{ref: r}
+			// A limit with alert thresholds must know its total to
+			// see one crossed.
+			if cur, ok := refs[k]; !ok || len(l.Alerts) > 0 && !cur.reserve {
+				refs[k] = want{ref: r, reserve: len(l.Alerts) > 0}
 			}
 		}
 		return nil
@@ -608,6 +612,7 @@ func (b *batch) event(ctx context.Context, tx Tx, ev Usage, o *op) error {
 			return errNotLoaded(l, ev.At)
 		}
 		if w.cw < 0 {
+			w.base = w.used
 			w.cw = int32(len(b.ws.Counters))
 			b.ws.Counters = append(b.ws.Counters, CounterWrite{Ref: w.ref(), Create: !w.stored})
 			b.touched = append(b.touched, w)

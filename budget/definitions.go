@@ -94,6 +94,9 @@ func (t *Tracker) LoadDefinitions(ctx context.Context, d Definitions) error {
 	}
 	now := t.now()
 	err := t.store.Update(ctx, func(tx Tx) error {
+		if err := tx.LockDefinitions(ctx); err != nil {
+			return err
+		}
 		for _, tm := range d.Teams {
 			if err := tx.PutTeam(ctx, Team{Name: tm.Name, Org: tm.Org}); err != nil {
 				return err

@@ -1,6 +1,8 @@
 package budget
 
 import (
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -146,6 +148,10 @@ type Limit struct {
 	Raises  []Raise
 	Window  Window // NoWindow for concurrent limits
 	Enabled bool
+	// Alerts are thresholds in percent of the limit in force (MaxAt):
+	// the usage of a window crossing one logs an alert, once per window
+	// and threshold. Ascending, each from 1 to 1000.
+	Alerts []int
 	// Subject names whose counters of the limit these are, when the limit
 	// counts for more than one: the key a default limit is applied to, the
 	// end user of a per-user (AllUsers) limit, or both joined by
@@ -400,7 +406,47 @@ func (l Limit) Validate() (Limit, error) {
 	if l.Window.Calendar() && l.Window.Zone == nil {
 		l.Window.Zone = time.UTC
 	}
+	if len(l.Alerts) > 0 {
+		if m == MetricConcurrent {
+			return l, invalid("alert", l.Alerts, "concurrent limits have no usage to alert on")
+		}
+		as := slices.Clone(l.Alerts)
+		slices.Sort(as)
+		for i, p := range as {
+			if p < 1 || p > 1000 {
+				return l, invalid("alert", p, "a threshold is a percent of the limit from 1 to 1000")
+			}
+			if i > 0 && as[i-1] == p {
+				return l, invalid("alert", p, "is given twice")
+			}
+		}
+		l.Alerts = as
+	}
 	return l, nil
+}
+
+// ParseAlerts parses "50,80,100" into thresholds ("" is none); Validate
+// checks them.
+func ParseAlerts(s string) ([]int, error) {
+	if strings.TrimSpace(s) == "" {
+		return []int{}, nil
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		p, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(f), "%")))
+		if err != nil {
+			return nil, invalid("alert", f, "want percents such as 50,80,100")
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// AlertLevel is the usage at which threshold p (percent) of a limit of
+// max is crossed: p% of max, rounded up (at least 1).
+func AlertLevel(limit int64, p int) int64 {
+	// limit <= 2^53 and p <= 1000: the product fits an int64.
+	return max((limit*int64(p)+99)/100, 1)
 }
 
 // Applies reports whether the limit governs a request of who to provider

@@ -265,6 +265,13 @@ type Tx interface {
 	// (PostgreSQL does; limit changes take that lock exclusively). It is
 	// the one read that may lock.
 	LimitsVersion(ctx context.Context) (int64, error)
+	// LockDefinitions takes, until the transaction ends, the lock every
+	// change to limits, raises, teams, organisations and placements takes,
+	// exclusively: an admin write calls it first, so the checks it makes
+	// before writing (a team exists, no org has its name) still hold when
+	// it writes. A store whose write transactions are serialised already
+	// (SQLite) does nothing.
+	LockDefinitions(ctx context.Context) error
 	// Limits lists the limits of key and the default limits, or every
 	// limit when key is "", unordered, each with its raises that have not
 	// ended (Until zero or after now is the caller's to judge: the store
@@ -341,6 +348,21 @@ type Tx interface {
 	// the horizon) and moves the horizon there. It returns the events
 	// deleted.
 	Prune(ctx context.Context, before time.Time) (int64, error)
+	// LogAlerts logs alerts; one the store already has for its (limit,
+	// subject, window, threshold) is skipped, so each is logged once.
+	LogAlerts(ctx context.Context, as []Alert) error
+	// Alerts lists the newest n alerts, newest first.
+	Alerts(ctx context.Context, n int) ([]Alert, error)
+	// ClaimAlerts claims for owner until until up to max undelivered
+	// alerts whose next attempt is due at now and that no other owner's
+	// live claim holds, oldest first.
+	ClaimAlerts(ctx context.Context, owner string, now, until time.Time, max int) ([]Alert, error)
+	// SettleAlert reports on alert id, claimed by owner: delivered at
+	// deliveredAt when that is not zero, else failed, to be tried again
+	// from next (its attempts counted). Either way the claim ends. An
+	// alert whose claim is no longer owner's (or that is delivered) fails
+	// with ClaimLost.
+	SettleAlert(ctx context.Context, id, owner string, deliveredAt, next time.Time) error
 	// OpenReservationsBefore lists up to max reservations whose instant
 	// is before before and that are live, or expired and settled at or
 	// after committable (still committable).

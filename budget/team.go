@@ -68,6 +68,9 @@ func (t *Tracker) SetTeam(ctx context.Context, name, org string) (created bool, 
 		return false, invalid("org", org, "is the team's own name; a team and an org may not share a name")
 	}
 	err = t.store.Update(ctx, func(tx Tx) error {
+		if err := tx.LockDefinitions(ctx); err != nil {
+			return err
+		}
 		ts, err := tx.Teams(ctx)
 		if err != nil {
 			return err
@@ -98,6 +101,9 @@ func (t *Tracker) SetTeam(ctx context.Context, name, org string) (created bool, 
 func (t *Tracker) DeleteTeam(ctx context.Context, name string) error {
 	name = strings.TrimSpace(name)
 	err := t.store.Update(ctx, func(tx Tx) error {
+		if err := tx.LockDefinitions(ctx); err != nil {
+			return err
+		}
 		ts, err := tx.Teams(ctx)
 		if err != nil {
 			return err
@@ -152,6 +158,9 @@ func (t *Tracker) SetKeyTeam(ctx context.Context, key, team string) error {
 		return err
 	}
 	err := t.store.Update(ctx, func(tx Tx) error {
+		if err := tx.LockDefinitions(ctx); err != nil {
+			return err
+		}
 		if team != "" {
 			if err := checkOwnerExists(ctx, tx, LevelTeam, team); err != nil {
 				return err
@@ -189,6 +198,9 @@ func (t *Tracker) RaiseLimit(ctx context.Context, id string, by int64, until tim
 	}
 	var out Limit
 	err := t.store.Update(ctx, func(tx Tx) error {
+		if err := tx.LockDefinitions(ctx); err != nil {
+			return err
+		}
 		l, err := tx.Limit(ctx, id)
 		if err != nil {
 			return err

@@ -262,6 +262,15 @@ func (b *batch) run(ctx context.Context, tx Tx) error {
 	if conflict {
 		return fmt.Errorf("%w: a reservation's event was already recorded", ErrConflict)
 	}
+	// Thresholds crossed by what landed (duplicates added nothing), logged
+	// in this transaction.
+	if as, err := b.alerts(ctx, tx); err != nil {
+		return err
+	} else if len(as) > 0 {
+		if err := tx.LogAlerts(ctx, as); err != nil {
+			return err
+		}
+	}
 	for _, o := range b.ops {
 		if o.kind == opRecover && o.active() && o.out.err == nil {
 			o.out.recovered.Deleted = deleted

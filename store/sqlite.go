@@ -30,7 +30,7 @@ import (
 )
 
 // SchemaVersion is the PRAGMA user_version this build writes and reads.
-const SchemaVersion = 9
+const SchemaVersion = 10
 
 // Options configure Open. The zero value is usable.
 type Options struct {
@@ -333,6 +333,9 @@ func migrations(schema string) []migration {
 			INSERT INTO rollups (` + sqlrow.RollupCols + `)
 				SELECT ` + dayOf("at") + `, key, team, org, end_user, provider, model, MAX(model_norm), ` + rollupSums + `
 				FROM usage GROUP BY 1, key, team, org, end_user, provider, model;`},
+		// 10: alert thresholds on limits and the alerts outbox.
+		{sql: `ALTER TABLE limits ADD COLUMN alerts TEXT NOT NULL DEFAULT '';
+			` + schema},
 	}
 }
 

@@ -111,7 +111,7 @@ func (t *tx) query(ctx context.Context, q string, args ...any) (*sqlx.Rows, erro
 
 // ---- limits
 
-const limitCols = `id, key, team, org, scope, scope_value, metric, max, window, window_seconds, reset_time, timezone, enabled`
+const limitCols = `id, key, team, org, scope, scope_value, metric, max, window, window_seconds, reset_time, timezone, enabled, alerts`
 
 // limitSelect is what a limit is read with: its columns and its creation,
 // a once window's anchor.
@@ -207,7 +207,7 @@ func (t *tx) Limit(ctx context.Context, id string) (budget.Limit, error) {
 
 func (t *tx) InsertLimit(ctx context.Context, l budget.Limit, now time.Time) error {
 	args := append(sqlrow.LimitArgs(l), ns(now), ns(now))
-	_, err := t.exec(ctx, `INSERT INTO limits (`+limitCols+`, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...)
+	_, err := t.exec(ctx, `INSERT INTO limits (`+limitCols+`, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...)
 	if err != nil {
 		return fmt.Errorf("insert limit %s: %w", l.ID, err)
 	}
@@ -296,8 +296,8 @@ func (t *tx) SetKeyTeam(ctx context.Context, key, team string) error {
 }
 
 func (t *tx) UpdateLimit(ctx context.Context, l budget.Limit, now time.Time) error {
-	n, err := t.exec(ctx, `UPDATE limits SET max = ?, reset_time = ?, timezone = ?, enabled = ?, updated_at = ? WHERE id = ?`,
-		l.Max, l.Window.ResetTime, l.Window.ZoneName(), l.Enabled, ns(now), l.ID)
+	n, err := t.exec(ctx, `UPDATE limits SET max = ?, reset_time = ?, timezone = ?, enabled = ?, alerts = ?, updated_at = ? WHERE id = ?`,
+		l.Max, l.Window.ResetTime, l.Window.ZoneName(), l.Enabled, sqlrow.AlertsText(l.Alerts), ns(now), l.ID)
 	if err != nil {
 		return fmt.Errorf("update limit %s: %w", l.ID, err)
 	}
@@ -523,3 +523,7 @@ func (t *tx) Rollovers(ctx context.Context, key string, n int) ([]budget.Rollove
 	}
 	return out, nil
 }
+
+// LockDefinitions does nothing but require a write transaction: BEGIN
+// IMMEDIATE already serialises them.
+func (t *tx) LockDefinitions(context.Context) error { return t.write() }

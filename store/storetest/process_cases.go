@@ -22,6 +22,7 @@ func RunProcesses(t *testing.T, p Processes) {
 		{"ReserveExactly", testProcReserve},
 		{"ReserveCommitExactly", testProcReserveCommit},
 		{"TeamReserveCommitExactly", testProcTeam},
+		{"AlertsLoggedOnce", testProcAlerts},
 		{"MixedWorkloadNoDrift", testProcMixed},
 		{"LimitChangeSeen", testProcLimitChange},
 		{"LimitsCreatedWhileRecording", testProcLimitsCreated},
@@ -103,6 +104,23 @@ func testProcTeam(t *testing.T, p Processes) {
 		t.Fatalf("team used %d (want %d); ka's own limit used %d reserved %d (want at most %d, 0)", teamUsed, limitTokens, kaUsed, kaRes, kaMax)
 	}
 	noDrift(t, tr)
+}
+
+// Four processes record past every threshold of a limit at once: each
+// alert is logged exactly once.
+func testProcAlerts(t *testing.T, p Processes) {
+	dsn := p.NewDSN(t)
+	tr := openParent(t, p, dsn, 0, nil)
+	ps := []int{10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 200, 500}
+	l := SetLimit(t, tr, budget.LimitSpec{Key: "k", Window: "daily", Alerts: &ps}, 2000)
+	const per = 50 // events per goroutine, 4 tokens each: 12,800 in all
+	runChildren(t, 4, "record", dsn, per)
+	got := thresholds(t, tr, l.ID)
+	for _, p := range ps {
+		if got[p] != 1 {
+			t.Fatalf("alerts by threshold after 4 processes recorded 12,800 of 2,000: %v; want each of %v once", got, ps)
+		}
+	}
 }
 
 // Four processes mix reservations, commits, releases and records on

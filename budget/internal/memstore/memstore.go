@@ -295,6 +295,7 @@ type state struct {
 	orgs                         map[string]bool
 	keyTeams                     map[string]string // key -> team
 	rollups                      map[rollupKey]budget.Rollup
+	alerts                       map[string]alertRow
 	prunedBefore                 int64
 
 	base   *state          // the state forked, while unpublished
@@ -305,7 +306,7 @@ func newState() *state {
 	return &state{limits: map[string]budget.Limit{}, prices: map[priceKey]budget.Price{}, events: map[eventKey]event{},
 		counters: map[counterKey]counterRow{}, rollovers: map[counterKey]budget.Rollover{},
 		reservations: map[string]budget.ReservationRow{}, holds: map[holdKey]budget.Hold{}, providers: map[string]provider{},
-		teams: map[string]string{}, orgs: map[string]bool{}, keyTeams: map[string]string{}, rollups: map[rollupKey]budget.Rollup{}}
+		teams: map[string]string{}, orgs: map[string]bool{}, keyTeams: map[string]string{}, rollups: map[rollupKey]budget.Rollup{}, alerts: map[string]alertRow{}}
 }
 
 func (st *state) fork() *state {

@@ -185,7 +185,7 @@ func (t *tx) UpdateLimit(_ context.Context, l budget.Limit, _ time.Time) error {
 		return notFound("limit", l.ID)
 	}
 	own(t.st, "limits", &t.st.limits)
-	cur.Max, cur.Enabled = l.Max, l.Enabled
+	cur.Max, cur.Enabled, cur.Alerts = l.Max, l.Enabled, slices.Clone(l.Alerts)
 	cur.Window.ResetTime, cur.Window.Zone = l.Window.ResetTime, l.Window.Zone
 	t.st.limits[l.ID] = cur
 	t.st.limitsVersion++
@@ -429,3 +429,6 @@ func (t *tx) ClaimProbe(_ context.Context, name, owner string, now, until time.T
 	t.st.providers[name] = cur
 	return true, nil
 }
+
+// LockDefinitions does nothing: write transactions run one at a time.
+func (t *tx) LockDefinitions(context.Context) error { return t.write() }

@@ -49,6 +49,7 @@ type Limit struct {
 	ResetTime     int    `db:"reset_time"`
 	Timezone      string `db:"timezone"`
 	Enabled       bool   `db:"enabled"`
+	Alerts        string `db:"alerts"`     // thresholds, comma-separated
 	CreatedAt     int64  `db:"created_at"` // a once window's anchor
 }
 
@@ -73,6 +74,15 @@ var calendar = map[string]budget.WindowKind{"daily": budget.Daily, "weekly": bud
 func (r *Limit) Decode() (budget.Limit, error) {
 	l := budget.Limit{ID: r.ID, Key: r.Key, Team: intern(r.Team), Org: intern(r.Org), Scope: budget.Scope(intern(r.Scope)), ScopeValue: intern(r.ScopeValue),
 		Metric: budget.Metric(intern(r.Metric)), Max: r.Max, Enabled: r.Enabled}
+	if r.Alerts != "" {
+		for _, f := range strings.Split(r.Alerts, ",") {
+			p, err := strconv.Atoi(f)
+			if err != nil {
+				return l, fmt.Errorf("limit %s: alert threshold %q: %w", r.ID, f, err)
+			}
+			l.Alerts = append(l.Alerts, p)
+		}
+	}
 	switch r.Window {
 	case "":
 	case "once":
@@ -115,14 +125,23 @@ func DecodeLimits(rows []Limit) ([]budget.Limit, error) {
 
 // LimitArgs are l's values in the order of the limits columns: id, key,
 // team, org, scope, scope_value, metric, max, window, window_seconds,
-// reset_time, timezone, enabled.
+// reset_time, timezone, enabled, alerts.
 func LimitArgs(l budget.Limit) []any {
 	var secs int64
 	if l.Window.Kind == budget.Fixed {
 		secs = int64(l.Window.Length / time.Second)
 	}
 	return []any{l.ID, l.Key, l.Team, l.Org, string(l.Scope), l.ScopeValue, string(l.Metric), l.Max, l.Window.String(), secs,
-		l.Window.ResetTime, l.Window.ZoneName(), l.Enabled}
+		l.Window.ResetTime, l.Window.ZoneName(), l.Enabled, AlertsText(l.Alerts)}
+}
+
+// AlertsText is the stored form of alert thresholds: "50,80,100".
+func AlertsText(as []int) string {
+	parts := make([]string, len(as))
+	for i, p := range as {
+		parts[i] = strconv.Itoa(p)
+	}
+	return strings.Join(parts, ",")
 }
 
 // OwnerColumn is the limits column (and usage column) naming a level's

@@ -1,0 +1,154 @@
+package budget
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Alerts: an outbox of threshold crossings.
+//
+// A limit with thresholds (Limit.Alerts, percent of the limit in force)
+// logs an Alert when the usage of one of its windows crosses one: in the
+// same transaction as the usage that crossed it, once per (limit,
+// subject, window, threshold) however many processes record (the store
+// keeps the first). Delivery is at least once, from any number of
+// deliverers: each claims a few undelivered alerts until an expiry
+// (ClaimAlerts), tries them, and reports each as delivered, which is
+// final, or failed, which schedules the next try (AlertRetryDelay).
+
+// Alert is one logged threshold crossing.
+type Alert struct {
+	ID          string
+	LimitID     string
+	Level       Level
+	Owner       string // the key, team or org; "" for a default limit
+	Subject     string // the counter's subject (see Limit.Subject)
+	WindowStart time.Time
+	Threshold   int   // percent
+	Used        int64 // the window's usage right after the crossing
+	Max         int64 // the limit in force then
+	At          time.Time
+	// The forecast when it was logged: ForecastUsed -1 and a zero
+	// ExhaustsAt when none (see Forecast).
+	ForecastUsed int64
+	ExhaustsAt   time.Time
+	DeliveredAt  time.Time // zero until a deliverer reported it delivered
+	Attempts     int       // failed deliveries so far
+	NextAttempt  time.Time // no delivery is tried before it
+}
+
+// AlertRetryDelay is the wait after the n-th failed delivery (n >= 1):
+// 1 s, doubling, at most 5 minutes.
+func AlertRetryDelay(n int) time.Duration {
+	d := time.Second
+	for i := 1; i < n && d < 5*time.Minute; i++ {
+		d *= 2
+	}
+	return min(d, 5*time.Minute)
+}
+
+// alertsOf are the alerts an addition to window w (of limit l) from
+// before to after logs at at: one per threshold it crosses.
+func alertsOf(l *Limit, start time.Time, before, after int64, at time.Time) []Alert {
+	if len(l.Alerts) == 0 || after <= before {
+		return nil
+	}
+	max := l.MaxAt(at)
+	var out []Alert
+	for _, p := range l.Alerts {
+		lv := AlertLevel(max, p)
+		if before < lv && after >= lv {
+			out = append(out, Alert{ID: NewID("alt_"), LimitID: l.ID, Level: l.Level(), Owner: l.Owner(), Subject: l.Subject,
+				WindowStart: start, Threshold: p, Used: after, Max: max, At: at, ForecastUsed: -1})
+		}
+	}
+	return out
+}
+
+// alerts are the thresholds crossed by the counters this batch changed,
+// once Apply has told which events landed: each window from its total
+// before the batch to its total after, with the forecast of the moment
+// (the store's recent usage, this batch's included).
+func (b *batch) alerts(ctx context.Context, tx Tx) ([]Alert, error) {
+	var out []Alert
+	for i, d := range b.ws.CounterDeltas(b.inserted) {
+		w := b.touched[i]
+		if len(w.l.Alerts) == 0 || !w.known || d == 0 {
+			continue
+		}
+		after := min(w.base+d, MaxTokens)
+		start := time.Unix(0, w.start).UTC()
+		for _, a := range alertsOf(w.l, start, w.base, after, b.now) {
+			st := w.status(a.At)
+			st.Used = after
+			since := ForecastSpan(start, a.At)
+			var recent int64
+			if since.Before(a.At) {
+				var err error
+				if recent, err = tx.SumUsage(ctx, w.l, since, a.At); err != nil {
+					return nil, err
+				}
+			}
+			f := ForecastOf(&st, recent, since, a.At)
+			a.ForecastUsed, a.ExhaustsAt = f.ForecastUsed, f.ExhaustsAt
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+// Alerts lists the newest n alerts, newest first.
+func (t *Tracker) Alerts(ctx context.Context, n int) ([]Alert, error) {
+	var out []Alert
+	err := t.store.View(ctx, func(tx Tx) error {
+		var err error
+		out, err = tx.Alerts(ctx, n)
+		return err
+	})
+	return out, err
+}
+
+// ClaimAlerts claims up to max undelivered alerts due at now for owner
+// until now+ttl, oldest first: no other owner is given them until then,
+// unless this owner reports them first.
+func (t *Tracker) ClaimAlerts(ctx context.Context, owner string, ttl time.Duration, max int) ([]Alert, error) {
+	if strings.TrimSpace(owner) == "" {
+		return nil, invalid("owner", owner, "must not be empty")
+	}
+	now := t.now()
+	var out []Alert
+	err := t.store.Update(ctx, func(tx Tx) error {
+		var err error
+		out, err = tx.ClaimAlerts(ctx, owner, now, now.Add(ttl), max)
+		return err
+	})
+	return out, err
+}
+
+// AlertDelivered records that owner delivered alert id: it is never sent
+// again.
+func (t *Tracker) AlertDelivered(ctx context.Context, id, owner string) error {
+	now := t.now()
+	return t.store.Update(ctx, func(tx Tx) error { return tx.SettleAlert(ctx, id, owner, now, time.Time{}) })
+}
+
+// AlertFailed records a failed delivery of alert id by owner: its next
+// try is AlertRetryDelay(attempts) from now, by whichever deliverer
+// claims it then.
+func (t *Tracker) AlertFailed(ctx context.Context, id, owner string, attempts int) error {
+	next := t.now().Add(AlertRetryDelay(attempts))
+	return t.store.Update(ctx, func(tx Tx) error { return tx.SettleAlert(ctx, id, owner, time.Time{}, next) })
+}
+
+// ErrClaimLost is returned when reporting on an alert whose claim another
+// deliverer holds now (it expired): the report is dropped.
+var ErrClaimLost = errors.New("alert claim lost")
+
+func claimLost(id string) error { return fmt.Errorf("alert %s: %w", id, ErrClaimLost) }
+
+// ClaimLost is the error a store returns from SettleAlert when the claim
+// is no longer owner's.
+func ClaimLost(id string) error { return claimLost(id) }

@@ -1,0 +1,153 @@
+package storetest
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+)
+
+func init() {
+	extra = append(extra,
+		suiteCase{"AlertsLoggedOncePerThreshold", testAlertsOnce},
+		suiteCase{"AlertsFromTwoProcessesOnce", testAlertsTwoProcesses},
+		suiteCase{"AlertDeliveryClaims", testAlertClaims},
+	)
+}
+
+// thresholds counts the alerts of limit id by threshold.
+func thresholds(t *testing.T, tr *budget.Tracker, id string) map[int]int {
+	t.Helper()
+	as, err := tr.Alerts(ctx, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int]int{}
+	for _, a := range as {
+		if a.LimitID == id {
+			out[a.Threshold]++
+		}
+	}
+	return out
+}
+
+// A threshold is logged when the usage crosses it, with the usage and
+// limit of that moment, once per window; duplicates cross nothing.
+func testAlertsOnce(t *testing.T, newDB NewDB) {
+	tr, c, _ := setup(t, newDB)
+	l := SetLimit(t, tr, budget.LimitSpec{Key: "k", Window: "1h", Alerts: &[]int{100, 50, 80}}, 1000)
+	if len(l.Alerts) != 3 || l.Alerts[0] != 50 {
+		t.Fatalf("alerts = %v; want [50 80 100]", l.Alerts)
+	}
+	RecordSync(t, tr, ev("e1", "k", "p", "m", 499, 0, c.Now()))
+	if got := thresholds(t, tr, l.ID); len(got) != 0 {
+		t.Fatalf("alerts at 499 of 1000: %v; want none", got)
+	}
+	RecordSync(t, tr, ev("e1", "k", "p", "m", 499, 0, c.Now())) // a duplicate adds nothing
+	if got := thresholds(t, tr, l.ID); len(got) != 0 {
+		t.Fatalf("alerts after a duplicate: %v; want none", got)
+	}
+	c.Advance(time.Minute)
+	RecordSync(t, tr, ev("e2", "k", "p", "m", 1, 0, c.Now()))
+	as, err := tr.Alerts(ctx, 10)
+	if err != nil || len(as) != 1 {
+		t.Fatalf("Alerts = %+v, %v; want the 50%% one", as, err)
+	}
+	a := as[0]
+	if a.Threshold != 50 || a.Used != 500 || a.Max != 1000 || a.Level != budget.LevelKey || a.Owner != "k" ||
+		!a.At.Equal(c.Now()) || !a.WindowStart.Equal(T0) || !a.DeliveredAt.IsZero() {
+		t.Fatalf("alert = %+v; want threshold 50 at used 500 of 1000, now, window %v, undelivered", a, T0)
+	}
+	// Fast enough to run out before the reset: the forecast says when.
+	if a.ExhaustsAt.IsZero() || a.ForecastUsed <= 1000 {
+		t.Fatalf("alert forecast = %d, exhausts %v; want over the limit and a time", a.ForecastUsed, a.ExhaustsAt)
+	}
+	RecordSync(t, tr, ev("e3", "k", "p", "m", 600, 0, c.Now()), ev("e4", "k", "p", "m", 600, 0, c.Now()))
+	if got := thresholds(t, tr, l.ID); got[50] != 1 || got[80] != 1 || got[100] != 1 || len(got) != 3 {
+		t.Fatalf("alerts after 1700 of 1000: %v; want 50, 80 and 100 once each", got)
+	}
+	// A raise moves the levels; a new window starts over.
+	if _, _, err := tr.RaiseLimit(ctx, l.ID, 10000, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	c.Set(T0.Add(time.Hour))
+	RecordSync(t, tr, ev("e5", "k", "p", "m", 5600, 0, c.Now()))
+	if got := thresholds(t, tr, l.ID); got[50] != 2 || got[80] != 1 {
+		t.Fatalf("alerts after 5600 of 11000 in the next window: %v; want a second 50 only", got)
+	}
+	noDrift(t, tr)
+}
+
+// Two processes crossing the same threshold log it once.
+func testAlertsTwoProcesses(t *testing.T, newDB NewDB) {
+	a, b, c := twoHandles(t, newDB)
+	l := SetLimit(t, a, budget.LimitSpec{Team: "", Key: "k", Window: "daily", Alerts: &[]int{10, 20, 30, 40, 50, 60, 70, 80, 90, 100}}, 1000)
+	done := make(chan error, 2)
+	for i, tr := range []*budget.Tracker{a, b} {
+		go func() {
+			for j := range 50 {
+				if _, err := tr.RecordSync(ctx, ev(string(rune('a'+i))+string(rune('0'+j/10))+string(rune('0'+j%10)), "k", "p", "m", 11, 0, c.Now())); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := thresholds(t, a, l.ID)
+	for p := 10; p <= 100; p += 10 {
+		if got[p] != 1 {
+			t.Fatalf("alerts by threshold after 1100 of 1000 from two processes: %v; want each once", got)
+		}
+	}
+}
+
+// Deliverers claim alerts until an expiry; a delivered alert is never
+// claimed again, a failed one only after its retry delay.
+func testAlertClaims(t *testing.T, newDB NewDB) {
+	tr, c, _ := setup(t, newDB)
+	SetLimit(t, tr, budget.LimitSpec{Key: "k", Window: "daily", Alerts: &[]int{50, 100}}, 100)
+	RecordSync(t, tr, ev("e1", "k", "p", "m", 100, 0, c.Now()))
+	got, err := tr.ClaimAlerts(ctx, "A", time.Minute, 10)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("ClaimAlerts(A) = %+v, %v; want both alerts", got, err)
+	}
+	if other, err := tr.ClaimAlerts(ctx, "B", time.Minute, 10); err != nil || len(other) != 0 {
+		t.Fatalf("ClaimAlerts(B) while A holds them = %+v, %v; want none", other, err)
+	}
+	if err := tr.AlertDelivered(ctx, got[0].ID, "A"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.AlertFailed(ctx, got[1].ID, "A", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.AlertDelivered(ctx, got[0].ID, "A"); !errors.Is(err, budget.ErrClaimLost) {
+		t.Fatalf("a second report on a delivered alert = %v; want ErrClaimLost", err)
+	}
+	if again, _ := tr.ClaimAlerts(ctx, "B", time.Minute, 10); len(again) != 0 {
+		t.Fatalf("ClaimAlerts(B) right after a failure = %+v; want none before the 1 s retry delay", again)
+	}
+	c.Advance(time.Second)
+	again, err := tr.ClaimAlerts(ctx, "B", time.Minute, 10)
+	if err != nil || len(again) != 1 || again[0].ID != got[1].ID || again[0].Attempts != 1 {
+		t.Fatalf("ClaimAlerts(B) after the delay = %+v, %v; want the failed alert, 1 attempt", again, err)
+	}
+	// B's claim expires unreported: A may take it over, and B's late
+	// report is refused.
+	c.Advance(time.Minute)
+	if took, _ := tr.ClaimAlerts(ctx, "A", time.Minute, 10); len(took) != 1 {
+		t.Fatalf("ClaimAlerts(A) after B's claim expired = %+v; want the alert", took)
+	}
+	if err := tr.AlertDelivered(ctx, got[1].ID, "B"); !errors.Is(err, budget.ErrClaimLost) {
+		t.Fatalf("B's report after losing the claim = %v; want ErrClaimLost", err)
+	}
+	if d := []time.Duration{budget.AlertRetryDelay(1), budget.AlertRetryDelay(2), budget.AlertRetryDelay(9), budget.AlertRetryDelay(50)}; d[0] != time.Second || d[1] != 2*time.Second || d[2] != 256*time.Second || d[3] != 5*time.Minute {
+		t.Fatalf("retry delays %v; want 1s, 2s, 256s, then at most 5m", d)
+	}
+}
