@@ -25,14 +25,18 @@ const importHelp = `usage: budget import [--db PATH] [--json] FILE|-
 Imports usage events from JSON lines (- reads stdin), one event per line
 with the record fields: request_id, key, provider, model, user, input,
 output, reasoning, cache_read, cache_write, at (RFC3339, default now), and
-team and org. key, provider and model are required; unknown fields are
-invalid; blank lines are skipped. An event with a team or an org is charged
-to them as given (history exported elsewhere keeps its levels; neither needs
-to exist); one with neither is charged to its key's team and org as they
-are when it is written.
+team, org and cost, as 'budget export' writes them. key, provider and model
+are required; unknown fields are invalid; blank lines are skipped. An event
+with a team or an org is charged to them as given (history exported
+elsewhere keeps its levels; neither needs to exist); one with neither is
+charged to its key's team and org as they are when it is written. cost is
+what the event cost in micro-dollars (an integer; 1000000 is one dollar):
+it is kept as given, where an event without it is priced from the price
+table at its instant.
 
 Every line is validated before anything is written: a bad line exits 2
-naming its line number. Events are then written in batches of 1000, each one
+naming its line number, and so does an event before the prune horizon
+('budget prune': its request id could no longer be deduplicated). Events are then written in batches of 1000, each one
 transaction, in file order, so an interrupted import leaves a clean prefix
 and running it again completes it: events already stored are duplicates. A
 line without request_id gets a deterministic one, "imp_" and a hash of the
@@ -79,7 +83,17 @@ func (m *Main) runImport(ctx context.Context, args []string) (err error) {
 			salt = abs
 		}
 	}
-	if err := scanEvents(ctx, src, now, salt, func(int, budget.Usage) error { total++; return nil }); err != nil {
+	// The earliest event, checked against the prune horizon once the
+	// database is open.
+	var first budget.Usage
+	firstLine := 0
+	if err := scanEvents(ctx, src, now, salt, func(n int, u budget.Usage) error {
+		total++
+		if firstLine == 0 || u.At.Before(first.At) {
+			first, firstLine = u, n
+		}
+		return nil
+	}); err != nil {
 		return err // "line N: ..."
 	}
 	if _, err := src.Seek(start, io.SeekStart); err != nil {
@@ -95,6 +109,16 @@ func (m *Main) runImport(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	defer closeDB(ctx, db, &err)
+	if firstLine > 0 {
+		h, err := db.PrunedBefore(ctx)
+		if err != nil {
+			return err
+		}
+		if first.At.Before(h) {
+			return fmt.Errorf("line %d: %w", firstLine, budget.Invalid("at", first.At.UTC().Format(time.RFC3339Nano),
+				"is before the prune horizon "+ts(h)+": its request id could no longer be deduplicated"))
+		}
+	}
 	progress := isTerminal(m.Stderr)
 	var imported, dups int
 	batch := make([]budget.Usage, 0, importBatch)
@@ -231,6 +255,9 @@ type importLine struct {
 	CacheRead  tokenCount `json:"cache_read"`
 	CacheWrite tokenCount `json:"cache_write"`
 	At         *string    `json:"at"`
+	// Cost is what the event cost in micro-dollars, as 'budget export'
+	// writes it: kept instead of pricing the event again.
+	Cost tokenCount `json:"cost"`
 }
 
 // tokenCount is a token count as written: a JSON number, never a string
@@ -271,16 +298,20 @@ func parseLine(b []byte, n int, now time.Time, salt string) (budget.Usage, error
 		num  tokenCount
 		dst  *int64
 	}{{"input", in.Input, &u.Input}, {"output", in.Output, &u.Output}, {"reasoning", in.Reasoning, &u.Reasoning},
-		{"cache_read", in.CacheRead, &u.CacheRead}, {"cache_write", in.CacheWrite, &u.CacheWrite}} {
+		{"cache_read", in.CacheRead, &u.CacheRead}, {"cache_write", in.CacheWrite, &u.CacheWrite}, {"cost", in.Cost, &u.Cost}} {
 		if f.num == "" {
 			continue
 		}
 		v, err := strconv.ParseInt(string(f.num), 10, 64)
 		if err != nil {
+			if f.name == "cost" {
+				return u, budget.Invalid(f.name, f.num, "must be an integer number of micro-dollars between 0 and 2^53-1")
+			}
 			return u, budget.Invalid(f.name, f.num, "must be an integer between 0 and 2^53-1")
 		}
 		*f.dst = v
 	}
+	u.CostKnown = in.Cost != ""
 	if in.At != nil && *in.At != "" {
 		at, err := parseAt(*in.At)
 		if err != nil {
@@ -300,7 +331,7 @@ func decodeError(b []byte, err error) error {
 		// The decoder does not say which field; find the first quoted count.
 		var raw map[string]json.RawMessage
 		if json.Unmarshal(b, &raw) == nil {
-			for _, f := range []string{"input", "output", "reasoning", "cache_read", "cache_write"} {
+			for _, f := range []string{"input", "output", "reasoning", "cache_read", "cache_write", "cost"} {
 				if v, ok := raw[f]; ok && len(v) > 0 && v[0] == '"' {
 					return budget.Invalid(f, string(v), "want an integer between 0 and 2^53-1, not a string")
 				}
@@ -318,7 +349,7 @@ func decodeError(b []byte, err error) error {
 	}
 	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		name, _ := strconv.Unquote(f)
-		return budget.Invalid("field", name, "unknown; want request_id, key, provider, model, user, team, org, input, output, reasoning, cache_read, cache_write, at")
+		return budget.Invalid("field", name, "unknown; want request_id, key, provider, model, user, team, org, input, output, reasoning, cache_read, cache_write, at, cost")
 	}
 	return budget.Invalid("json", clip(b), err.Error())
 }
