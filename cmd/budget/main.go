@@ -76,6 +76,8 @@ Commands:
 	inspect          show every limit in its current window and the latest rollovers
 	verify           compare every counter with the usage history (exit 5 on drift)
 	backup           write a consistent copy of the SQLite database to a new file
+	report           sum usage by key, team, org, user, provider, model, day, week or month
+	export           write the usage history as the JSON lines import reads (or CSV)
 	reserve          hold an estimate against every applicable limit (exit 3 when refused)
 	commit           settle a reservation with the actual usage
 	release          free a reservation without recording usage
@@ -182,6 +184,10 @@ func (m *Main) Run(ctx context.Context, args []string) (err error) {
 		return m.runVerify(ctx, rest)
 	case "backup":
 		return m.runBackup(ctx, rest)
+	case "report":
+		return m.runReport(ctx, rest)
+	case "export":
+		return m.runExport(ctx, rest)
 	case "reserve":
 		return m.runReserve(ctx, rest)
 	case "commit":
