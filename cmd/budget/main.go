@@ -78,6 +78,8 @@ Commands:
 	backup           write a consistent copy of the SQLite database to a new file
 	report           sum usage by key, team, org, user, provider, model, day, week or month
 	export           write the usage history as the JSON lines import reads (or CSV)
+	config export    write limits, prices, teams and gateway keys as one JSON document
+	config import    recreate them from such a document
 	reserve          hold an estimate against every applicable limit (exit 3 when refused)
 	commit           settle a reservation with the actual usage
 	release          free a reservation without recording usage
@@ -188,6 +190,8 @@ func (m *Main) Run(ctx context.Context, args []string) (err error) {
 		return m.runReport(ctx, rest)
 	case "export":
 		return m.runExport(ctx, rest)
+	case "config":
+		return m.runConfig(ctx, rest)
 	case "reserve":
 		return m.runReserve(ctx, rest)
 	case "commit":
