@@ -80,6 +80,7 @@ Commands:
 	export           write the usage history as the JSON lines import reads (or CSV)
 	config export    write limits, prices, teams and gateway keys as one JSON document
 	config import    recreate them from such a document
+	prune            delete events before a UTC day, keeping their daily rollups
 	reserve          hold an estimate against every applicable limit (exit 3 when refused)
 	commit           settle a reservation with the actual usage
 	release          free a reservation without recording usage
@@ -192,6 +193,8 @@ func (m *Main) Run(ctx context.Context, args []string) (err error) {
 		return m.runExport(ctx, rest)
 	case "config":
 		return m.runConfig(ctx, rest)
+	case "prune":
+		return m.runPrune(ctx, rest)
 	case "reserve":
 		return m.runReserve(ctx, rest)
 	case "commit":

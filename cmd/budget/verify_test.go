@@ -24,7 +24,7 @@ func TestVerify(t *testing.T) {
 	if !strings.HasPrefix(r.stdout, "ok") {
 		t.Errorf("verify text: got %q", r.stdout)
 	}
-	if got := strings.Join(strings.Fields(mustRun(t, 0, "verify", "--db", db, "--json").stdout), ""); got != `{"drifted":[],"unpriced":0}` {
+	if got := strings.Join(strings.Fields(mustRun(t, 0, "verify", "--db", db, "--json").stdout), ""); got != `{"drifted":[],"rollups_drifted":[],"unpriced":0}` {
 		t.Errorf("verify --json without drift: got %s", got)
 	}
 
@@ -41,7 +41,7 @@ func TestVerify(t *testing.T) {
 
 	r = mustRun(t, 5, "verify", "--db", db, "--json")
 	v := decode(t, r.stdout)
-	wantKeys(t, "verify --json", v, "drifted", "unpriced")
+	wantKeys(t, "verify --json", v, "drifted", "rollups_drifted", "unpriced")
 	d := v["drifted"].([]any)
 	if len(d) != 1 {
 		t.Fatalf("verify: got %s; want one drifted row", r.stdout)
