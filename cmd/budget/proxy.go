@@ -25,7 +25,7 @@ const proxyHelp = `usage: budget proxy (--upstream URL | --mock-upstream) [--lis
 	[--cap-field auto|none|max_tokens|max_completion_tokens|max_output_tokens]
 	[--max-client-wait D] [--require-limits] [--image-tokens N] [--reservation-ttl D]
 	[--body-timeout D] [--header-timeout D] [--stream-idle-timeout D]
-	[--max-inflight-bytes N] [--log-format text|json]
+	[--max-inflight-bytes N] [--retain D] [--log-format text|json]
 
 Serves POST /v1/chat/completions, /v1/responses, /v1/embeddings and
 /v1/messages, and GET /v1/models (other paths: 404) on --listen (default
@@ -72,6 +72,14 @@ response is cut off and charged what it reported plus the estimate of the
 rest); request bodies held at once are capped by --max-inflight-bytes (503
 with Retry-After past it; a body over --max-body gets 413 first).
 
+Retention: with --retain D (days such as 400d, or a Go duration; at least
+1d) the proxy prunes the usage history once when it starts and then every
+24 hours: the events before now - D, rounded down to a UTC day, are deleted
+and their daily rollups kept, as 'budget prune --before' does. A refusal
+(a limit's current window or a reservation still needs those events) is
+logged on stderr and the proxy carries on; it tries again a day later.
+Without --retain nothing is pruned.
+
 One line per request goes to stderr (--log-format text or json): key
 name, provider, model, status, outcome, estimate, tokens charged, latency;
 never a secret or a prompt.
@@ -113,6 +121,12 @@ type proxyOptions struct {
 	requireLimits  bool
 	log            *slog.Logger
 	accessLog      bool // one line per request on log
+	// retain prunes the history older than it, at start and daily (0: keep it all).
+	retain time.Duration
+	// retainTicks replaces the daily ticker of retain. (Optional; tests.)
+	retainTicks <-chan time.Time
+	// pruned is called after each prune of retain. (Optional; tests.)
+	pruned func(budget.PruneResult, error)
 }
 
 func (m *Main) runProxy(ctx context.Context, args []string) (err error) {
@@ -136,6 +150,7 @@ func (m *Main) runProxy(ctx context.Context, args []string) (err error) {
 	fs.DurationVar(&o.maxClientWait, "max-client-wait", proxy.DefaultMaxClientWait, "a refusal with a longer wait says x-should-retry: false (0s: every refusal)")
 	fs.StringVar(&o.capField, "cap-field", proxy.CapAuto, "field an injected output cap goes in: auto, none, max_tokens, max_completion_tokens or max_output_tokens")
 	fs.BoolVar(&o.requireLimits, "require-limits", false, "refuse (403 no_budget) a request that no enabled limit applies to")
+	retain := fs.String("retain", "", "prune the usage history older than this at start and daily: days (400d) or a duration (default: keep it all)")
 	logFormat := fs.String("log-format", "text", "stderr log lines as text or json")
 	pos, err := m.parseArgs(fs, proxyHelp, args)
 	if err != nil {
@@ -150,6 +165,11 @@ func (m *Main) runProxy(ctx context.Context, args []string) (err error) {
 	}
 	if err := o.validate(); err != nil {
 		return err
+	}
+	if strings.TrimSpace(*retain) != "" {
+		if o.retain, err = parseRetain(*retain); err != nil {
+			return err
+		}
 	}
 	switch strings.TrimSpace(*logFormat) {
 	case "text":
@@ -248,6 +268,8 @@ type runningProxy struct {
 	mock     *http.Server
 	served   chan error // Serve's error, if it stops by itself
 	inflight sync.WaitGroup
+	// stopRetention stops the retention loop and waits for it (nil without --retain).
+	stopRetention func()
 }
 
 // startProxy opens the database (creating it), starts the mock upstream if
@@ -284,6 +306,9 @@ func (m *Main) startProxy(ctx context.Context, o proxyOptions) (_ *runningProxy,
 		return nil, err
 	}
 	metrics.SetTracker(p.tracker)
+	if o.retain > 0 {
+		p.startRetention(ctx, o)
+	}
 
 	p.upstream = o.upstream
 	if o.mock {
@@ -385,6 +410,9 @@ func (p *runningProxy) stop(ctx context.Context) error {
 	if p.keys != nil {
 		p.keys.Wait()
 	}
+	if p.stopRetention != nil {
+		p.stopRetention()
+	}
 	if p.tracker != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
 		defer cancel()
@@ -398,6 +426,30 @@ func (p *runningProxy) stop(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// startRetention runs the pruning of --retain in the background until stop.
+func (p *runningProxy) startRetention(ctx context.Context, o proxyOptions) {
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	ticks := o.retainTicks
+	var ticker *time.Ticker
+	if ticks == nil {
+		ticker = time.NewTicker(retentionInterval)
+		ticks = ticker.C
+	}
+	r := &retention{tracker: p.tracker, retain: o.retain, log: o.log, done: o.pruned}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.run(rctx, ticks)
+	}()
+	p.stopRetention = func() {
+		cancel()
+		<-done
+		if ticker != nil {
+			ticker.Stop()
+		}
+	}
 }
 
 // discardLogger logs nothing.
