@@ -43,6 +43,8 @@ prices added where missing), then the gateway keys; a key already in the
 database with the same secret is left as it is, one with another secret is
 refused (exit 2) before anything is written. Importing the same document
 twice changes nothing the second time. Creates the database when missing.
+Prints what it imported, or {"limits", "prices", "teams", "keys",
+"keys_present"} with --json (keys_present: gateway keys already there).
 
 `
 
