@@ -145,6 +145,9 @@ func (t *tx) Apply(ctx context.Context, w *budget.WriteSet) ([]bool, int64, erro
 	if err != nil {
 		return nil, 0, err
 	}
+	if err := t.addRollups(ctx, w.Rollups(inserted)); err != nil {
+		return nil, 0, err
+	}
 	if err := t.applyCounters(ctx, w, inserted); err != nil {
 		return nil, 0, err
 	}
@@ -298,10 +301,11 @@ func (t *tx) applyCounters(ctx context.Context, w *budget.WriteSet, inserted []b
 }
 
 // createCounter inserts l's row seeded from the history this statement sees
-// (which holds this transaction's events); if another transaction created
-// it first, delta is added to that row.
+// (which holds this transaction's events; rollups before the prune
+// horizon); if another transaction created it first, delta is added to
+// that row.
 func (t *tx) createCounter(ctx context.Context, l *budget.Limit, start, end time.Time, delta int64) error {
-	sum, sumArgs, err := sumFrom(l, start, end, 6)
+	sum, sumArgs, err := historySum(l, start, end, 6)
 	if err != nil {
 		return err
 	}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -223,9 +222,9 @@ func (t *tx) DeleteLimit(ctx context.Context, id string) error {
 
 // qInsertUsage inserts a batch given as parallel arrays and returns the
 // rows it inserted (duplicates are skipped).
-const qInsertUsage = `INSERT INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm, cost, unpriced, team, org, end_user)
+const qInsertUsage = `INSERT INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm, cost, unpriced, team, org, end_user, no_price)
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::text[], $12::bigint[], $13::boolean[],
-		$14::text[], $15::text[], $16::text[])
+		$14::text[], $15::text[], $16::text[], $17::boolean[])
 	ON CONFLICT DO NOTHING RETURNING key, request_id`
 
 type usageKey struct{ key, id string }
@@ -260,16 +259,16 @@ func (t *tx) insertUsage(ctx context.Context, evs []budget.EventWrite) ([]bool, 
 	n := len(order)
 	keys, ids, provs, models, norms := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	in, out, reas, cr, cw, at := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
-	costs, unpriced := make([]int64, n), make([]bool, n)
+	costs, unpriced, noPrice := make([]int64, n), make([]bool, n), make([]bool, n)
 	teams, orgs, users := make([]string, n), make([]string, n), make([]string, n)
 	for j, i := range order {
 		e := &events[i]
 		keys[j], ids[j], provs[j], models[j], norms[j] = e.Key, e.RequestID, e.Provider, e.Model, budget.NormalizeModel(e.Model)
 		in[j], out[j], reas[j], cr[j], cw[j], at[j] = e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, ns(e.At)
-		costs[j], unpriced[j] = e.Cost, e.Unpriced
+		costs[j], unpriced[j], noPrice[j] = e.Cost, e.Unpriced, evs[i].NoPrice
 		teams[j], orgs[j], users[j] = e.Team, e.Org, e.User
 	}
-	rows, err := t.tx.QueryContext(ctx, qInsertUsage, keys, ids, provs, models, in, out, reas, cr, cw, at, norms, costs, unpriced, teams, orgs, users)
+	rows, err := t.tx.QueryContext(ctx, qInsertUsage, keys, ids, provs, models, in, out, reas, cr, cw, at, norms, costs, unpriced, teams, orgs, users, noPrice)
 	if err != nil {
 		return nil, fmt.Errorf("insert usage: %w", err)
 	}
@@ -285,73 +284,6 @@ func (t *tx) insertUsage(ctx context.Context, evs []budget.EventWrite) ([]bool, 
 		return nil, fmt.Errorf("insert usage: %w", err)
 	}
 	return inserted, nil
-}
-
-// Sums saturate at 2^53-1, past any limit (SUM of bigint is numeric: it
-// never overflows, and LEAST keeps it in bigint range), as in SQLite. The
-// COALESCE is inside because LEAST ignores NULLs.
-var sumExpr = map[budget.Metric]string{
-	budget.MetricTokens:   "LEAST(COALESCE(SUM(input + output + reasoning), 0), 9007199254740991)",
-	budget.MetricInput:    "LEAST(COALESCE(SUM(input), 0), 9007199254740991)",
-	budget.MetricOutput:   "LEAST(COALESCE(SUM(output + reasoning), 0), 9007199254740991)",
-	budget.MetricRequests: "COUNT(*) FILTER (WHERE right(request_id, 5) <> ':late')", // budget.LateSuffix: no request of its own
-	budget.MetricUSD:      "LEAST(COALESCE(SUM(cost), 0), 9007199254740991)",
-}
-
-// sumFrom is the history's total of l's metric over [start, end) for the
-// events l.History() selects, as the tail of a SELECT ("... FROM usage
-// WHERE ..."), its placeholders numbered from $first, with their
-// arguments. Team and org sums name the partial indexes' condition so the
-// planner can use them.
-func sumFrom(l *budget.Limit, start, end time.Time, first int) (string, []any, error) {
-	expr, ok := sumExpr[l.Metric]
-	if !ok {
-		return "", nil, fmt.Errorf("no usage history for metric %s", l.Metric)
-	}
-	h := l.History()
-	var b strings.Builder
-	var args []any
-	arg := func(v any) string {
-		args = append(args, v)
-		return "$" + strconv.Itoa(first+len(args)-1)
-	}
-	fmt.Fprintf(&b, `COALESCE(%s, 0)::bigint FROM usage WHERE `, expr)
-	switch {
-	case h.Team != "":
-		b.WriteString(`team = ` + arg(h.Team) + ` AND team <> ''`)
-	case h.Org != "":
-		b.WriteString(`org = ` + arg(h.Org) + ` AND org <> ''`)
-	default:
-		b.WriteString(`key = ` + arg(h.Key))
-	}
-	b.WriteString(` AND at >= ` + arg(start.UnixNano()) + `::bigint AND at < ` + arg(end.UnixNano()) + `::bigint`)
-	switch {
-	case h.Provider != "":
-		b.WriteString(` AND provider = ` + arg(h.Provider))
-	case h.Model != "" && budget.IsModelPattern(h.Model):
-		b.WriteString(` AND model_norm LIKE ` + arg(likePattern(h.Model)) + ` ESCAPE '\'`)
-	case h.Model != "":
-		b.WriteString(` AND model_norm = ` + arg(h.Model))
-	case h.User != "":
-		b.WriteString(` AND end_user = ` + arg(h.User))
-	}
-	return b.String(), args, nil
-}
-
-// likePattern is a model pattern (* and ?, as budget.MatchModel reads
-// them) in LIKE's terms, with LIKE's own wildcards escaped.
-var likePattern = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`, `*`, `%`, `?`, `_`).Replace
-
-func (t *tx) SumUsage(ctx context.Context, l *budget.Limit, start, end time.Time) (int64, error) {
-	q, args, err := sumFrom(l, start, end, 1)
-	if err != nil {
-		return 0, err
-	}
-	var v int64
-	if err := t.tx.GetContext(ctx, &v, `SELECT `+q, args...); err != nil {
-		return 0, fmt.Errorf("sum usage of limit %s: %w", l.ID, err)
-	}
-	return v, nil
 }
 
 func (t *tx) CounterRows(ctx context.Context) ([]budget.CounterRow, error) {

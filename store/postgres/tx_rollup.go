@@ -1,28 +1,235 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
-	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/store/internal/sqlrow"
 )
 
-// Placeholders until schema 9 (rollups, prune) lands on PostgreSQL.
+// Daily rollups, reports, export and prune.
+//
+// Reads of the events by time go key by key: the keys that have rollups
+// in the range's days (every event adds to its day's rollup in its own
+// transaction), each read from the covering index (key, at), so a range
+// costs its events and its keys, not the whole history, and no index on
+// at alone costs every write.
 
-var errNoRollups = errors.New("postgres: rollups, reports and prune are not supported yet")
+// qAddRollups adds the rollups of a batch's inserted events (parallel
+// arrays in sqlrow.RollupCols order) to the stored ones, saturating.
+const qAddRollups = `INSERT INTO rollups (` + sqlrow.RollupCols + `)
+	SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
+		$9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[], $16::bigint[])
+	ON CONFLICT (` + sqlrow.RollupDims + `) DO UPDATE SET
+		requests = LEAST(rollups.requests + excluded.requests, 9007199254740991),
+		input = LEAST(rollups.input + excluded.input, 9007199254740991),
+		output = LEAST(rollups.output + excluded.output, 9007199254740991),
+		reasoning = LEAST(rollups.reasoning + excluded.reasoning, 9007199254740991),
+		cache_read = LEAST(rollups.cache_read + excluded.cache_read, 9007199254740991),
+		cache_write = LEAST(rollups.cache_write + excluded.cache_write, 9007199254740991),
+		cost = LEAST(rollups.cost + excluded.cost, 9007199254740991),
+		no_price = LEAST(rollups.no_price + excluded.no_price, 9007199254740991)`
 
-func (t *tx) Rollups(context.Context, time.Time, time.Time, string, []budget.Dim) ([]budget.Rollup, error) {
-	return nil, errNoRollups
+// addRollups writes rs in one statement, in primary-key order, so two
+// batches adding to the same rows wait on each other in one order.
+func (t *tx) addRollups(ctx context.Context, rs []budget.Rollup) error {
+	n := len(rs)
+	if n == 0 {
+		return nil
+	}
+	slices.SortFunc(rs, func(a, b budget.Rollup) int {
+		return cmp.Or(a.Day.Compare(b.Day), strings.Compare(a.Key, b.Key), strings.Compare(a.Team, b.Team), strings.Compare(a.Org, b.Org),
+			strings.Compare(a.User, b.User), strings.Compare(a.Provider, b.Provider), strings.Compare(a.Model, b.Model))
+	})
+	days, keys, teams, orgs, users, provs, models, norms := make([]int64, n), make([]string, n), make([]string, n), make([]string, n),
+		make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	req, in, out, reas, cr, cw, cost, np := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n),
+		make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	for i := range rs {
+		r := &rs[i]
+		days[i], keys[i], teams[i], orgs[i], users[i], provs[i], models[i], norms[i] = ns(r.Day), r.Key, r.Team, r.Org, r.User, r.Provider, r.Model, budget.NormalizeModel(r.Model)
+		req[i], in[i], out[i], reas[i], cr[i], cw[i], cost[i], np[i] = r.Requests, r.Input, r.Output, r.Reasoning, r.CacheRead, r.CacheWrite, r.Cost, r.NoPrice
+	}
+	if _, err := t.exec(ctx, qAddRollups, days, keys, teams, orgs, users, provs, models, norms, req, in, out, reas, cr, cw, cost, np); err != nil {
+		return fmt.Errorf("add daily rollups: %w", err)
+	}
+	return nil
 }
-func (t *tx) EventTotals(context.Context, time.Time, time.Time, string, []budget.Dim) ([]budget.Rollup, error) {
-	return nil, errNoRollups
+
+// The sums of a group of rollups rows, and of a group of events summed
+// like one, in sqlrow.RollupCols order after the dimensions.
+const (
+	qRollupTotals = `LEAST(SUM(requests), 9007199254740991)::bigint, LEAST(SUM(input), 9007199254740991)::bigint,
+		LEAST(SUM(output), 9007199254740991)::bigint, LEAST(SUM(reasoning), 9007199254740991)::bigint,
+		LEAST(SUM(cache_read), 9007199254740991)::bigint, LEAST(SUM(cache_write), 9007199254740991)::bigint,
+		LEAST(SUM(cost), 9007199254740991)::bigint, LEAST(SUM(no_price), 9007199254740991)::bigint`
+	qEventTotals = `COUNT(*) FILTER (WHERE right(request_id, 5) <> ':late'), LEAST(SUM(input), 9007199254740991)::bigint,
+		LEAST(SUM(output), 9007199254740991)::bigint, LEAST(SUM(reasoning), 9007199254740991)::bigint,
+		LEAST(SUM(cache_read), 9007199254740991)::bigint, LEAST(SUM(cache_write), 9007199254740991)::bigint,
+		LEAST(SUM(cost), 9007199254740991)::bigint, COUNT(*) FILTER (WHERE no_price)`
+)
+
+// groupBy is the select list and GROUP BY list of a sum per day (dayExpr,
+// the SQL of the day) and the columns of by (budget.RollupColumns); the
+// other dimensions are selected as empty strings.
+func groupBy(dayExpr string, by []budget.Dim) (sel, group string) {
+	cols := budget.RollupColumns(by)
+	sel, group = dayExpr+` AS day`, `1`
+	for _, d := range budget.AllDims {
+		if col := sqlrow.DimColumn(d); slices.Contains(cols, d) {
+			sel += `, ` + col
+			group += `, ` + col
+		} else {
+			sel += `, ''`
+		}
+	}
+	return sel, group
 }
-func (t *tx) Events(context.Context, time.Time, time.Time, string, func(budget.Usage) error) error {
-	return errNoRollups
+
+// scanRollups reads rows of groupBy's select list and the sums.
+func (t *tx) scanRollups(ctx context.Context, q string, args []any) ([]budget.Rollup, error) {
+	rows, err := t.tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []budget.Rollup
+	for rows.Next() {
+		var r sqlrow.Rollup
+		if err := rows.Scan(&r.Day, &r.Key, &r.Team, &r.Org, &r.User, &r.Provider, &r.Model, &r.Requests, &r.Input, &r.Output,
+			&r.Reasoning, &r.CacheRead, &r.CacheWrite, &r.Cost, &r.NoPrice); err != nil {
+			return nil, err
+		}
+		out = append(out, r.Decode())
+	}
+	return out, rows.Err()
 }
-func (t *tx) PrunedBefore(context.Context) (time.Time, error) { return time.Time{}, nil }
-func (t *tx) Prune(context.Context, time.Time) (int64, error) { return 0, errNoRollups }
-func (t *tx) OpenReservationsBefore(context.Context, time.Time, time.Time, int) ([]budget.ReservationRow, error) {
-	return nil, errNoRollups
+
+func (t *tx) Rollups(ctx context.Context, from, to time.Time, key string, by []budget.Dim) ([]budget.Rollup, error) {
+	sel, group := groupBy(`day`, by)
+	q, args := `SELECT `+sel+`, `+qRollupTotals+` FROM rollups WHERE day >= $1 AND day < $2`, []any{from.UnixNano(), to.UnixNano()}
+	if key != "" {
+		q += ` AND key = $3`
+		args = append(args, key)
+	}
+	out, err := t.scanRollups(ctx, q+` GROUP BY `+group, args)
+	if err != nil {
+		return nil, fmt.Errorf("read rollups: %w", err)
+	}
+	return out, nil
+}
+
+// eventsIn is the condition (a WHERE clause, placeholders from $1) on
+// usage selecting the events of [from, to), key's only unless key is "":
+// key by key, the keys with rollups in the range's days.
+func eventsIn(from, to time.Time, key string) (string, []any) {
+	f, tn := from.UnixNano(), to.UnixNano()
+	if key != "" {
+		return ` WHERE key = $1 AND at >= $2 AND at < $3`, []any{key, f, tn}
+	}
+	return ` WHERE key = ANY(ARRAY(SELECT DISTINCT key FROM rollups WHERE day >= $1 AND day < $2)) AND at >= $3 AND at < $2`,
+		[]any{floorDay(max(f, math.MinInt64+day)), tn, f} // from's day, without overflow
+}
+
+func (t *tx) EventTotals(ctx context.Context, from, to time.Time, key string, by []budget.Dim) ([]budget.Rollup, error) {
+	sel, group := groupBy(qDayOf, by)
+	where, args := eventsIn(from, to, key)
+	out, err := t.scanRollups(ctx, `SELECT `+sel+`, `+qEventTotals+` FROM usage`+where+` GROUP BY `+group, args)
+	if err != nil {
+		return nil, fmt.Errorf("sum events by day: %w", err)
+	}
+	return out, nil
+}
+
+func (t *tx) Events(ctx context.Context, from, to time.Time, key string, fn func(budget.Usage) error) error {
+	where, args := eventsIn(from, to, key)
+	rows, err := t.tx.QueryxContext(ctx, `SELECT `+sqlrow.EventCols+` FROM usage`+where+
+		` ORDER BY at, key COLLATE "C", request_id COLLATE "C"`, args...)
+	if err != nil {
+		return fmt.Errorf("read events: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var e sqlrow.Event
+		if err := rows.StructScan(&e); err != nil {
+			return fmt.Errorf("read events: %w", err)
+		}
+		if err := fn(e.Decode()); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read events: %w", err)
+	}
+	return nil
+}
+
+func (t *tx) PrunedBefore(ctx context.Context) (time.Time, error) {
+	var v int64
+	if err := t.tx.GetContext(ctx, &v, `SELECT value FROM meta WHERE name = 'pruned_before'`); err != nil {
+		return time.Time{}, fmt.Errorf("read the prune horizon: %w", err)
+	}
+	return fromNs(v), nil
+}
+
+// Prune deletes in two passes: the bulk without the limits lock (writers
+// go on), then, holding it exclusively (LockDefinitions: it waits for the
+// writers that read the old horizon with the limits version), what they
+// added meanwhile, and moves the horizon and the limits version, so every
+// writer re-reads the horizon before it writes again. No one sees the
+// deletions before the new horizon: they commit together.
+func (t *tx) Prune(ctx context.Context, before time.Time) (int64, error) {
+	if err := t.write(); err != nil {
+		return 0, err
+	}
+	h, err := t.PrunedBefore(ctx)
+	if err != nil {
+		return 0, err
+	}
+	// The keys with rollups from the horizon's day on: no event before it
+	// is left (the first prune reads every day).
+	from := time.Unix(0, math.MinInt64)
+	if !h.IsZero() {
+		from = h
+	}
+	where, args := eventsIn(from, before, "")
+	var deleted int64
+	for pass := range 2 {
+		if pass == 1 {
+			if err := t.LockDefinitions(ctx); err != nil {
+				return 0, err
+			}
+		}
+		n, err := t.exec(ctx, `DELETE FROM usage`+where, args...)
+		if err != nil {
+			return 0, fmt.Errorf("prune events: %w", err)
+		}
+		deleted += n
+	}
+	// Writers re-read the horizon when the limits version moves.
+	if _, err := t.exec(ctx, `UPDATE meta SET value = CASE name WHEN 'pruned_before' THEN $1 ELSE value + 1 END
+		WHERE name IN ('pruned_before', 'limits_version')`, before.UnixNano()); err != nil {
+		return 0, fmt.Errorf("move the prune horizon and the limits version: %w", err)
+	}
+	return deleted, nil
+}
+
+func (t *tx) OpenReservationsBefore(ctx context.Context, before, committable time.Time, max int) ([]budget.ReservationRow, error) {
+	var rows []sqlrow.Reservation
+	if err := t.tx.SelectContext(ctx, &rows, `SELECT `+sqlrow.ReservationCols+` FROM reservations
+		WHERE at < $1 AND (state = 'live' OR state = 'expired' AND settled_at >= $2) ORDER BY id COLLATE "C" LIMIT $3`,
+		before.UnixNano(), committable.UnixNano(), max); err != nil {
+		return nil, fmt.Errorf("read open reservations: %w", err)
+	}
+	out := make([]budget.ReservationRow, len(rows))
+	for i := range rows {
+		out[i] = rows[i].Decode()
+	}
+	return out, nil
 }
