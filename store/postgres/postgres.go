@@ -11,7 +11,10 @@
 // transaction-level advisory lock: writers hold it shared from the moment
 // they read the limits version; a change to limits, raises, teams,
 // organisations or key placements takes it exclusively (a statement
-// trigger, which also moves the version).
+// trigger, which also moves the version), as does an admin write before
+// it checks anything (LockDefinitions) and a prune before it moves the
+// prune horizon. Alerts are logged once by a unique key and claimed with
+// FOR UPDATE SKIP LOCKED (tx_alert.go).
 // Serialization failures, deadlocks and lock_not_available are retried
 // with backoff until the context ends; lost connections a few times, never
 // after an ambiguous COMMIT. Reads run at REPEATABLE READ READ ONLY, one

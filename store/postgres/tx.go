@@ -50,7 +50,7 @@ func (t *tx) exec(ctx context.Context, q string, args ...any) (int64, error) {
 
 // ---- limits
 
-const limitCols = `id, key, team, org, scope, scope_value, metric, max, "window", window_seconds, reset_time, timezone, enabled`
+const limitCols = `id, key, team, org, scope, scope_value, metric, max, "window", window_seconds, reset_time, timezone, enabled, alerts`
 
 // limitSelect is what a limit is read with: its columns and its creation,
 // a once window's anchor.
@@ -188,7 +188,7 @@ func (t *tx) limits(ctx context.Context, where string, args ...any) ([]budget.Li
 func (t *tx) InsertLimit(ctx context.Context, l budget.Limit, now time.Time) error {
 	args := append(sqlrow.LimitArgs(l), ns(now), ns(now))
 	_, err := t.exec(ctx, `INSERT INTO limits (`+limitCols+`, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`, args...)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`, args...)
 	if err != nil {
 		return fmt.Errorf("insert limit %s: %w", l.ID, err)
 	}
@@ -196,8 +196,8 @@ func (t *tx) InsertLimit(ctx context.Context, l budget.Limit, now time.Time) err
 }
 
 func (t *tx) UpdateLimit(ctx context.Context, l budget.Limit, now time.Time) error {
-	n, err := t.exec(ctx, `UPDATE limits SET max = $1, reset_time = $2, timezone = $3, enabled = $4, updated_at = $5 WHERE id = $6`,
-		l.Max, l.Window.ResetTime, l.Window.ZoneName(), l.Enabled, ns(now), l.ID)
+	n, err := t.exec(ctx, `UPDATE limits SET max = $1, reset_time = $2, timezone = $3, enabled = $4, alerts = $5, updated_at = $6 WHERE id = $7`,
+		l.Max, l.Window.ResetTime, l.Window.ZoneName(), l.Enabled, sqlrow.AlertsText(l.Alerts), ns(now), l.ID)
 	if err != nil {
 		return fmt.Errorf("update limit %s: %w", l.ID, err)
 	}

@@ -70,7 +70,7 @@ func (d *DB) CheckIntegrity(ctx context.Context) ([]string, []string, error) {
 			JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam
 			WHERE a.amname = 'btree' AND i.indrelid IN ('usage'::regclass, 'counters'::regclass, 'limits'::regclass,
 				'reservations'::regclass, 'holds'::regclass, 'raises'::regclass, 'teams'::regclass, 'orgs'::regclass,
-				'key_teams'::regclass, 'rollups'::regclass) ORDER BY 1`); err != nil {
+				'key_teams'::regclass, 'rollups'::regclass, 'alerts'::regclass) ORDER BY 1`); err != nil {
 			return err
 		}
 		for _, name := range idx {
