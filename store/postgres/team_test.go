@@ -13,6 +13,7 @@ import (
 
 	"github.com/tokenbudget/tokenbudget/budget"
 	"github.com/tokenbudget/tokenbudget/store/postgres"
+	"github.com/tokenbudget/tokenbudget/store/storetest"
 )
 
 // Every change to teams, organisations, placements and raises moves the
@@ -23,25 +24,8 @@ import (
 func TestTeamChangesWaitForWriters(t *testing.T) {
 	ctx := context.Background()
 	dsn := freshSchema(t)
-	var b [6]byte
-	rand.Read(b[:])
-	app := "tbt_admin_" + hex.EncodeToString(b[:])
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("application_name", app)
-	u.RawQuery = q.Encode()
-	open := func(dsn string) *postgres.DB {
-		db, err := postgres.Open(ctx, dsn, postgres.Options{MaxConns: 2})
-		if err != nil {
-			t.Fatalf("postgres.Open: %v", err)
-		}
-		t.Cleanup(func() { db.Close() })
-		return db
-	}
-	writer, admin := open(dsn), open(u.String())
+	adminDSN, app := withApp(t, dsn)
+	writer, admin := openHandle(t, dsn), openHandle(t, adminDSN)
 	day := budget.Window{Kind: budget.Daily, Zone: time.UTC}
 	lim := budget.Limit{ID: "lim_k", Key: "k", Scope: budget.ScopeGlobal, Metric: budget.MetricTokens, Max: 100, Window: day, Enabled: true}
 	if err := writer.Update(ctx, func(tx budget.Tx) error {
@@ -97,7 +81,7 @@ func TestTeamChangesWaitForWriters(t *testing.T) {
 			}
 			changeDone := make(chan error, 1)
 			go func() { changeDone <- admin.Update(ctx, c.change) }()
-			waitForAdvisoryLock(t, app)
+			waitForAdvisoryLock(t, app, 1)
 			select {
 			case err := <-changeDone:
 				t.Fatalf("the change ended (%v) while a writer held the limit definitions", err)
@@ -125,7 +109,7 @@ func TestTeamChangesWaitForWriters(t *testing.T) {
 	}
 
 	// What the changes left.
-	err = writer.View(ctx, func(tx budget.Tx) error {
+	err := writer.View(ctx, func(tx budget.Tx) error {
 		teams, err := tx.Teams(ctx)
 		if err != nil {
 			return err
@@ -153,23 +137,130 @@ func TestTeamChangesWaitForWriters(t *testing.T) {
 	}
 }
 
-// waitForAdvisoryLock waits until a session of application app waits on
+// Admin writes check names under the limits lock: of two concurrent
+// SetTeam calls, one creating team x and one creating team y in a new
+// organisation x, exactly one succeeds and the other is refused (a team
+// and an organisation may not share a name). Both are made to wait for a
+// third transaction holding the lock (it changes a team), so both start
+// before either checks.
+func TestSetTeamNamesAreCheckedUnderTheLock(t *testing.T) {
+	ctx := context.Background()
+	dsn := freshSchema(t)
+	adminDSN, app := withApp(t, dsn)
+	holder := openHandle(t, dsn)
+	c := storetest.NewClock(storetest.T0)
+	a := storetest.NewTracker(t, openHandle(t, adminDSN), c, time.Second)
+	b := storetest.NewTracker(t, openHandle(t, adminDSN), c, time.Second)
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	defer free()
+	holderDone := make(chan error, 1)
+	go func() {
+		holderDone <- holder.Update(ctx, func(tx budget.Tx) error {
+			// A definition change: its trigger takes the lock exclusively.
+			if err := tx.PutTeam(ctx, budget.Team{Name: "holder"}); err != nil {
+				return err
+			}
+			close(held)
+			<-release
+			return nil
+		})
+	}()
+	select {
+	case <-held:
+	case err := <-holderDone:
+		t.Fatalf("holder: %v", err)
+	}
+	type result struct {
+		who string
+		err error
+	}
+	done := make(chan result, 2)
+	go func() { _, err := a.SetTeam(ctx, "x", ""); done <- result{"team x", err} }()
+	go func() { _, err := b.SetTeam(ctx, "y", "x"); done <- result{"team y in org x", err} }()
+	waitForAdvisoryLock(t, app, 2)
+	free()
+	if err := <-holderDone; err != nil {
+		t.Fatalf("holder: %v", err)
+	}
+	var won []string
+	for range 2 {
+		r := <-done
+		switch {
+		case r.err == nil:
+			won = append(won, r.who)
+		case !errors.Is(r.err, budget.ErrInvalid):
+			t.Errorf("SetTeam (%s) = %v; want success or invalid input", r.who, r.err)
+		}
+	}
+	if len(won) != 1 {
+		t.Fatalf("SetTeam succeeded for %q; want exactly one of team x and team y in org x", won)
+	}
+	err := holder.View(ctx, func(tx budget.Tx) error {
+		teams, err := tx.Teams(ctx)
+		if err != nil {
+			return err
+		}
+		orgs, err := tx.Orgs(ctx)
+		if err != nil {
+			return err
+		}
+		if slices.ContainsFunc(teams, func(tm budget.Team) bool { return tm.Name == "x" }) && slices.Contains(orgs, "x") {
+			t.Errorf("teams %+v and orgs %v share the name x", teams, orgs)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// withApp is dsn with an application name of its own, and that name, so
+// a test can watch its sessions in pg_stat_activity.
+func withApp(t *testing.T, dsn string) (string, string) {
+	t.Helper()
+	var b [6]byte
+	rand.Read(b[:])
+	app := "tbt_admin_" + hex.EncodeToString(b[:])
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("application_name", app)
+	u.RawQuery = q.Encode()
+	return u.String(), app
+}
+
+// openHandle opens a store handle closed by t.Cleanup.
+func openHandle(t *testing.T, dsn string) *postgres.DB {
+	t.Helper()
+	db, err := postgres.Open(context.Background(), dsn, postgres.Options{MaxConns: 2})
+	if err != nil {
+		t.Fatalf("postgres.Open: %v", err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// waitForAdvisoryLock waits until n sessions of application app wait on
 // an advisory lock (the limits lock).
-func waitForAdvisoryLock(t *testing.T, app string) {
+func waitForAdvisoryLock(t *testing.T, app string, n int) {
 	t.Helper()
 	db := adminDB(t, testDSN(t))
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		var n int
-		if err := db.Get(&n, `SELECT count(*) FROM pg_stat_activity
+		var waiting int
+		if err := db.Get(&waiting, `SELECT count(*) FROM pg_stat_activity
 			WHERE application_name = $1 AND wait_event_type = 'Lock' AND wait_event = 'advisory'`, app); err != nil {
 			t.Fatal(err)
 		}
-		if n > 0 {
+		if waiting >= n {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the change never waited for the limits lock")
+			t.Fatalf("%d of %d sessions waited for the limits lock", waiting, n)
 		}
 		time.Sleep(2 * time.Millisecond) // polling the server's view, not a stand-in for it
 	}
