@@ -360,8 +360,10 @@ func (b *batch) load(ctx context.Context, tx Tx) error {
 		case opUsage:
 			for _, ev := range o.events() {
 				who := ev.Who()
-				if err := t.place(ctx, tx, &who); err != nil {
-					return err
+				if !ev.Placed {
+					if err := t.place(ctx, tx, &who); err != nil {
+						return err
+					}
 				}
 				if err := addEvent(&who, ev.Provider, ev.Model, ev.At); err != nil {
 					return err
@@ -539,11 +541,13 @@ func (b *batch) decide(ctx context.Context, tx Tx) error {
 				}
 			}
 			for _, ev := range o.events() {
-				who := ev.Who()
-				if err = b.t.place(ctx, tx, &who); err != nil {
-					break
+				if !ev.Placed {
+					who := ev.Who()
+					if err = b.t.place(ctx, tx, &who); err != nil {
+						break
+					}
+					ev.Team, ev.Org = who.Team, who.Org
 				}
-				ev.Team, ev.Org = who.Team, who.Org
 				if err = b.event(ctx, tx, ev, o); err != nil {
 					break
 				}
@@ -586,13 +590,16 @@ func (b *batch) event(ctx context.Context, tx Tx, ev Usage, o *op) error {
 	}
 	model := NormalizeModel(ev.Model)
 	noPrice := false
-	if ev.CostKnown {
-		ev.Unpriced = false // priced when it was first written
-	} else if p := b.prices.Lookup(ev.Provider, model, ev.At); p != nil {
-		ev.Cost, ev.Unpriced = p.Cost(&ev), false
-	} else {
-		noPrice = true
-		ev.Cost, ev.Unpriced = 0, false
+	switch p := b.prices.Lookup(ev.Provider, model, ev.At); {
+	case ev.CostKnown: // priced, or found unpriceable, when it was first written
+		noPrice = ev.NoPrice
+	case p != nil:
+		ev.Cost = p.Cost(&ev)
+	default:
+		noPrice, ev.Cost = true, 0
+	}
+	ev.Unpriced = false
+	if noPrice {
 		for j := range ls {
 			if ls[j].Metric == MetricUSD && ls[j].Applies(&who, ev.Provider, model) && ls[j].Covers(ev.At) {
 				ev.Unpriced = true

@@ -36,9 +36,16 @@ type Usage struct {
 	Cost     int64 `json:"cost"`
 	Unpriced bool  `json:"-"`
 	// CostKnown keeps Cost as given instead of pricing the event when it is
-	// written (an import of exported history carries its cost); Events
-	// sets it on every event a price matched when it was written.
+	// written (an import of exported history carries its cost); with
+	// NoPrice, the event is kept as one no price matched. Events sets both
+	// as stored.
 	CostKnown bool `json:"-"`
+	NoPrice   bool `json:"-"`
+	// Placed says Team and Org are final as given, even when empty: an
+	// event exported from a history, charged to no team when it was
+	// written, is not placed again by its key's team at import. Events
+	// sets it.
+	Placed bool `json:"-"`
 	// User is the end user the request was for ("" when none is known).
 	User string `json:"user,omitempty"`
 	// Team and Org are what the event is charged to beyond its key. The
@@ -97,6 +104,12 @@ func (u Usage) Normalize(at time.Time) (Usage, error) {
 	u.User = strings.TrimSpace(u.User)
 	u.Team = strings.TrimSpace(u.Team)
 	u.Org = strings.TrimSpace(u.Org)
+	if u.NoPrice && !u.CostKnown {
+		return u, invalid("cost", "null", "no price is a known cost: set CostKnown too")
+	}
+	if u.NoPrice && u.Cost != 0 {
+		return u, invalid("cost", u.Cost, "an event no price matched cost nothing")
+	}
 	if u.Key == "" {
 		return u, invalid("key", u.Key, "must not be empty")
 	}

@@ -56,8 +56,10 @@ func (k *Key) Accepts(hash string, now time.Time) bool {
 // returns an error wrapping budget.ErrNotFound; one refused by the key's
 // state an error wrapping budget.ErrInvalid that names the field and value.
 type Store interface {
-	// InsertKey adds k. A name that exists, revoked or not, is
-	// budget.ErrInvalid ("name"); nothing is written.
+	// InsertKey adds k as given: a new key, or one restored from another
+	// database with its revocation, previous secret and last use. A name
+	// that exists, revoked or not, is budget.ErrInvalid ("name"); nothing
+	// is written.
 	InsertKey(ctx context.Context, k Key) error
 	// KeyByHash finds the key whose secret, or previous secret, hashes to
 	// hash, revoked or not and whatever the grace period: Key.Accepts

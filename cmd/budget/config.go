@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
 	"github.com/tokenbudget/tokenbudget/gatekey"
@@ -185,24 +184,8 @@ func newKeys(ctx context.Context, s gatekey.Store, ks []gatekey.Key) ([]gatekey.
 	return out, nil
 }
 
-// insertKey writes k as it was: inserted with its previous secret, if it
-// has one, then rotated to its current one, then revoked if it was.
+// insertKey writes k as it was, in one write: its previous secret,
+// revocation and last use included.
 func insertKey(ctx context.Context, s gatekey.Store, k gatekey.Key) error {
-	first := gatekey.Key{Name: k.Name, Hash: k.Hash, CreatedAt: k.CreatedAt, RevokedAt: k.RevokedAt}
-	if k.PrevHash == "" {
-		return s.InsertKey(ctx, first)
-	}
-	first.Hash, first.RevokedAt = k.PrevHash, time.Time{}
-	if err := s.InsertKey(ctx, first); err != nil {
-		return err
-	}
-	if err := s.RotateKey(ctx, k.Name, k.Hash, k.PrevUntil); err != nil {
-		return err
-	}
-	if !k.RevokedAt.IsZero() {
-		if _, err := s.RevokeKey(ctx, k.Name, k.RevokedAt); err != nil {
-			return err
-		}
-	}
-	return nil
+	return s.InsertKey(ctx, k)
 }

@@ -41,15 +41,17 @@ type exportLine struct {
 	Provider   string `json:"provider"`
 	Model      string `json:"model"`
 	User       string `json:"user,omitempty"`
-	Team       string `json:"team,omitempty"`
-	Org        string `json:"org,omitempty"`
+	Team       string `json:"team"` // always written, "" for none: import keeps it so
+	Org        string `json:"org"`
 	Input      int64  `json:"input"`
 	Output     int64  `json:"output"`
 	Reasoning  int64  `json:"reasoning"`
 	CacheRead  int64  `json:"cache_read"`
 	CacheWrite int64  `json:"cache_write"`
 	At         string `json:"at"`
-	Cost       *int64 `json:"cost,omitempty"` // micro-dollars; nil when no price matched
+	// Cost is in micro-dollars; null when no price matched (import keeps
+	// it unpriced).
+	Cost *int64 `json:"cost"`
 }
 
 var exportColumns = []string{"request_id", "key", "provider", "model", "user", "team", "org", "input", "output",
@@ -59,7 +61,7 @@ func exportObj(u *budget.Usage) exportLine {
 	l := exportLine{RequestID: u.RequestID, Key: u.Key, Provider: u.Provider, Model: u.Model, User: u.User, Team: u.Team,
 		Org: u.Org, Input: u.Input, Output: u.Output, Reasoning: u.Reasoning, CacheRead: u.CacheRead,
 		CacheWrite: u.CacheWrite, At: u.At.UTC().Format(time.RFC3339Nano)}
-	if u.CostKnown {
+	if !u.NoPrice {
 		l.Cost = ptr(u.Cost)
 	}
 	return l
@@ -109,7 +111,7 @@ func (m *Main) runExport(ctx context.Context, args []string) (err error) {
 		}
 		write = func(u *budget.Usage) error {
 			cost := ""
-			if u.CostKnown {
+			if !u.NoPrice {
 				cost = itoa(u.Cost)
 			}
 			cw.Write([]string{u.RequestID, u.Key, u.Provider, u.Model, u.User, u.Team, u.Org, itoa(u.Input), itoa(u.Output),

@@ -9,10 +9,10 @@ func TestExport(t *testing.T) {
 	t.Parallel()
 	db := newReportDB(t)
 	r := mustRun(t, 0, "export", "--db", db, "--since", "2026-02-01T12:00:00Z", "--until", "2026-02-03T12:00:00Z")
-	want := `{"request_id":"r2","key":"k1","provider":"openai","model":"gpt-4o","input":200,"output":20,"reasoning":5,"cache_read":0,"cache_write":0,"at":"2026-02-01T23:00:00Z","cost":750}
-{"request_id":"r3","key":"k2","provider":"anthropic","model":"claude","input":50,"output":5,"reasoning":0,"cache_read":0,"cache_write":0,"at":"2026-02-02T00:00:00Z"}
-{"request_id":"r4","key":"k1","provider":"openai","model":"gpt-4o","input":1000,"output":100,"reasoning":0,"cache_read":400,"cache_write":0,"at":"2026-02-02T12:00:00Z","cost":3500}
-{"request_id":"r5","key":"k2","provider":"anthropic","model":"claude","input":70,"output":0,"reasoning":0,"cache_read":0,"cache_write":0,"at":"2026-02-03T06:00:00Z"}
+	want := `{"request_id":"r2","key":"k1","provider":"openai","model":"gpt-4o","team":"","org":"","input":200,"output":20,"reasoning":5,"cache_read":0,"cache_write":0,"at":"2026-02-01T23:00:00Z","cost":750}
+{"request_id":"r3","key":"k2","provider":"anthropic","model":"claude","team":"","org":"","input":50,"output":5,"reasoning":0,"cache_read":0,"cache_write":0,"at":"2026-02-02T00:00:00Z","cost":null}
+{"request_id":"r4","key":"k1","provider":"openai","model":"gpt-4o","team":"","org":"","input":1000,"output":100,"reasoning":0,"cache_read":400,"cache_write":0,"at":"2026-02-02T12:00:00Z","cost":3500}
+{"request_id":"r5","key":"k2","provider":"anthropic","model":"claude","team":"","org":"","input":70,"output":0,"reasoning":0,"cache_read":0,"cache_write":0,"at":"2026-02-03T06:00:00Z","cost":null}
 `
 	if r.stdout != want || r.stderr != "" {
 		t.Errorf("export: got %v; want stdout\n%s", r, want)

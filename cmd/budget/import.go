@@ -247,8 +247,8 @@ type importLine struct {
 	Provider   string     `json:"provider"`
 	Model      string     `json:"model"`
 	User       string     `json:"user"`
-	Team       string     `json:"team"`
-	Org        string     `json:"org"`
+	Team       *string    `json:"team"` // given (even "") with org: kept as the event's levels
+	Org        *string    `json:"org"`
 	Input      tokenCount `json:"input"`
 	Output     tokenCount `json:"output"`
 	Reasoning  tokenCount `json:"reasoning"`
@@ -256,8 +256,9 @@ type importLine struct {
 	CacheWrite tokenCount `json:"cache_write"`
 	At         *string    `json:"at"`
 	// Cost is what the event cost in micro-dollars, as 'budget export'
-	// writes it: kept instead of pricing the event again.
-	Cost tokenCount `json:"cost"`
+	// writes it: kept instead of pricing the event again; null keeps it an
+	// event no price matched.
+	Cost json.RawMessage `json:"cost"`
 }
 
 // tokenCount is a token count as written: a JSON number, never a string
@@ -291,14 +292,33 @@ func parseLine(b []byte, n int, now time.Time, salt string) (budget.Usage, error
 	if _, err := dec.Token(); err != io.EOF {
 		return budget.Usage{}, budget.Invalid("json", clip(b), "want one JSON object per line")
 	}
-	u := budget.Usage{RequestID: in.RequestID, Key: in.Key, Provider: in.Provider, Model: in.Model, User: in.User,
-		Team: in.Team, Org: in.Org, At: now}
+	u := budget.Usage{RequestID: in.RequestID, Key: in.Key, Provider: in.Provider, Model: in.Model, User: in.User, At: now}
+	if in.Team != nil || in.Org != nil {
+		u.Placed = true
+		if in.Team != nil {
+			u.Team = *in.Team
+		}
+		if in.Org != nil {
+			u.Org = *in.Org
+		}
+	}
+	var cost tokenCount
+	switch c := bytes.TrimSpace(in.Cost); {
+	case len(c) == 0:
+	case string(c) == "null":
+		u.CostKnown, u.NoPrice = true, true
+	default:
+		if err := cost.UnmarshalJSON(c); err != nil {
+			return u, budget.Invalid("cost", clip(c), "must be an integer number of micro-dollars between 0 and 2^53-1, or null")
+		}
+		u.CostKnown = true
+	}
 	for _, f := range []struct {
 		name string
 		num  tokenCount
 		dst  *int64
 	}{{"input", in.Input, &u.Input}, {"output", in.Output, &u.Output}, {"reasoning", in.Reasoning, &u.Reasoning},
-		{"cache_read", in.CacheRead, &u.CacheRead}, {"cache_write", in.CacheWrite, &u.CacheWrite}, {"cost", in.Cost, &u.Cost}} {
+		{"cache_read", in.CacheRead, &u.CacheRead}, {"cache_write", in.CacheWrite, &u.CacheWrite}, {"cost", cost, &u.Cost}} {
 		if f.num == "" {
 			continue
 		}
@@ -311,7 +331,6 @@ func parseLine(b []byte, n int, now time.Time, salt string) (budget.Usage, error
 		}
 		*f.dst = v
 	}
-	u.CostKnown = in.Cost != ""
 	if in.At != nil && *in.At != "" {
 		at, err := parseAt(*in.At)
 		if err != nil {

@@ -61,7 +61,7 @@ func sumEvents(t *testing.T, tr *budget.Tracker, since, until time.Time, by []bu
 	if _, err := tr.Export(ctx, since, until, "", func(u budget.Usage) error {
 		tot := budget.Totals{Requests: u.Amount(budget.MetricRequests), Input: u.Input, Output: u.Output, Reasoning: u.Reasoning,
 			CacheRead: u.CacheRead, CacheWrite: u.CacheWrite, Cost: u.Cost}
-		if !u.CostKnown {
+		if u.NoPrice {
 			tot.NoPrice = 1
 		}
 		rs = append(rs, budget.Rollup{Day: budget.Day(u.At), Key: u.Key, Team: u.Team, Org: u.Org, User: u.User, Provider: u.Provider, Model: u.Model, Totals: tot})
@@ -257,6 +257,16 @@ func testMoveDatabase(t *testing.T, newDB NewDB) {
 	}
 	c.Advance(time.Minute)
 	RecordSync(t, src, ev("after", "c", "openai", "gpt-4o", 40, 2, c.Now()))
+	// Charged to no team when written, then its key joins one: the event
+	// stays with no team in the new database too.
+	RecordSync(t, src, ev("d-early", "d", "openai", "gpt-4o", 50, 0, c.Now()))
+	setTeam(t, src, "eng", "acme", "d")
+	// No price matched when written; a price covering it came later: the
+	// event stays unpriced.
+	RecordSync(t, src, ev("odd", "d", "openai", "odd-model", 10, 0, c.Now()))
+	if _, err := src.SetPrices(ctx, budget.PriceSpec{Provider: "openai", Model: "odd-model", Input: "1", Output: "1", From: T0.AddDate(-1, 0, 0)}); err != nil {
+		t.Fatal(err)
+	}
 	defs, err := src.Definitions(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -280,7 +290,15 @@ func testMoveDatabase(t *testing.T, newDB NewDB) {
 	if !reflect.DeepEqual(got, defs) {
 		t.Fatalf("definitions after the move:\n%+v\nwant\n%+v", got, defs)
 	}
-	for _, who := range []budget.Request{{Key: "a"}, {Key: "b", User: "alice"}, {Key: "c"}, {Key: "x"}} {
+	all := budget.ReportQuery{Since: T0.AddDate(-1, 0, 0), Until: c.Now().Add(time.Hour), By: []budget.Dim{budget.DimKey, budget.DimTeam, budget.DimModel, budget.DimDay}}
+	want, err := src.Report(ctx, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if have, err := dst.Report(ctx, all); err != nil || !reflect.DeepEqual(have, want) {
+		t.Fatalf("report after the move (%v):\n%+v\nwant\n%+v", err, have, want)
+	}
+	for _, who := range []budget.Request{{Key: "a"}, {Key: "b", User: "alice"}, {Key: "c"}, {Key: "d"}, {Key: "x"}} {
 		want, err := src.CheckAt(ctx, who, c.Now())
 		if err != nil {
 			t.Fatal(err)

@@ -139,7 +139,7 @@ func (t *tx) Apply(_ context.Context, w *budget.WriteSet) ([]bool, int64, error)
 			continue
 		}
 		u.At = stored(u.At)
-		u.CostKnown = false
+		u.CostKnown, u.NoPrice, u.Placed = false, false, false
 		st.events[k] = event{u: u, modelNorm: budget.NormalizeModel(u.Model), noPrice: w.Events[i].NoPrice}
 		inserted[i] = true
 	}

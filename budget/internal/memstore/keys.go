@@ -42,7 +42,8 @@ func (s *Store) InsertKey(_ context.Context, k gatekey.Key) error {
 		if taken {
 			return budget.Invalid("name", k.Name, "a key with this name exists")
 		}
-		m[k.Name] = gatekey.Key{Name: k.Name, Hash: k.Hash, CreatedAt: stored(k.CreatedAt), RevokedAt: stored(k.RevokedAt)}
+		m[k.Name] = gatekey.Key{Name: k.Name, Hash: k.Hash, CreatedAt: stored(k.CreatedAt), RevokedAt: stored(k.RevokedAt),
+			PrevHash: k.PrevHash, PrevUntil: stored(k.PrevUntil), LastUsedAt: stored(k.LastUsedAt)}
 		return nil
 	})
 }

@@ -104,7 +104,7 @@ func (t *tx) Events(_ context.Context, from, to time.Time, key string, fn func(b
 	})
 	for _, e := range out {
 		u := e.u
-		u.CostKnown = !e.noPrice
+		u.CostKnown, u.NoPrice, u.Placed = true, e.noPrice, true
 		if err := fn(u); err != nil {
 			return err
 		}

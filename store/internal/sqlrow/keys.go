@@ -29,8 +29,8 @@ func (r *GatewayKey) Key() gatekey.Key {
 // failed on, so the refusal leaves a PostgreSQL transaction usable and
 // needs no parsing of driver errors.
 func (x KeyTx) Insert(ctx context.Context, k gatekey.Key) error {
-	res, err := x.ExecContext(ctx, x.Rebind(`INSERT INTO gateway_keys (name, hash, created_at, revoked_at) VALUES (?, ?, ?, ?)
-		ON CONFLICT DO NOTHING`), k.Name, k.Hash, Ns(k.CreatedAt), Ns(k.RevokedAt))
+	res, err := x.ExecContext(ctx, x.Rebind(`INSERT INTO gateway_keys (name, hash, created_at, revoked_at, prev_hash, prev_until, last_used_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`), k.Name, k.Hash, Ns(k.CreatedAt), Ns(k.RevokedAt), k.PrevHash, Ns(k.PrevUntil), Ns(k.LastUsedAt))
 	if err != nil {
 		return fmt.Errorf("insert key %s: %w", k.Name, err)
 	}

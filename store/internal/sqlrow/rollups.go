@@ -97,12 +97,12 @@ type Event struct {
 // EventCols are the columns an Event scans.
 const EventCols = `key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, cost, unpriced, no_price, team, org, end_user`
 
-// Decode is the row as a budget.Usage: its cost known unless no price
-// matched it.
+// Decode is the row as a budget.Usage: its cost and placement as
+// written.
 func (e *Event) Decode() budget.Usage {
 	return budget.Usage{RequestID: e.RequestID, Key: e.Key, Provider: e.Provider, Model: e.Model, Input: e.Input, Output: e.Output,
 		Reasoning: e.Reasoning, CacheRead: e.CacheRead, CacheWrite: e.CacheWrite, At: FromNs(e.At), Cost: e.Cost,
-		Unpriced: e.Unpriced, CostKnown: !e.NoPrice, Team: e.Team, Org: e.Org, User: e.User}
+		Unpriced: e.Unpriced, CostKnown: true, NoPrice: e.NoPrice, Placed: true, Team: e.Team, Org: e.Org, User: e.User}
 }
 
 // Horizon splits [start, end) at the prune horizon h (zero: none) into
