@@ -54,10 +54,12 @@ func (m *Main) runLimitRaise(ctx context.Context, args []string) (err error) {
 	if strings.TrimSpace(*byText) == "" {
 		return budget.Invalid("by", *byText, "is required")
 	}
-	// The unit is the limit's, known once it is read; any amount either
-	// unit takes passes here (a whole number is also whole dollars).
-	if v, err := budget.ParseUSD("by", *byText); err != nil || v == 0 {
-		return budget.Invalid("by", *byText, "want an amount greater than 0 (dollars for a usd limit, else a whole number)")
+	// The unit is the limit's, known once it is read: here only the form
+	// (a whole number, or dollars); the range is checked in the unit.
+	if _, err := strconv.ParseInt(strings.TrimSpace(*byText), 10, 64); err != nil {
+		if _, uerr := budget.ParseUSD("by", *byText); uerr != nil {
+			return budget.Invalid("by", *byText, "want an amount greater than 0 (dollars for a usd limit, else a whole number)")
+		}
 	}
 	var until time.Time
 	if *untilText != "" {
@@ -85,6 +87,9 @@ func (m *Main) runLimitRaise(ctx context.Context, args []string) (err error) {
 	by, err := parseAmount("by", ls[i].Metric, *byText)
 	if err != nil {
 		return err
+	}
+	if by <= 0 || by > budget.MaxTokens {
+		return budget.Invalid("by", *byText, "want an amount greater than 0 and at most 2^53-1 in the limit's unit")
 	}
 	l, r, err := db.RaiseLimit(ctx, id, by, until)
 	if errors.Is(err, budget.ErrNotFound) { // removed since it was read

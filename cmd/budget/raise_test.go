@@ -157,6 +157,12 @@ func TestLimitRaise(t *testing.T) {
 		t.Errorf("inspect text: got\n%s\nwant 90/155", out)
 	}
 
+	// Raises of a tokens limit go up to 2^53-1, past what dollars can say.
+	mustRun(t, 0, "limit", "set", "--db", db, "--key", "big", "--limit", "100", "--window", "daily", "--id", "big")
+	if v := decode(t, mustRun(t, 0, "limit", "raise", "--db", db, "big", "--by", "10000000000", "--json").stdout); v["limit"] != 10_000_000_100.0 {
+		t.Errorf("limit raise --by 10000000000: got %v; want limit 10000000100", v)
+	}
+
 	// A usd limit is raised in dollars; the JSON counts micro-dollars.
 	mustRun(t, 0, "limit", "set", "--db", db, "--key", "k", "--metric", "usd", "--limit", "5", "--window", "monthly", "--id", "usd")
 	v = decode(t, mustRun(t, 0, "limit", "raise", "--db", db, "usd", "--by", "2.50", "--json").stdout)
