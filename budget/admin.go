@@ -299,15 +299,12 @@ func (t *Tracker) inspect(ctx context.Context, level Level, owner string, at tim
 }
 
 // expandUsers replaces each per-user limit of ls with one copy per end
-// user who has a counter in the window holding at (Subject set), so a
-// report shows each user's usage.
+// user who has a counter or a hold in the window holding at (Subject
+// set), so a report shows each user's usage; a per-user limit no user has
+// used yet is shown once, with no user.
 func expandUsers(ctx context.Context, tx Tx, ls []Limit, at time.Time) ([]Limit, error) {
 	if !slices.ContainsFunc(ls, func(l Limit) bool { return l.EachUser() }) {
 		return ls, nil
-	}
-	rows, err := tx.CounterRows(ctx)
-	if err != nil {
-		return nil, err
 	}
 	out := make([]Limit, 0, len(ls))
 	for _, l := range ls {
@@ -316,16 +313,26 @@ func expandUsers(ctx context.Context, tx Tx, ls []Limit, at time.Time) ([]Limit,
 			continue
 		}
 		start, _ := l.Window.Bounds(at)
+		subs, err := tx.Subjects(ctx, l.ID, start)
+		if err != nil {
+			return nil, err
+		}
 		prefix := ""
 		if l.IsDefault() {
 			prefix = l.Subject + SubjectSep
 		}
-		for _, r := range rows {
-			if r.LimitID == l.ID && r.WindowStart.Equal(start) && strings.HasPrefix(r.Subject, prefix) {
+		n := 0
+		for _, sub := range subs {
+			if strings.HasPrefix(sub, prefix) && len(sub) > len(prefix) {
 				c := l
-				c.Subject = r.Subject
+				c.Subject = sub
 				out = append(out, c)
+				n++
 			}
+		}
+		if n == 0 {
+			l.Subject = prefix // no user yet: the limit itself, unused
+			out = append(out, l)
 		}
 	}
 	return out, nil

@@ -92,7 +92,7 @@ func (t *Tracker) Forecasts(ctx context.Context, sts []Status, now time.Time) ([
 func forecasts(ctx context.Context, tx Tx, sts []Status, now time.Time, out []*Forecast) error {
 	for i := range sts {
 		st := &sts[i]
-		if st.Limit.Metric == MetricConcurrent || st.WindowStart.IsZero() {
+		if st.Limit.Metric == MetricConcurrent || st.WindowStart.IsZero() || st.Limit.userless() {
 			out[i] = nil
 			continue
 		}

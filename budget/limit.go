@@ -97,8 +97,11 @@ type Raise struct {
 	At     time.Time // when it was added
 }
 
-// Active reports whether the raise counts at t.
-func (r *Raise) Active(t time.Time) bool { return r.Until.IsZero() || t.Before(r.Until) }
+// Active reports whether the raise counts at t: from when it was added
+// until Until.
+func (r *Raise) Active(t time.Time) bool {
+	return !t.Before(r.At) && (r.Until.IsZero() || t.Before(r.Until))
+}
 
 // Metric is what a limit counts.
 type Metric string
@@ -241,6 +244,19 @@ func (l *Limit) subjectFor(who *Who) string {
 		return who.Key + SubjectSep + who.User
 	}
 	return who.User
+}
+
+// userless reports whether l is a per-user limit shown for no user (no
+// user has used it yet): it counts nothing.
+func (l *Limit) userless() bool {
+	if !l.EachUser() {
+		return false
+	}
+	_, user, _ := strings.Cut(l.Subject, SubjectSep)
+	if !l.IsDefault() {
+		user = l.Subject
+	}
+	return user == ""
 }
 
 // forWho is l as it counts a request of who: with the Subject of the

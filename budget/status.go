@@ -56,6 +56,9 @@ func storedStatuses(ctx context.Context, tx Tx, ls []Limit, at time.Time) ([]Sta
 	refs := make([]WindowRef, len(ls))
 	for i := range ls {
 		refs[i] = refAt(&ls[i], at)
+		if ls[i].userless() { // nothing to read: no user's counter
+			refs[i].NoSeed, refs[i].PrevStart, refs[i].PrevEnd = true, time.Time{}, time.Time{}
+		}
 	}
 	ws, err := tx.Windows(ctx, refs, at)
 	if err != nil {

@@ -367,6 +367,9 @@ type Tx interface {
 	// is before before and that are live, or expired and settled at or
 	// after committable (still committable).
 	OpenReservationsBefore(ctx context.Context, before, committable time.Time, max int) ([]ReservationRow, error)
+	// Subjects lists, sorted, the subjects that limit id has a counter row
+	// or a hold for in the window starting at start (zero: its leases).
+	Subjects(ctx context.Context, id string, start time.Time) ([]string, error)
 	// CounterRows lists every counter row, for verify.
 	CounterRows(ctx context.Context) ([]CounterRow, error)
 	// Rollovers lists the newest n rollovers of key's limits, its default

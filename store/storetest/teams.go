@@ -17,6 +17,7 @@ func init() {
 		suiteCase{"EachUserHasOwnCounter", testEachUser},
 		suiteCase{"RaiseEndsByItself", testRaiseEnds},
 		suiteCase{"OnceNeverResets", testOnce},
+		suiteCase{"InspectShowsEachUser", testInspectEachUser},
 	)
 }
 
@@ -351,4 +352,40 @@ func testOnce(t *testing.T, newDB NewDB) {
 		t.Fatalf("Reserve 20 after a top-up of 100 = %v; want admitted", err)
 	}
 	noDrift(t, tr)
+}
+
+// Inspect shows a per-user limit once per user with a counter or a hold
+// in its window, and once with no user (unused) before anyone used it.
+func testInspectEachUser(t *testing.T, newDB NewDB) {
+	tr, c, _ := setup(t, newDB)
+	RecordSync(t, tr, ev("x", "k", "p", "m", 500, 0, c.Now())) // no user: not the per-user limit's
+	each := SetLimit(t, tr, budget.LimitSpec{Key: "k", Scope: "user", ScopeValue: "*", Window: "daily"}, 100)
+	leases := SetLimit(t, tr, budget.LimitSpec{Key: "k", Scope: "user", ScopeValue: "*", Metric: "concurrent"}, 5)
+	users := func() map[string][2]int64 {
+		t.Helper()
+		rep, err := tr.Inspect(ctx, "k", c.Now(), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string][2]int64{}
+		for i, s := range rep.Limits {
+			if s.Limit.ID == each.ID || s.Limit.ID == leases.ID {
+				out[s.Limit.ID+"/"+s.Limit.Subject] = [2]int64{s.Used, s.Reserved}
+				if s.Limit.Subject == "" && rep.Forecasts[i] != nil {
+					t.Errorf("the unused per-user limit has a forecast %+v", rep.Forecasts[i])
+				}
+			}
+		}
+		return out
+	}
+	if got := users(); len(got) != 2 || got[each.ID+"/"] != [2]int64{0, 0} || got[leases.ID+"/"] != [2]int64{0, 0} {
+		t.Fatalf("Inspect before any user = %v; want each limit once, unused", got)
+	}
+	if _, err := tr.Reserve(ctx, budget.Request{Key: "k", User: "carol", Estimate: tokens(40)}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	got := users()
+	if len(got) != 2 || got[each.ID+"/carol"] != [2]int64{0, 40} || got[leases.ID+"/carol"] != [2]int64{1, 0} {
+		t.Fatalf("Inspect after carol's reservation = %v; want carol's hold and lease", got)
+	}
 }

@@ -432,3 +432,18 @@ func (t *tx) ClaimProbe(_ context.Context, name, owner string, now, until time.T
 
 // LockDefinitions does nothing: write transactions run one at a time.
 func (t *tx) LockDefinitions(context.Context) error { return t.write() }
+
+func (t *tx) Subjects(_ context.Context, id string, start time.Time) ([]string, error) {
+	set := map[string]bool{}
+	for k := range t.st.counters {
+		if k.limitID == id && k.start == ns(start) {
+			set[k.subject] = true
+		}
+	}
+	for _, h := range t.st.holds {
+		if h.LimitID == id && ns(h.WindowStart) == ns(start) {
+			set[h.Subject] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(set)), nil
+}
