@@ -22,20 +22,14 @@ import (
 
 // schemaAt makes a fresh schema at version v, as this repository's first v
 // migration scripts leave it, runs seed in it and returns its DSN.
-func schemaAt(t *testing.T, v int, seed ...string) string {
+func schemaAt(t testing.TB, v int, seed ...string) string {
 	t.Helper()
 	dsn := freshSchema(t)
 	names, err := filepath.Glob("migrations/*.sql")
 	if err != nil || len(names) < v {
 		t.Fatalf("migration scripts %v, %v; want at least %d", names, err, v)
 	}
-	cfg, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw := sqlx.NewDb(stdlib.OpenDB(*cfg), "pgx")
-	defer raw.Close()
-	raw.SetMaxOpenConns(1) // one session: its search_path is the schema's
+	raw := rawDB(t, dsn)
 	var stmts []string
 	for _, n := range names[:v] { // Glob sorts
 		b, err := os.ReadFile(n)
@@ -52,6 +46,20 @@ func schemaAt(t *testing.T, v int, seed ...string) string {
 		}
 	}
 	return dsn
+}
+
+// rawDB is a pool of one session on dsn (its search_path is the
+// schema's), for SQL of the test's own, closed by t.Cleanup.
+func rawDB(t testing.TB, dsn string) *sqlx.DB {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := sqlx.NewDb(stdlib.OpenDB(*cfg), "pgx")
+	raw.SetMaxOpenConns(1)
+	t.Cleanup(func() { raw.Close() })
+	return raw
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
