@@ -10,8 +10,11 @@ import (
 	"github.com/tokenbudget/tokenbudget/budget"
 )
 
-// LimitCols are the columns of a Limit, in order.
-const LimitCols = `id, key, scope, scope_value, metric, max, "window", window_seconds, reset_time, timezone, enabled`
+// limitColsV3 are the columns of a limits row at schema 3, which
+// NormalizeModels runs against: the later columns (team, org, alerts,
+// created_at) do not exist yet. A store reads today's limits with its own
+// list.
+const limitColsV3 = `id, key, scope, scope_value, metric, max, "window", window_seconds, reset_time, timezone, enabled`
 
 // SumFunc is a store's history total of l over [start, end) inside x.
 type SumFunc func(ctx context.Context, x *sqlx.Tx, l *budget.Limit, start, end time.Time) (int64, error)
@@ -38,7 +41,7 @@ func NormalizeModels(ctx context.Context, x *sqlx.Tx, createIndex string, sum Su
 		return fmt.Errorf("index normalised models: %w", err)
 	}
 	var rows []Limit
-	if err := x.SelectContext(ctx, &rows, `SELECT `+LimitCols+` FROM limits WHERE scope = 'model'`); err != nil {
+	if err := x.SelectContext(ctx, &rows, `SELECT `+limitColsV3+` FROM limits WHERE scope = 'model'`); err != nil {
 		return fmt.Errorf("read model limits: %w", err)
 	}
 	for i := range rows {
