@@ -130,6 +130,22 @@ func untilText(now, t time.Time) string {
 	return fmt.Sprintf("%dm", mins)
 }
 
+// runsOutText is when a limit runs out at its current pace, for the
+// compact report: "in 3h20m", "now", "-" when it does not before its
+// reset (or has no forecast), "disabled" for a limit that is not enforced
+// and so never runs out.
+func runsOutText(l *budget.Limit, f *budget.Forecast, at time.Time) string {
+	switch {
+	case !l.Enabled:
+		return "disabled"
+	case f == nil || f.ExhaustsAt.IsZero():
+		return "-"
+	case !f.ExhaustsAt.After(at):
+		return "now"
+	}
+	return "in " + untilText(at, f.ExhaustsAt)
+}
+
 // windowCut is windowText cut to n runes. A calendar window that does not
 // fit loses its zone ("daily 09:00"), or keeps what fits of it and "...".
 func windowCut(l *budget.Limit, n int) string {
@@ -152,14 +168,14 @@ func scopeText(l *budget.Limit) string {
 // writeBars prints the limits of r, two lines each, in reportWidth columns:
 //
 //	ID  OWNER  SCOPE  METRIC  WINDOW
-//	  BAR  USED/LIMIT  RESERVED  USED%  RESETS  [disabled]
+//	  BAR  USED/LIMIT  RESERVED  USED%  RUNS OUT  RESETS
 //
 // Columns are as wide as their widest cell; WINDOW is cut to what is left
 // of the width.
 func writeBars(w io.Writer, r *budget.Report) {
 	head := [2][]string{
 		{"ID", "OWNER", "SCOPE", "METRIC", "WINDOW"},
-		{"BAR", "USED/LIMIT", "RESERVED", "USED%", "RESETS"},
+		{"BAR", "USED/LIMIT", "RESERVED", "USED%", "RUNS OUT", "RESETS"},
 	}
 	rows := make([][2][]string, len(r.Limits))
 	for i := range r.Limits {
@@ -169,11 +185,12 @@ func writeBars(w io.Writer, r *budget.Report) {
 		if !s.ResetAt.IsZero() && !s.ResetAt.Equal(budget.Forever) {
 			reset += " (in " + untilText(r.At, s.ResetAt) + ")"
 		}
-		second := []string{barText(s), amountText(l, s.Used) + "/" + amountText(l, s.Max),
-			amountText(l, s.Reserved), percentText(s.Used, s.Max), reset}
-		if !l.Enabled {
-			second = append(second, "disabled")
+		var f *budget.Forecast
+		if i < len(r.Forecasts) {
+			f = r.Forecasts[i]
 		}
+		second := []string{barText(s), amountText(l, s.Used) + "/" + amountText(l, s.Max),
+			amountText(l, s.Reserved), percentText(s.Used, s.Max), runsOutText(l, f, r.At), reset}
 		rows[i] = [2][]string{
 			{cut(l.ID, nameWidth), cut(ownerText(l), nameWidth), scopeText(l), string(l.Metric), windowText(l)},
 			second,

@@ -58,7 +58,11 @@ func (m *Main) runCheck(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	if *asJSON {
-		err = writeJSON(m.Stdout, decisionObj(&d, now))
+		var fs []*budget.Forecast
+		if fs, err = decisionForecasts(ctx, db.Tracker, &d, now); err != nil {
+			return err
+		}
+		err = writeJSON(m.Stdout, decisionObj(&d, fs, now))
 	} else {
 		err = writeDecision(m.Stdout, &d, req.Estimate)
 	}

@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/jsonview"
 )
 
 const inspectHelp = `usage: budget inspect [--key K | --team T | --org O] [--at T] [--rollovers N] [--wide | --json]
@@ -22,18 +23,23 @@ per-user (*) limit shows one entry per end user with usage in the window.
 
 By default each limit takes two lines that fit in 100 columns:
   ID  OWNER  SCOPE  METRIC  WINDOW
-    BAR  USED/LIMIT  RESERVED  USED%  RESETS  [disabled]
+    BAR  USED/LIMIT  RESERVED  USED%  RUNS OUT  RESETS
 BAR has 20 cells: █ used, ▒ reserved, · remaining (any non-zero amount
 shows at least one cell, only a full limit fills the bar). OWNER is the
 key, team:T, org:O, or (default) after the key it is counted for. LIMIT is
 the limit in force at --at, raises included. Amounts of usd limits are in
-dollars. RESETS is the end of the window (UTC) and the time left until it
-from --at; never for a once window. Ids, owners and scope values longer
+dollars. RUNS OUT is when the room left runs out at the current pace (the
+usage of the most recent quarter of the elapsed window, at least its last
+minute): "in 3h20m", "now", "-" when not before the reset, "disabled" for
+a limit that is not enforced. RESETS is the end of the window (UTC) and
+the time left until it from --at; never for a once window. Ids, owners and scope values longer
 than 20 characters are cut to 17 and "..."; a calendar WINDOW that does not
 fit in what is left of the 100 columns loses its zone.
 
-With --wide prints one wide table row per limit, every field in full. With
---json prints {"at", "limits", "rollovers", "providers"}.
+With --wide prints one wide table row per limit, every field in full, with
+FORECAST (the usage at the reset at the current pace) and RUNS OUT as an
+instant. With --json prints {"at", "limits", "rollovers", "providers"};
+each limit has forecast_used and exhausts_at (null where none).
 
 `
 
@@ -85,11 +91,11 @@ func (m *Main) runInspect(ctx context.Context, args []string) (err error) {
 	}
 	if *asJSON {
 		return writeJSON(m.Stdout, struct {
-			At        string         `json:"at"`
-			Limits    []statusJSON   `json:"limits"`
-			Rollovers []rolloverJSON `json:"rollovers"`
-			Providers []providerJSON `json:"providers"`
-		}{ts(r.At), statusObjs(r.Limits, r.At), rolloverObjs(r.Rollovers), providerObjs(r.Providers)})
+			At        string            `json:"at"`
+			Limits    []jsonview.Status `json:"limits"`
+			Rollovers []rolloverJSON    `json:"rollovers"`
+			Providers []providerJSON    `json:"providers"`
+		}{ts(r.At), jsonview.Statuses(r.Limits, r.Forecasts, r.At), rolloverObjs(r.Rollovers), providerObjs(r.Providers)})
 	}
 	if *wide {
 		return writeReport(m, &r)
@@ -122,9 +128,17 @@ func writeReport(m *Main, r *budget.Report) error {
 	if len(r.Limits) == 0 {
 		fmt.Fprintln(w, "no limits")
 	} else {
-		fmt.Fprintln(w, statusHeader)
+		fmt.Fprintln(w, statusHeader+"\tFORECAST\tRUNS OUT")
 		for i := range r.Limits {
-			fmt.Fprintln(w, statusLine(&r.Limits[i]))
+			s := &r.Limits[i]
+			forecast, out := "-", "-"
+			if f := r.Forecasts[i]; f != nil {
+				if f.ForecastUsed >= 0 {
+					forecast = amountText(&s.Limit, f.ForecastUsed)
+				}
+				out = tsText(f.ExhaustsAt)
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\n", statusLine(s), forecast, out)
 		}
 	}
 	fmt.Fprintln(w)

@@ -74,8 +74,8 @@ func TestInspectGolden(t *testing.T) {
 	wide := mustRun(t, 0, "inspect", "--db", db, "--at", at, "--wide").stdout
 	golden(t, "inspect.txt", wide)
 	for _, want := range []string{
-		"ID               OWNER  SCOPE            METRIC      WINDOW                    LIMIT  USED  RESERVED  REMAINING  WINDOW START          RESET AT              ENABLED\n",
-		"demo-day         demo   global           tokens      daily 09:00 Europe/Paris  1000   477   0         523        2026-03-02T08:00:00Z  2026-03-03T08:00:00Z  yes\n",
+		"ID               OWNER  SCOPE            METRIC      WINDOW                    LIMIT  USED  RESERVED  REMAINING  WINDOW START          RESET AT              ENABLED  FORECAST  RUNS OUT\n",
+		"demo-day         demo   global           tokens      daily 09:00 Europe/Paris  1000   477   0         523        2026-03-02T08:00:00Z  2026-03-03T08:00:00Z  yes      11901     2026-03-02T11:38:36Z\n",
 	} {
 		if !strings.Contains(wide, want) {
 			t.Errorf("inspect --wide: got\n%s\nwant a line %q", wide, want)
@@ -168,19 +168,19 @@ func TestInspectBars(t *testing.T) {
 	want := `at 2026-03-02T10:40:00Z
 
 ID               OWNER  SCOPE            METRIC      WINDOW
-  BAR                   USED/LIMIT  RESERVED  USED%  RESETS
+  BAR                   USED/LIMIT  RESERVED  USED%  RUNS OUT  RESETS
 demo-conc        demo   global           concurrent  -
-  ····················  0/2         0         0%     -
+  ····················  0/2         0         0%     -         -
 demo-out-off     demo   global           output      1h
-  ███████████████████·  47/50       0         94%    2026-03-02T11:00:00Z (in 20m)     disabled
+  ███████████████████·  47/50       0         94%    disabled  2026-03-02T11:00:00Z (in 20m)
 demo-day         demo   global           tokens      daily 09:00 Europe/Paris
-  ██████████··········  477/1000    0         47%    2026-03-03T08:00:00Z (in 21h20m)
+  ██████████··········  477/1000    0         47%    in 59m    2026-03-03T08:00:00Z (in 21h20m)
 demo-openai-req  demo   provider=openai  requests    5m
-  ····················  0/10        0         0%     2026-03-02T10:45:00Z (in 5m)
+  ····················  0/10        0         0%     -         2026-03-02T10:45:00Z (in 5m)
 demo-gpt-hour    demo   model=gpt-4o     tokens      1h
-  ██████████··········  240/500     0         48%    2026-03-02T11:00:00Z (in 20m)
+  ██████████··········  240/500     0         48%    -         2026-03-02T11:00:00Z (in 20m)
 team-week        team   global           input       weekly 00:00 UTC
-  ██████··············  30/100      0         30%    2026-03-09T00:00:00Z (in 6d13h)
+  ██████··············  30/100      0         30%    in 6h14m  2026-03-09T00:00:00Z (in 6d13h)
 bar: █ used, ▒ reserved, · remaining
 
 ROLLOVER OF    PREV WINDOW START     PREV USED  WINDOW START          LOGGED AT
@@ -216,12 +216,12 @@ func TestInspectBarsCells(t *testing.T) {
 	mustRun(t, 0, "record", "--db", db, "--key", "k", "--provider", "openai", "--model", "gpt-4o", "--input", "50", "--at", "2026-03-02T12:00:00Z")
 	at := "2026-03-02T12:01:00Z"
 	out := mustRun(t, 0, "inspect", "--db", db, "--at", at).stdout
-	if want := "\n  ██████████··········  50/100      0         50%    2026-03-02T13:00:00Z (in 59m)\n"; !strings.Contains(out, want) {
+	if want := "\n  ██████████··········  50/100      0         50%    in 1m     2026-03-02T13:00:00Z (in 59m)\n"; !strings.Contains(out, want) {
 		t.Errorf("a limit at 50%%: got\n%s\nwant a line %q", out, want)
 	}
 	mustRunAt(t, testNow, 0, "reserve", "--db", db, "--key", "k", "--tokens", "25")
 	out = mustRun(t, 0, "inspect", "--db", db, "--at", at).stdout
-	if want := "\n  ██████████▒▒▒▒▒·····  50/100      25        50%    2026-03-02T13:00:00Z (in 59m)\n"; !strings.Contains(out, want) {
+	if want := "\n  ██████████▒▒▒▒▒·····  50/100      25        50%    in 1m     2026-03-02T13:00:00Z (in 59m)\n"; !strings.Contains(out, want) {
 		t.Errorf("50 used and 25 reserved of 100: got\n%s\nwant a line %q", out, want)
 	}
 }

@@ -1,63 +1,27 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/jsonview"
 )
 
 // The JSON shapes of contract section 7: snake_case, times RFC3339 in UTC
 // with whole seconds, null for what does not apply, [] for empty lists.
 
-// limitJSON is a limit object. Limit is the limit in force at the
-// instant the object describes (now for limit set and ls, the status's
-// instant otherwise): BaseLimit plus the Raises active then.
-type limitJSON struct {
-	ID         string      `json:"id"`
-	Level      string      `json:"level"` // key, team, org or default
-	Owner      *string     `json:"owner"` // the key, team or org; null for a default limit
-	Key        *string     `json:"key"`   // the key of a key-level limit; null otherwise
-	Scope      string      `json:"scope"`
-	ScopeValue string      `json:"scope_value"`
-	Metric     string      `json:"metric"`
-	Limit      int64       `json:"limit"`
-	BaseLimit  int64       `json:"base_limit"`
-	Raises     []raiseJSON `json:"raises"`
-	Window     *string     `json:"window"`     // null for concurrent limits
-	ResetTime  *string     `json:"reset_time"` // null unless calendar
-	Timezone   *string     `json:"timezone"`   // null unless calendar
-	Enabled    bool        `json:"enabled"`
-}
-
-// raiseJSON is a raise of a limit, in the limit's unit (micro-dollars for
-// usd, as limit and base_limit).
-type raiseJSON struct {
-	ID    string  `json:"id"`
-	By    int64   `json:"by"`
-	Until *string `json:"until"` // null: it stays
-	At    string  `json:"at"`
-}
-
-// statusJSON is a limit status: the limit in its window at an instant.
-type statusJSON struct {
-	limitJSON
-	// User is the end user whose counter this is, for a per-user ('*')
-	// limit; null for other limits.
-	User        *string `json:"user"`
-	WindowStart *string `json:"window_start"` // null for concurrent limits
-	ResetAt     *string `json:"reset_at"`     // null for concurrent and once limits
-	Used        int64   `json:"used"`
-	Reserved    int64   `json:"reserved"`
-	Remaining   int64   `json:"remaining"`
-}
+// The limit and status objects are jsonview's, shared with the proxy's
+// GET /v1/budget.
 
 type breachJSON struct {
-	statusJSON
+	jsonview.Status
 	RetryAfterSeconds int64 `json:"retry_after_seconds"`
 	Retryable         bool  `json:"retryable"`
 }
@@ -97,100 +61,12 @@ type rolloverJSON struct {
 }
 
 type decisionJSON struct {
-	Allowed bool         `json:"allowed"`
-	Breach  *breachJSON  `json:"breach"`
-	Parked  *parkedJSON  `json:"parked"`
-	Limits  []statusJSON `json:"limits"`
+	Allowed bool              `json:"allowed"`
+	Breach  *breachJSON       `json:"breach"`
+	Parked  *parkedJSON       `json:"parked"`
+	Limits  []jsonview.Status `json:"limits"`
 	// Unpriced is present only when a dollar limit refuses an unpriced model.
 	Unpriced *unpricedJSON `json:"unpriced,omitempty"`
-}
-
-// limitObj is l as it stands at at.
-func limitObj(l *budget.Limit, at time.Time) limitJSON {
-	o := limitJSON{ID: l.ID, Level: string(l.Level()), Scope: string(l.Scope), ScopeValue: l.ScopeValue,
-		Metric: string(l.Metric), Limit: l.MaxAt(at), BaseLimit: l.Max, Raises: raiseObjs(l.ActiveRaises(at)), Enabled: l.Enabled}
-	if !l.IsDefault() {
-		o.Owner = ptr(l.Owner())
-	}
-	if l.Key != "" {
-		o.Key = ptr(l.Key)
-	}
-	if l.Window.Kind != budget.NoWindow {
-		o.Window = ptr(l.Window.String())
-	}
-	if l.Window.Calendar() {
-		o.ResetTime = ptr(l.Window.ResetTimeString())
-		o.Timezone = ptr(l.Window.ZoneName())
-	}
-	return o
-}
-
-func limitObjs(ls []budget.Limit, at time.Time) []limitJSON {
-	out := make([]limitJSON, len(ls))
-	for i := range ls {
-		out[i] = limitObj(&ls[i], at)
-	}
-	return out
-}
-
-func raiseObjs(rs []budget.Raise) []raiseJSON {
-	out := make([]raiseJSON, len(rs))
-	for i, r := range rs {
-		out[i] = raiseJSON{ID: r.ID, By: r.Amount, Until: tsp(r.Until), At: ts(r.At)}
-	}
-	return out
-}
-
-// statusObj is a status at at, the instant it was computed for.
-func statusObj(s *budget.Status, at time.Time) statusJSON {
-	o := statusJSON{limitJSON: limitObj(&s.Limit, at), WindowStart: tsp(windowStart(s)), ResetAt: resetAt(s.ResetAt),
-		Used: s.Used, Reserved: s.Reserved, Remaining: s.Remaining()}
-	o.Limit = s.Max // the domain's word on what was in force
-	if u := statusUser(&s.Limit); u != "" {
-		o.User = ptr(u)
-	}
-	return o
-}
-
-func statusObjs(ss []budget.Status, at time.Time) []statusJSON {
-	out := make([]statusJSON, len(ss))
-	for i := range ss {
-		out[i] = statusObj(&ss[i], at)
-	}
-	return out
-}
-
-// windowStart is s's window start, or the zero time for the stretch
-// before a once window's anchor (the limit's creation), which has no start
-// of its own (the domain counts it from the earliest instant it holds).
-func windowStart(s *budget.Status) time.Time {
-	if w := s.Limit.Window; w.Kind == budget.Once && s.WindowStart.Before(w.Anchor) {
-		return time.Time{}
-	}
-	return s.WindowStart
-}
-
-// resetAt is a window's end for JSON: null for concurrent limits (no
-// window) and once windows (they never reset).
-func resetAt(t time.Time) *string {
-	if t.Equal(budget.Forever) {
-		return nil
-	}
-	return tsp(t)
-}
-
-// statusUser is the end user whose counter of a per-user ('*') limit a
-// status is about: the limit's Subject, after the key for a default
-// limit; "" for other limits.
-func statusUser(l *budget.Limit) string {
-	if !l.EachUser() || l.Subject == "" {
-		return ""
-	}
-	if l.IsDefault() {
-		_, user, _ := strings.Cut(l.Subject, budget.SubjectSep)
-		return user
-	}
-	return l.Subject
 }
 
 func providerObj(p *budget.ProviderState) providerJSON {
@@ -223,11 +99,16 @@ func rolloverObjs(rs []budget.Rollover) []rolloverJSON {
 	return out
 }
 
-// decisionObj is a decision made at at.
-func decisionObj(d *budget.Decision, at time.Time) decisionJSON {
-	o := decisionJSON{Allowed: d.Allowed, Limits: statusObjs(d.Limits, at)}
+// decisionObj is a decision made at at, with the forecasts of its limits
+// (decisionForecasts; nil: none).
+func decisionObj(d *budget.Decision, fs []*budget.Forecast, at time.Time) decisionJSON {
+	o := decisionJSON{Allowed: d.Allowed, Limits: jsonview.Statuses(d.Limits, fs, at)}
 	if b := d.Breach; b != nil {
-		o.Breach = &breachJSON{statusJSON: statusObj(&b.Status, at), RetryAfterSeconds: b.RetryAfterSeconds, Retryable: b.Retryable}
+		var f *budget.Forecast
+		if len(fs) > len(d.Limits) {
+			f = fs[len(d.Limits)]
+		}
+		o.Breach = &breachJSON{Status: jsonview.StatusOf(&b.Status, f, at), RetryAfterSeconds: b.RetryAfterSeconds, Retryable: b.Retryable}
 	}
 	if p := d.Parked; p != nil {
 		o.Parked = &parkedJSON{providerJSON: providerObj(&p.ProviderState), RetryAfterSeconds: p.RetryAfterSeconds}
@@ -238,6 +119,16 @@ func decisionObj(d *budget.Decision, at time.Time) decisionJSON {
 	return o
 }
 
+// decisionForecasts are the forecasts of d's limits at at, then of its
+// breach, as decisionObj takes them, read in one snapshot.
+func decisionForecasts(ctx context.Context, t *budget.Tracker, d *budget.Decision, at time.Time) ([]*budget.Forecast, error) {
+	sts := d.Limits
+	if d.Breach != nil {
+		sts = append(slices.Clip(sts), d.Breach.Status)
+	}
+	return t.Forecasts(ctx, sts, at)
+}
+
 // unpricedJSON names a model with no price under a dollar limit.
 type unpricedJSON struct {
 	Provider string `json:"provider"`
@@ -245,15 +136,10 @@ type unpricedJSON struct {
 }
 
 // ts formats t as RFC3339 in UTC with whole seconds (truncated).
-func ts(t time.Time) string { return t.UTC().Truncate(time.Second).Format(time.RFC3339) }
+func ts(t time.Time) string { return jsonview.Time(t) }
 
 // tsp is ts, or nil (JSON null) for the zero time.
-func tsp(t time.Time) *string {
-	if t.IsZero() {
-		return nil
-	}
-	return ptr(ts(t))
-}
+func tsp(t time.Time) *string { return jsonview.TimeOrNull(t) }
 
 func ptr[T any](v T) *T { return &v }
 
@@ -311,7 +197,7 @@ func scopeString(l *budget.Limit, name func(string) string) string {
 	if l.Scope == budget.ScopeGlobal {
 		return l.ScopeString()
 	}
-	if u := statusUser(l); u != "" {
+	if u := jsonview.User(l); u != "" {
 		return string(l.Scope) + "=" + name(u) + " (" + budget.AllUsers + ")"
 	}
 	return string(l.Scope) + "=" + name(l.ScopeValue)
@@ -350,7 +236,7 @@ func statusLine(s *budget.Status) string {
 	l := &s.Limit
 	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", l.ID, ownerText(l), scopeString(l, identity), l.Metric,
 		windowText(l), limitText(l, s.Max), amountText(l, s.Used), amountText(l, s.Reserved), amountText(l, s.Remaining()),
-		tsText(windowStart(s)), resetText(s.ResetAt), yesNo(l.Enabled))
+		tsText(jsonview.WindowStart(s)), resetText(s.ResetAt), yesNo(l.Enabled))
 }
 
 func identity(s string) string { return s }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tokenbudget/tokenbudget/budget"
 	"github.com/tokenbudget/tokenbudget/gatekey"
+	"github.com/tokenbudget/tokenbudget/jsonview"
 )
 
 const limitHelp = `usage: budget limit <set|ls|rm|raise> [flags]
@@ -144,7 +145,7 @@ func (m *Main) runLimitSet(ctx context.Context, args []string) (err error) {
 		m.warnNoGatewayKey(ctx, db.KeyStore(), l.Key)
 	}
 	if *asJSON {
-		return writeJSON(m.Stdout, limitObj(&l, m.Now()))
+		return writeJSON(m.Stdout, jsonview.LimitOf(&l, m.Now()))
 	}
 	_, err = fmt.Fprintln(m.Stdout, l.ID)
 	return err
@@ -183,8 +184,8 @@ func (m *Main) runLimitLs(ctx context.Context, args []string) (err error) {
 	}
 	if *asJSON {
 		return writeJSON(m.Stdout, struct {
-			Limits []limitJSON `json:"limits"`
-		}{limitObjs(ls, now)})
+			Limits []jsonview.Limit `json:"limits"`
+		}{jsonview.Limits(ls, now)})
 	}
 	if len(ls) == 0 {
 		_, err = fmt.Fprintln(m.Stdout, "no limits")

@@ -123,8 +123,9 @@ func wantKeys(t testing.TB, what string, v any, want ...string) {
 
 var (
 	limitFields = []string{"id", "level", "owner", "key", "scope", "scope_value", "metric", "limit", "base_limit", "raises",
-		"window", "reset_time", "timezone", "enabled"}
-	statusFields = append(slices.Clone(limitFields), "user", "window_start", "reset_at", "used", "reserved", "remaining")
+		"window", "reset_time", "timezone", "enabled", "alerts"}
+	statusFields = append(slices.Clone(limitFields), "user", "window_start", "reset_at", "used", "reserved", "remaining",
+		"forecast_used", "exhausts_at")
 )
 
 func TestUsage(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/jsonview"
 )
 
 const limitRaiseHelp = `usage: budget limit raise ID --by N [--until T] [--at T] [--json]
@@ -99,7 +100,7 @@ func (m *Main) runLimitRaise(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	if *asJSON {
-		return writeJSON(m.Stdout, limitObj(&l, now))
+		return writeJSON(m.Stdout, jsonview.LimitOf(&l, now))
 	}
 	if r.Until.IsZero() {
 		fmt.Fprintf(m.Stderr, "limit %s raised by %s for good: %s in force\n", l.ID, amountText(&l, by), amountText(&l, l.MaxAt(now)))
