@@ -19,7 +19,10 @@ import (
 // in the range's days (every event adds to its day's rollup in its own
 // transaction), each read from the covering index (key, at), so a range
 // costs its events and its keys, not the whole history, and no index on
-// at alone costs every write.
+// at alone costs every write. (A BRIN index on at would be cheap to write
+// and faster while the table is in time order, but once prunes free pages
+// for new events its ranges widen (nothing narrows them again) until a
+// read of one day scans most of the table.)
 
 // qAddRollups adds the rollups of a batch's inserted events (parallel
 // arrays in sqlrow.RollupCols order) to the stored ones, saturating.
