@@ -44,7 +44,7 @@ func (m *Main) runLimit(ctx context.Context, args []string) error {
 const limitSetHelp = `usage: budget limit set (--key K | --team T | --org O | --default)
 	[--scope global|provider|model|user] [--value V] --limit N
 	[--metric tokens|input|output|requests|concurrent|usd] --window W [--reset-time HH:MM]
-	[--tz ZONE] [--id ID] [--disabled | --enabled] [--json]
+	[--tz ZONE] [--id ID] [--disabled | --enabled] [--alert P1,P2,...] [--json]
 
 Creates a limit, or updates the one with the same owner, scope, value,
 metric and window (or the one --id names). An update changes only the
@@ -64,6 +64,13 @@ teams share; --default, a limit that applies to every key that has no
 enabled limit of its own with the same scope, value, metric and window, and
 that each key counts separately. A request is checked against its key's,
 its team's and its org's limits together; the most restrictive decides.
+
+--alert 50,80,100 sets thresholds, in percent (1 to 1000) of the limit in
+force: when a window's usage crosses one, an alert is logged, once per
+window (and per key or user for limits counted per key or user), and
+delivered by any 'budget proxy --alert-webhook' ('budget alerts ls' lists
+them). --alert "" removes them; without --alert an update keeps them.
+Concurrent limits take none.
 
 Prints the limit's id, or the limit with --json (level, owner; a key that
 is null unless the level is key). Warns on stderr when --key names a key
@@ -88,6 +95,7 @@ func (m *Main) runLimitSet(ctx context.Context, args []string) (err error) {
 	id := fs.String("id", "", "id of a new limit, or of the existing limit to update")
 	disabled := fs.Bool("disabled", false, "disable the limit: it keeps counting but is not enforced")
 	enabled := fs.Bool("enabled", false, "enable the limit")
+	alerts := fs.String("alert", "", `alert thresholds in percent of the limit, such as 50,80,100 ("" removes them)`)
 	asJSON := fs.Bool("json", false, "print the limit as JSON")
 	pos, err := m.parseArgs(fs, limitSetHelp, args)
 	if err != nil {
@@ -110,6 +118,13 @@ func (m *Main) runLimitSet(ctx context.Context, args []string) (err error) {
 			return err
 		}
 		spec.Max = &max
+	}
+	if set["alert"] {
+		as, err := budget.ParseAlerts(*alerts)
+		if err != nil {
+			return err
+		}
+		spec.Alerts = &as
 	}
 	switch {
 	case set["disabled"] && set["enabled"] && *disabled == *enabled:
@@ -156,7 +171,8 @@ const limitLsHelp = `usage: budget limit ls [--key K] [--json]
 Lists the limits (of one key and the default limits with --key) in listing
 order: level (default, key, team, org), owner, scope, value, metric, window
 length, id. LIMIT is the limit in force now: with raises, the base limit
-follows it. With --json prints {"limits": [...]}.
+follows it. ALERTS are the alert thresholds (percent of the limit). With
+--json prints {"limits": [...]}.
 
 `
 
@@ -192,11 +208,11 @@ func (m *Main) runLimitLs(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	w := tabwriter.NewWriter(m.Stdout, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(w, "ID\tOWNER\tSCOPE\tMETRIC\tWINDOW\tLIMIT\tENABLED")
+	fmt.Fprintln(w, "ID\tOWNER\tSCOPE\tMETRIC\tWINDOW\tLIMIT\tENABLED\tALERTS")
 	for i := range ls {
 		l := &ls[i]
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.ID, ownerText(l), l.ScopeString(), l.Metric, windowText(l),
-			limitText(l, l.MaxAt(now)), yesNo(l.Enabled))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.ID, ownerText(l), l.ScopeString(), l.Metric, windowText(l),
+			limitText(l, l.MaxAt(now)), yesNo(l.Enabled), alertsText(l.Alerts))
 	}
 	return w.Flush()
 }
@@ -261,6 +277,18 @@ func (m *Main) warnNoGatewayKey(ctx context.Context, s gatekey.Store, key string
 	if len(keys) > 0 {
 		fmt.Fprintf(m.Stderr, "budget: warning: no gateway key is named %q (is it misspelt? 'budget key ls' lists them); the limit applies to that name only\n", key)
 	}
+}
+
+// alertsText is a limit's thresholds for tables: "50%,80%", "-" for none.
+func alertsText(as []int) string {
+	if len(as) == 0 {
+		return "-"
+	}
+	ps := make([]string, len(as))
+	for i, p := range as {
+		ps[i] = strconv.Itoa(p) + "%"
+	}
+	return strings.Join(ps, ",")
 }
 
 // parseLimit reads --limit: dollars for a usd limit (stored in

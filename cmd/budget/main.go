@@ -67,6 +67,7 @@ Commands:
 	limit ls         list limits
 	limit rm         delete a limit
 	limit raise      add to a limit until an instant, or for good
+	alerts ls        list the alerts logged when usage crossed a limit's thresholds
 	team set         create a team (in an org), or move it
 	team ls          list teams with their org and keys
 	team rm          remove a team
@@ -175,6 +176,8 @@ func (m *Main) Run(ctx context.Context, args []string) (err error) {
 	switch cmd {
 	case "limit":
 		return m.runLimit(ctx, rest)
+	case "alerts":
+		return m.runAlerts(ctx, rest)
 	case "record":
 		return m.runRecord(ctx, rest)
 	case "import":

@@ -193,6 +193,12 @@ func TestUsage(t *testing.T) {
 		{[]string{"record", "-h"}, 0, "-user", ""},
 		{[]string{"reserve", "-h"}, 0, "-user", ""},
 		{[]string{"inspect", "-h"}, 0, "-org", ""},
+		{[]string{"help"}, 0, "alerts ls", ""},
+		{[]string{"alerts"}, 2, "", "missing subcommand"},
+		{[]string{"alerts", "zap"}, 2, "", `unknown subcommand "zap"`},
+		{[]string{"alerts", "ls", "-h"}, 0, "-limit", ""},
+		{[]string{"alerts", "ls", "extra"}, 2, "", `unexpected argument "extra"`},
+		{[]string{"limit", "set", "-h"}, 0, "-alert", ""},
 	} {
 		r := run(t, tc.args...)
 		if r.code != tc.code || !strings.Contains(r.stdout, tc.stdout) || !strings.Contains(r.stderr, tc.stderr) {
