@@ -87,6 +87,17 @@
 // family's route: Anthropic's when it carries anthropic-version, else
 // OpenAI's, so NewUpstream sends that family's credential.
 //
+// GET /v1/budget (BudgetPath) is self-service: with a valid gateway key
+// (the same lookup and the same 401 as step 2) the middleware answers it
+// itself with 200 {"key", "limits"} (Budget): the status of every limit
+// that applies to the key (its own, its team's, its organisation's and the
+// defaults with its usage; a per-user limit once per end user with usage in
+// the window), each the object of `budget inspect --json` (package
+// jsonview) with its forecast, read in one snapshot
+// (budget.Tracker.Inspect). Nothing about another key's own limits; it
+// costs no budget (nothing is reserved or recorded) and never goes
+// upstream.
+//
 // NewUpstream is the httputil.ReverseProxy that puts the upstream
 // credential in the header each route family uses, and bounds the upstream
 // call: response headers within HeaderTimeout (10m, for slow reasoning

@@ -331,7 +331,9 @@ func InfoFrom(ctx context.Context) (*Info, bool) {
 // reservation when next answers an error. Upstream 429, 529, repeated 503,
 // 401 and 403 answers park the provider. GET /v1/models (and
 // /v1/models/ID) needs a valid key, costs no budget and goes to next as
-// it is. Every request gets one AccessLog line.
+// it is. GET /v1/budget (BudgetPath) needs a valid key, costs no budget
+// and is answered here: the key's limits (see Budget). Every request gets
+// one AccessLog line.
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		x := &exchange{ResponseWriter: w, start: time.Now()}
@@ -350,6 +352,10 @@ func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 	r.Header.Del(UserHeader)
 	if isModels(r.URL.Path) {
 		m.models(x, r, next)
+		return
+	}
+	if r.URL.Path == BudgetPath {
+		m.budget(x, r)
 		return
 	}
 	route, ok := m.cfg.Routes[r.URL.Path]

@@ -1,0 +1,57 @@
+package proxy
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/tokenbudget/tokenbudget/jsonview"
+)
+
+// BudgetPath is where a key holder asks what its budget has left
+// (Middleware.Wrap answers it itself; nothing goes upstream).
+const BudgetPath = "/v1/budget"
+
+// Budget is what GET /v1/budget answers: the caller's key and the status
+// of every limit that applies to it, the objects of `budget inspect
+// --json`.
+type Budget struct {
+	Key    string            `json:"key"`
+	Limits []jsonview.Status `json:"limits"`
+}
+
+// budget answers GET /v1/budget for a client with a valid gateway key: the
+// limits that apply to that key (its own, its team's and its
+// organisation's, and the default limits with its usage; a per-user limit
+// once per end user with usage in the window), each in its window now with
+// its forecast, read in one snapshot (budget.Tracker.Inspect). It costs no
+// budget: nothing is reserved or recorded. Without a valid key it is the
+// same 401 as on the other routes, in the shape of the family the request
+// came from (Anthropic's when it carries anthropic-version).
+func (m *Middleware) budget(x *exchange, r *http.Request) {
+	f := OpenAIChat
+	if r.Header.Get("Anthropic-Version") != "" {
+		f = AnthropicMessages
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		m.outcome(x, OutcomeBadRequest)
+		x.Header().Set("Allow", http.MethodGet)
+		writeError(x, f, simpleError(f, http.StatusMethodNotAllowed, CodeBadRequest, r.Method+" is not allowed on "+r.URL.Path+": use GET"))
+		return
+	}
+	key, ok := m.authenticate(x, r, f)
+	if !ok {
+		return
+	}
+	rep, err := m.t.Inspect(r.Context(), key, m.t.Now(), 0)
+	if err != nil {
+		m.unavailable(x, r, f, "read the budget", err)
+		return
+	}
+	m.outcome(x, OutcomeOK)
+	x.Header().Set("Content-Type", "application/json")
+	x.Header().Set("Cache-Control", "no-store")
+	x.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodGet {
+		_ = json.NewEncoder(x).Encode(Budget{Key: key, Limits: jsonview.Statuses(rep.Limits, rep.Forecasts, rep.At)})
+	}
+}
