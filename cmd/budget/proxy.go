@@ -26,6 +26,7 @@ const proxyHelp = `usage: budget proxy (--upstream URL | --mock-upstream) [--lis
 	[--max-client-wait D] [--require-limits] [--image-tokens N] [--reservation-ttl D]
 	[--body-timeout D] [--header-timeout D] [--stream-idle-timeout D]
 	[--max-inflight-bytes N] [--retain D] [--log-format text|json]
+	[--admin-listen ADDR [--admin-token-env VAR]]
 
 Serves POST /v1/chat/completions, /v1/responses, /v1/embeddings and
 /v1/messages, and GET /v1/models (other paths: 404) on --listen (default
@@ -84,6 +85,7 @@ One line per request goes to stderr (--log-format text or json): key
 name, provider, model, status, outcome, estimate, tokens charged, latency;
 never a secret or a prompt.
 
+` + adminHelp + `
 Also serves GET /healthz (200 "ok", or 503 with the reason while the
 database cannot be written, was deleted or replaced, or cannot be read)
 and GET /metrics (Prometheus). SIGINT or SIGTERM stops accepting requests,
@@ -127,6 +129,7 @@ type proxyOptions struct {
 	retainTicks <-chan time.Time
 	// pruned is called after each prune of retain. (Optional; tests.)
 	pruned func(budget.PruneResult, error)
+	admin  adminOptions // the dashboard's listener (admin_listen.go)
 }
 
 func (m *Main) runProxy(ctx context.Context, args []string) (err error) {
@@ -152,6 +155,7 @@ func (m *Main) runProxy(ctx context.Context, args []string) (err error) {
 	fs.BoolVar(&o.requireLimits, "require-limits", false, "refuse (403 no_budget) a request that no enabled limit applies to")
 	retain := fs.String("retain", "", "prune the usage history older than this at start and daily: days (400d) or a duration (default: keep it all)")
 	logFormat := fs.String("log-format", "text", "stderr log lines as text or json")
+	o.admin.flags(fs)
 	pos, err := m.parseArgs(fs, proxyHelp, args)
 	if err != nil {
 		return err
@@ -193,6 +197,7 @@ func (m *Main) runProxy(ctx context.Context, args []string) (err error) {
 		up += " (built-in mock)"
 	}
 	fmt.Fprintf(m.Stdout, "budget proxy listening on %s, upstream %s, mode %s\n", p.url, up, o.mode)
+	p.printAdmin(m.Stdout)
 	select {
 	case <-ctx.Done():
 	case err = <-p.served:
@@ -270,6 +275,7 @@ type runningProxy struct {
 	inflight sync.WaitGroup
 	// stopRetention stops the retention loop and waits for it (nil without --retain).
 	stopRetention func()
+	admin         adminServer // the dashboard (admin_listen.go)
 }
 
 // startProxy opens the database (creating it), starts the mock upstream if
@@ -361,6 +367,9 @@ func (m *Main) startProxy(ctx context.Context, o proxyOptions) (_ *runningProxy,
 	if err != nil {
 		return nil, err
 	}
+	if h, err = p.startAdmin(m, o, h); err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", o.listen, err)
@@ -404,6 +413,7 @@ func (p *runningProxy) stop(ctx context.Context) error {
 		}
 		p.inflight.Wait() // handlers settle their usage before returning
 	}
+	p.stopAdmin(dctx)
 	if p.mock != nil {
 		p.mock.Close()
 	}
