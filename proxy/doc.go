@@ -106,8 +106,10 @@
 // short, counted as an upstream error). NewHandler mounts the middleware
 // over it with /healthz (TrackerHealth: 503 with the reason while the
 // tracker's writes fail, as on a full disk, or its database file was
-// deleted or replaced) and /metrics (Metrics). MockUpstream answers the
-// four routes and the model list like the real APIs, without an account.
+// deleted or replaced) and /metrics (Metrics, with per-limit gauges read
+// from the store at each scrape for the limits with alert thresholds and
+// those named by Metrics.GaugeLimits). MockUpstream answers the four
+// routes and the model list like the real APIs, without an account.
 //
 // Usage extraction:
 //   - FormatForPath maps a route (/v1/chat/completions, /v1/responses,

@@ -40,6 +40,7 @@ type Metrics struct {
 	settleErrs   prometheus.Counter
 	storeWrite   prometheus.Histogram
 	tracker      atomic.Pointer[budget.Tracker]
+	gauged       atomic.Pointer[map[string]bool] // GaugeLimits
 	// commits counts the events the middleware's commits wrote: they are
 	// written on the tracker's transaction, not by its recorder, so the
 	// tracker's Stats.Written leaves them out.
@@ -63,6 +64,8 @@ type Metrics struct {
 //	tokenbudget_recorder_events_written_total       recorded and committed (reserve mode) events
 //	tokenbudget_recorder_duplicates_total, _failures_total
 //	tokenbudget_parked_providers                    providers refusing now
+//	tokenbudget_limit_used, _max, _utilization{limit_id,level,owner}
+//	                                                limits with alerts or named by GaugeLimits (gauges.go)
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tokenbudget_proxy_requests_total",
@@ -97,7 +100,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, s := range []budget.Scope{budget.ScopeGlobal, budget.ScopeProvider, budget.ScopeModel} {
 		m.refusals.WithLabelValues(string(s))
 	}
-	reg.MustRegister(m.requests, m.tokens, m.refusals, m.withoutUsage, m.parks, m.settleErrs, m.storeWrite, trackerCollector{m})
+	reg.MustRegister(m.requests, m.tokens, m.refusals, m.withoutUsage, m.parks, m.settleErrs, m.storeWrite, trackerCollector{m}, newLimitCollector(m))
 	return m
 }
 
