@@ -160,3 +160,13 @@ func (p *runningProxy) stopAdmin(ctx context.Context) {
 		}
 	}
 }
+
+// keepDemo keeps the demo's proxy and dashboard up until ctx ends
+// (`budget demo --keep`), saying where they are.
+func (p *runningProxy) keepDemo(ctx context.Context, w io.Writer, secret string) error {
+	fmt.Fprintf(w, "\nThe proxy and its dashboard stay up until interrupted (Ctrl-C):\n")
+	fmt.Fprintf(w, "  dashboard  %s/\n", p.admin.url)
+	fmt.Fprintf(w, "  proxy      %s/v1 (gateway key \"demo\": %s)\n", p.url, secret)
+	<-ctx.Done()
+	return nil
+}

@@ -18,7 +18,7 @@ import (
 	"github.com/tokenbudget/tokenbudget/proxy"
 )
 
-const demoHelp = `usage: budget demo [--db PATH]
+const demoHelp = `usage: budget demo [--db PATH] [--keep]
 
 Shows the proxy at work, offline, in a second: on a fresh database (a
 temporary one, deleted afterwards, unless --db names a file that does not
@@ -29,6 +29,11 @@ requests through the proxy, streamed and not (one without max_tokens, which
 the proxy gives the largest cap that fits), until the budget refuses them
 with 429. It prints what each request got and was charged, then the
 'budget inspect' table, and exits 0. It never reads $BUDGET_DB.
+
+The proxy's web dashboard is on too (as with --admin-listen 127.0.0.1:0):
+its URL is printed first. With --keep the proxy and the dashboard stay up
+after the demo, until interrupted (Ctrl-C), with the demo key's secret
+printed to send more requests.
 
 `
 
@@ -67,6 +72,7 @@ var demoRequests = []demoRequest{
 func (m *Main) runDemo(ctx context.Context, args []string) (err error) {
 	fs := newFlagSet("demo")
 	dbPath := fs.String("db", "", "keep the demo database at this new `path` (default a temporary file)")
+	keep := fs.Bool("keep", false, "keep the proxy and its dashboard up after the demo, until interrupted")
 	pos, err := m.parseArgs(fs, demoHelp, args)
 	if err != nil {
 		return err
@@ -89,7 +95,8 @@ func (m *Main) runDemo(ctx context.Context, args []string) (err error) {
 	}
 
 	p, err := m.startProxy(ctx, proxyOptions{dsn: path, listen: "127.0.0.1:0", mock: true, mode: proxy.ModeReserve,
-		maxBody: proxy.DefaultMaxBody, maxOutput: proxy.DefaultMaxOutput, imageTokens: proxy.DefaultImageTokens, log: discardLogger()})
+		maxBody: proxy.DefaultMaxBody, maxOutput: proxy.DefaultMaxOutput, imageTokens: proxy.DefaultImageTokens, log: discardLogger(),
+		admin: adminOptions{listen: "127.0.0.1:0"}})
 	if err != nil {
 		return err
 	}
@@ -105,6 +112,7 @@ func (m *Main) runDemo(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	fmt.Fprintf(m.Stdout, "proxy %s -> mock provider %s (mode reserve), database %s\n", p.url, p.upstream, path)
+	p.printAdmin(m.Stdout)
 	fmt.Fprintf(m.Stdout, "gateway key \"demo\" created; limit %s: %d tokens per %s for key demo\n\n", lim.ID, demoLimit, lim.Window)
 
 	client := &http.Client{Timeout: 10 * time.Second}
@@ -143,7 +151,10 @@ func (m *Main) runDemo(ctx context.Context, args []string) (err error) {
 	if err != nil {
 		return err
 	}
-	return writeReport(m, &r)
+	if err := writeReport(m, &r); err != nil || !*keep {
+		return err
+	}
+	return p.keepDemo(ctx, m.Stdout, secret)
 }
 
 type demoState struct{ used, remaining int64 }
