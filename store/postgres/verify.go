@@ -66,11 +66,12 @@ func (d *DB) CheckIntegrity(ctx context.Context) ([]string, []string, error) {
 			return nil
 		}
 		var idx []string
+		// Every table of the store's schema (the one holding limits), so a
+		// new table's indexes are checked without a list to keep.
 		if err := x.SelectContext(ctx, &idx, `SELECT c.oid::regclass::text FROM pg_index i
 			JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam
-			WHERE a.amname = 'btree' AND i.indrelid IN ('usage'::regclass, 'counters'::regclass, 'limits'::regclass,
-				'reservations'::regclass, 'holds'::regclass, 'raises'::regclass, 'teams'::regclass, 'orgs'::regclass,
-				'key_teams'::regclass, 'rollups'::regclass, 'alerts'::regclass) ORDER BY 1`); err != nil {
+			WHERE a.amname = 'btree' AND c.relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = 'limits'::regclass)
+			ORDER BY 1`); err != nil {
 			return err
 		}
 		for _, name := range idx {
