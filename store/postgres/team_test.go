@@ -20,8 +20,9 @@ import (
 // limits version, and waits for a write transaction that read the version
 // (holding the limit definitions shared) to end, so what that transaction
 // resolved from the key's placement and limits stays true until it
-// commits.
-func TestTeamChangesWaitForWriters(t *testing.T) {
+// commits. So does a prune, for the prune horizon writers read with the
+// version.
+func TestDefinitionChangesWaitForWriters(t *testing.T) {
 	ctx := context.Background()
 	dsn := freshSchema(t)
 	adminDSN, app := withApp(t, dsn)
@@ -55,6 +56,10 @@ func TestTeamChangesWaitForWriters(t *testing.T) {
 			return tx.AddRaise(ctx, lim.ID, budget.Raise{ID: "rse_1", Amount: 5, At: time.Now()})
 		}},
 		{"delete a team", func(tx budget.Tx) error { return tx.DeleteTeam(ctx, "new") }},
+		{"prune", func(tx budget.Tx) error {
+			_, err := tx.Prune(ctx, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			return err
+		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			held, release := make(chan int64, 1), make(chan struct{})
