@@ -91,16 +91,13 @@ type adminServer struct {
 // startAdmin serves the dashboard of p on o.admin.listen, if set, and
 // returns api (the proxy's handler) recording its refusals for it.
 func (p *runningProxy) startAdmin(m *Main, o proxyOptions, api http.Handler) (http.Handler, error) {
-	if o.admin.listen == "" {
-		return api, nil
-	}
 	getenv := m.Getenv
 	if getenv == nil {
 		getenv = func(string) string { return "" }
 	}
 	token, err := o.admin.token(getenv)
-	if err != nil {
-		return nil, err
+	if err != nil || o.admin.listen == "" {
+		return api, err
 	}
 	p.admin.refusals = proxy.NewRefusals(0)
 	p.admin.refusals.Now = m.Now
