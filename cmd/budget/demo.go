@@ -31,7 +31,7 @@ with 429. It prints what each request got and was charged, then the
 'budget inspect' table, and exits 0. It never reads $BUDGET_DB.
 
 The proxy's web dashboard is on too (as with --admin-listen 127.0.0.1:0):
-its URL is printed first. With --keep the proxy and the dashboard stay up
+its URL is printed under the proxy's. With --keep the proxy and the dashboard stay up
 after the demo, until interrupted (Ctrl-C), with the demo key's secret
 printed to send more requests.
 
