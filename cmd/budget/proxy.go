@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +28,7 @@ const proxyHelp = `usage: budget proxy (--upstream URL | --mock-upstream) [--lis
 	[--body-timeout D] [--header-timeout D] [--stream-idle-timeout D]
 	[--max-inflight-bytes N] [--retain D] [--log-format text|json]
 	[--admin-listen ADDR [--admin-token-env VAR]]
+	[--alert-webhook URL [--alert-secret-env VAR]] [--metrics-limits ID,...]
 
 Serves POST /v1/chat/completions, /v1/responses, /v1/embeddings and
 /v1/messages, and GET /v1/models (other paths: 404) on --listen (default
@@ -81,6 +83,23 @@ and their daily rollups kept, as 'budget prune --before' does. A refusal
 logged on stderr and the proxy carries on; it tries again a day later.
 Without --retain nothing is pruned.
 
+Alerts: with --alert-webhook URL the proxy POSTs every alert (a limit
+window's usage crossing a threshold of 'budget limit set --alert') as one
+JSON document (the fields of 'budget alerts ls --json') with an
+X-Budget-Alert-Id header, at least once: a non-2xx answer or no answer is
+tried again 1s later, doubling, at most 5 minutes apart, until a 2xx;
+whenever the alert was logged, by whichever process. Any number of proxies
+may deliver; each alert is sent by one at a time, and one acknowledged is
+never sent again, across restarts. With --alert-secret-env VAR each POST
+carries X-Budget-Signature: sha256=<hex HMAC-SHA256 of the body keyed with
+$VAR> (a missing or empty VAR is exit 2). A failing webhook or store is
+logged on stderr and never stops the proxy.
+
+Self-service: GET /v1/budget with a gateway key answers {"key", "limits"}:
+the status of every limit that applies to that key, as 'budget inspect
+--key KEY --json' prints it (with forecast_used and exhausts_at). It costs
+no budget; without a valid key it is 401.
+
 One line per request goes to stderr (--log-format text or json): key
 name, provider, model, status, outcome, estimate, tokens charged, latency;
 never a secret or a prompt.
@@ -88,7 +107,9 @@ never a secret or a prompt.
 ` + adminHelp + `
 Also serves GET /healthz (200 "ok", or 503 with the reason while the
 database cannot be written, was deleted or replaced, or cannot be read)
-and GET /metrics (Prometheus). SIGINT or SIGTERM stops accepting requests,
+and GET /metrics (Prometheus), which includes tokenbudget_limit_used,
+_max and _utilization {limit_id, level, owner} for the limits with alert
+thresholds and those --metrics-limits names. SIGINT or SIGTERM stops accepting requests,
 waits for those in flight (up to 30s), writes the queued usage and exits 0.
 
 `
@@ -130,6 +151,16 @@ type proxyOptions struct {
 	// pruned is called after each prune of retain. (Optional; tests.)
 	pruned func(budget.PruneResult, error)
 	admin  adminOptions // the dashboard's listener (admin_listen.go)
+	// alertWebhook receives every alert, signed with alertSecret when set
+	// ("": no delivery; proxy_alerts.go).
+	alertWebhook string
+	alertSecret  []byte
+	// alertTicks replaces the deliverer's ticker of alertInterval.
+	// (Optional; tests.)
+	alertTicks <-chan time.Time
+	// metricsLimits are ids of limits the per-limit gauges report besides
+	// those with alert thresholds.
+	metricsLimits []string
 }
 
 func (m *Main) runProxy(ctx context.Context, args []string) (err error) {
@@ -156,6 +187,9 @@ func (m *Main) runProxy(ctx context.Context, args []string) (err error) {
 	retain := fs.String("retain", "", "prune the usage history older than this at start and daily: days (400d) or a duration (default: keep it all)")
 	logFormat := fs.String("log-format", "text", "stderr log lines as text or json")
 	o.admin.flags(fs)
+	fs.StringVar(&o.alertWebhook, "alert-webhook", "", "POST every alert to this `URL`, at least once (retried until a 2xx)")
+	secretEnv := fs.String("alert-secret-env", "", "environment `variable` holding the secret that signs each alert (X-Budget-Signature)")
+	metricsLimits := fs.String("metrics-limits", "", "comma-separated limit `ids` the per-limit gauges report besides those with alerts")
 	pos, err := m.parseArgs(fs, proxyHelp, args)
 	if err != nil {
 		return err
@@ -170,6 +204,10 @@ func (m *Main) runProxy(ctx context.Context, args []string) (err error) {
 	if err := o.validate(); err != nil {
 		return err
 	}
+	if err := m.alertOptions(&o, *secretEnv); err != nil {
+		return err
+	}
+	o.metricsLimits = parseIDs(*metricsLimits)
 	if strings.TrimSpace(*retain) != "" {
 		if o.retain, err = parseRetain(*retain); err != nil {
 			return err
@@ -275,7 +313,9 @@ type runningProxy struct {
 	inflight sync.WaitGroup
 	// stopRetention stops the retention loop and waits for it (nil without --retain).
 	stopRetention func()
-	admin         adminServer // the dashboard (admin_listen.go)
+	// stopAlerts stops the alert deliverer and waits for it (nil without --alert-webhook).
+	stopAlerts func()
+	admin      adminServer // the dashboard (admin_listen.go)
 }
 
 // startProxy opens the database (creating it), starts the mock upstream if
@@ -312,8 +352,13 @@ func (m *Main) startProxy(ctx context.Context, o proxyOptions) (_ *runningProxy,
 		return nil, err
 	}
 	metrics.SetTracker(p.tracker)
+	metrics.GaugeLimits(o.metricsLimits)
+	p.warnUnknownLimits(ctx, o)
 	if o.retain > 0 {
 		p.startRetention(ctx, o)
+	}
+	if o.alertWebhook != "" {
+		p.startAlerts(ctx, o)
 	}
 
 	p.upstream = o.upstream
@@ -423,6 +468,9 @@ func (p *runningProxy) stop(ctx context.Context) error {
 	if p.stopRetention != nil {
 		p.stopRetention()
 	}
+	if p.stopAlerts != nil {
+		p.stopAlerts()
+	}
 	if p.tracker != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
 		defer cancel()
@@ -440,24 +488,23 @@ func (p *runningProxy) stop(ctx context.Context) error {
 
 // startRetention runs the pruning of --retain in the background until stop.
 func (p *runningProxy) startRetention(ctx context.Context, o proxyOptions) {
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	ticks := o.retainTicks
-	var ticker *time.Ticker
-	if ticks == nil {
-		ticker = time.NewTicker(retentionInterval)
-		ticks = ticker.C
-	}
 	r := &retention{tracker: p.tracker, retain: o.retain, log: o.log, done: o.pruned}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		r.run(rctx, ticks)
-	}()
-	p.stopRetention = func() {
-		cancel()
-		<-done
-		if ticker != nil {
-			ticker.Stop()
+	p.stopRetention = background(ctx, o.retainTicks, retentionInterval, r.run)
+}
+
+// warnUnknownLimits warns about ids of --metrics-limits that no limit has
+// (yet): a misspelt id would otherwise report nothing without a word.
+func (p *runningProxy) warnUnknownLimits(ctx context.Context, o proxyOptions) {
+	if len(o.metricsLimits) == 0 {
+		return
+	}
+	ls, err := p.tracker.Limits(ctx, "")
+	if err != nil {
+		return // a warning only
+	}
+	for _, id := range o.metricsLimits {
+		if !slices.ContainsFunc(ls, func(l budget.Limit) bool { return l.ID == id }) {
+			o.log.Warn("metrics-limits: no limit has this id (yet); its gauges appear once one does", "id", id)
 		}
 	}
 }

@@ -150,10 +150,9 @@ func TestProxyRetain(t *testing.T) {
 	ticks := make(chan time.Time)
 	m := &Main{Now: func() time.Time { return testNow }, Getenv: func(string) string { return "" }}
 	var logs lockedBuffer
-	p, err := m.startProxy(context.Background(), proxyOptions{dsn: db, listen: "127.0.0.1:0", mock: true, mode: "reserve",
-		maxBody: 1 << 20, maxOutput: 100, reservationTTL: time.Minute, bodyTimeout: time.Second, headerTimeout: time.Second,
-		idleTimeout: time.Second, maxInflight: 1 << 20, log: slog.New(slog.NewTextHandler(&logs, nil)),
-		retain: 400 * 24 * time.Hour, retainTicks: ticks, pruned: results.done})
+	o := testProxyOptions(db, slog.New(slog.NewTextHandler(&logs, nil)))
+	o.retain, o.retainTicks, o.pruned = 400*24*time.Hour, ticks, results.done
+	p, err := m.startProxy(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,10 +169,8 @@ func TestProxyRetain(t *testing.T) {
 	}
 
 	// Ten days of retention: the start prunes everything before 2026-02-20.
-	p, err = m.startProxy(context.Background(), proxyOptions{dsn: db, listen: "127.0.0.1:0", mock: true, mode: "reserve",
-		maxBody: 1 << 20, maxOutput: 100, reservationTTL: time.Minute, bodyTimeout: time.Second, headerTimeout: time.Second,
-		idleTimeout: time.Second, maxInflight: 1 << 20, log: slog.New(slog.NewTextHandler(&logs, nil)),
-		retain: 10 * 24 * time.Hour, pruned: results.done})
+	o.retain, o.retainTicks = 10*24*time.Hour, nil
+	p, err = m.startProxy(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
