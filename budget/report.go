@@ -258,6 +258,16 @@ func (t *Tracker) Prune(ctx context.Context, before time.Time) (PruneResult, err
 			res.Before = horizon
 			return nil // already pruned that far
 		}
+		// What goes must be in the rollups.
+		if err := checkRollups(ctx, tx, horizon, cut); err != nil {
+			return err
+		}
+		// The deletion next: it ends holding the definitions' lock, so
+		// the checks below see every limit committed before them; a
+		// refusal rolls the deletion back.
+		if res.Deleted, err = tx.Prune(ctx, cut); err != nil {
+			return err
+		}
 		ls, err := tx.Limits(ctx, "")
 		if err != nil {
 			return err
@@ -283,11 +293,7 @@ func (t *Tracker) Prune(ctx context.Context, before time.Time) (PruneResult, err
 			}
 			return invalid("before", cut.Format(time.RFC3339), "reservations made before it may still settle: "+strings.Join(ids, ", "))
 		}
-		if err := checkRollups(ctx, tx, horizon, cut); err != nil {
-			return err
-		}
-		res.Deleted, err = tx.Prune(ctx, cut)
-		return err
+		return nil
 	})
 	if err != nil {
 		return PruneResult{}, err

@@ -338,15 +338,17 @@ type Tx interface {
 	// what the rollups of those events hold. Unordered.
 	EventTotals(ctx context.Context, from, to time.Time, key string, by []Dim) ([]Rollup, error)
 	// Events calls fn with every event in [from, to), key's only unless
-	// key is "", ordered by instant, key and request id, Cost and
-	// Unpriced as stored. fn's error stops it and is returned.
+	// key is "", ordered by instant, key and request id, as stored: Cost,
+	// Unpriced, NoPrice and the team and org it was charged to (CostKnown
+	// and Placed set). fn's error stops it and is returned.
 	Events(ctx context.Context, from, to time.Time, key string, fn func(Usage) error) error
 	// PrunedBefore is the prune horizon: the events before it were
 	// deleted, their rollups kept. Zero when nothing was pruned.
 	PrunedBefore(ctx context.Context) (time.Time, error)
 	// Prune deletes the events before before (a UTC midnight later than
 	// the horizon) and moves the horizon there. It returns the events
-	// deleted.
+	// deleted, holding from then on the lock LockDefinitions takes, so
+	// the checks its caller makes next see every definition committed.
 	Prune(ctx context.Context, before time.Time) (int64, error)
 	// LogAlerts logs alerts; one the store already has for its (limit,
 	// subject, window, threshold) is skipped, so each is logged once.

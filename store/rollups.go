@@ -11,6 +11,13 @@ import (
 	"github.com/tokenbudget/tokenbudget/store/internal/sqlrow"
 )
 
+// rollupTotals sums rollups rows' sums in RollupCols order, saturating
+// like every sum of the history.
+const rollupTotals = `CAST(MIN(TOTAL(requests), 9007199254740991) AS INTEGER), CAST(MIN(TOTAL(input), 9007199254740991) AS INTEGER),
+	CAST(MIN(TOTAL(output), 9007199254740991) AS INTEGER), CAST(MIN(TOTAL(reasoning), 9007199254740991) AS INTEGER),
+	CAST(MIN(TOTAL(cache_read), 9007199254740991) AS INTEGER), CAST(MIN(TOTAL(cache_write), 9007199254740991) AS INTEGER),
+	CAST(MIN(TOTAL(cost), 9007199254740991) AS INTEGER), SUM(no_price)`
+
 // qAddRollupsN adds to the daily rollups; %s stands for the VALUES rows.
 const qAddRollupsN = `INSERT INTO rollups (` + sqlrow.RollupCols + `) VALUES %s
 	ON CONFLICT (` + sqlrow.RollupDims + `) DO UPDATE SET
@@ -67,7 +74,7 @@ func (t *tx) scanRollups(ctx context.Context, q string, args []any) ([]budget.Ro
 
 func (t *tx) Rollups(ctx context.Context, from, to time.Time, key string, by []budget.Dim) ([]budget.Rollup, error) {
 	sel, group := groupBy("day", by)
-	q, args := `SELECT `+sel+`, `+sqlrow.RollupTotals+` FROM rollups WHERE day >= ? AND day < ?`, []any{from.UnixNano(), to.UnixNano()}
+	q, args := `SELECT `+sel+`, `+rollupTotals+` FROM rollups WHERE day >= ? AND day < ?`, []any{from.UnixNano(), to.UnixNano()}
 	if key != "" {
 		q += ` AND key = ?`
 		args = append(args, key)

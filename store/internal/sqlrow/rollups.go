@@ -14,13 +14,6 @@ const RollupDims = `day, key, team, org, end_user, provider, model`
 // RollupNCols is how many columns RollupCols names.
 const RollupNCols = 16
 
-// RollupTotals sums rollups rows' sums in RollupCols order, saturating
-// like every sum of the history.
-const RollupTotals = `CAST(MIN(TOTAL(requests), 9007199254740991) AS INTEGER), CAST(MIN(TOTAL(input), 9007199254740991) AS INTEGER),
-	CAST(MIN(TOTAL(output), 9007199254740991) AS INTEGER), CAST(MIN(TOTAL(reasoning), 9007199254740991) AS INTEGER),
-	CAST(MIN(TOTAL(cache_read), 9007199254740991) AS INTEGER), CAST(MIN(TOTAL(cache_write), 9007199254740991) AS INTEGER),
-	CAST(MIN(TOTAL(cost), 9007199254740991) AS INTEGER), SUM(no_price)`
-
 // DimColumn is the column of rollups and usage holding dimension d (one
 // of budget.AllDims).
 func DimColumn(d budget.Dim) string {
