@@ -134,6 +134,7 @@ type alertRow struct {
 	Threshold            int
 	Used, Limit, Percent string
 	Delivery             string // "delivered 18:15 UTC", "not delivered yet"
+	Window               string // "in the window from 2026-03-01 13:00 UTC" ("" for the current one)
 }
 
 // statuses are limits' statuses with their forecasts, side by side.
@@ -314,6 +315,11 @@ func alertOf(a *budget.Alert, l *budget.Limit, c clock) alertRow {
 		lim.Scope, lim.ScopeValue = l.Scope, l.ScopeValue
 	}
 	row.Who = who(&lim)
+	if l != nil && l.Window.Kind != budget.Once {
+		if start, _ := l.Window.Bounds(c.now); !a.WindowStart.Equal(start) {
+			row.Window = "in the window from " + c.at(a.WindowStart)
+		}
+	}
 	switch {
 	case !a.DeliveredAt.IsZero():
 		row.Delivery = "delivered " + c.at(a.DeliveredAt)

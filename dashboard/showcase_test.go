@@ -64,7 +64,7 @@ func showcase(tb testing.TB) *fixture {
 		}
 	}
 	alerts := &[]int{50, 80, 100}
-	f.limit(tb, budget.LimitSpec{ID: "lim_search_hourly", Key: "search-api", Window: "1h", Alerts: alerts}, 200_000)
+	f.limit(tb, budget.LimitSpec{ID: "lim_search_hourly", Key: "search-api", Window: "1h"}, 200_000)
 	f.limit(tb, budget.LimitSpec{ID: "lim_search_usd", Key: "search-api", Metric: "usd", Window: "daily"}, 10_000_000)
 	f.limit(tb, budget.LimitSpec{ID: "lim_support_daily", Key: "support-bot", Window: "daily"}, 3_000_000)
 	f.limit(tb, budget.LimitSpec{ID: "lim_support_sonnet", Key: "support-bot", Scope: "model", ScopeValue: "claude-sonnet-4-5", Window: "daily", Alerts: alerts}, 400_000)
@@ -79,6 +79,20 @@ func showcase(tb testing.TB) *fixture {
 	add := func(key, provider, model string, in, out int64, t time.Time) {
 		us = append(us, budget.Usage{Key: key, Provider: provider, Model: model, Input: in, Output: out, At: t})
 	}
+	// A month of history for search-api's page, before its hourly limit
+	// alerts: each of those days would cross its thresholds in that day's
+	// window.
+	for d := 1; d <= 29; d++ {
+		day := now.AddDate(0, 0, -d).Truncate(24 * time.Hour).Add(13 * time.Hour)
+		add("search-api", "openai", "gpt-4o-mini", int64(700_000+(d*37%11)*90_000), int64(300_000+(d*17%7)*40_000), day)
+		add("search-api", "openai", "gpt-4o", int64(100_000+(d*13%5)*30_000), int64(40_000+(d*7%3)*20_000), day)
+		if d%3 == 0 {
+			add("search-api", "anthropic", "claude-sonnet-4-5", 60_000, 25_000, day.Add(time.Hour))
+		}
+	}
+	f.record(tb, us...)
+	us = us[:0]
+	f.limit(tb, budget.LimitSpec{ID: "lim_search_hourly", Key: "search-api", Window: "1h", Alerts: alerts}, 200_000)
 	// search-api: gpt-4o every hour of the day, and a busy last half hour.
 	for h := 9; h <= 17; h++ {
 		add("search-api", "openai", "gpt-4o", 14_000, 6_000, at(h, 0))
@@ -88,15 +102,6 @@ func showcase(tb testing.TB) *fixture {
 		tokens int64
 	}{{2, 30_000}, {10, 25_000}, {18, 30_000}, {24, 25_000}, {27, 20_000}, {29, 20_000}} {
 		add("search-api", "openai", "gpt-4o-mini", e.tokens*7/10, e.tokens*3/10, at(18, e.m))
-	}
-	// A month of history for its page.
-	for d := 1; d <= 29; d++ {
-		day := now.AddDate(0, 0, -d).Truncate(24 * time.Hour).Add(13 * time.Hour)
-		add("search-api", "openai", "gpt-4o-mini", int64(700_000+(d*37%11)*90_000), int64(300_000+(d*17%7)*40_000), day)
-		add("search-api", "openai", "gpt-4o", int64(100_000+(d*13%5)*30_000), int64(40_000+(d*7%3)*20_000), day)
-		if d%3 == 0 {
-			add("search-api", "anthropic", "claude-sonnet-4-5", 60_000, 25_000, day.Add(time.Hour))
-		}
 	}
 	// support-bot: gpt-4o-mini every half hour, Sonnet since 17:00.
 	for m := 0; m <= 18*60; m += 30 {
