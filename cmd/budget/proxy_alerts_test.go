@@ -220,3 +220,53 @@ func TestProxyAlertRetryRestart(t *testing.T) {
 	default:
 	}
 }
+
+// TestProxyGaugesAndSelfService: /metrics reports the per-limit gauges of
+// the limits with alerts and those --metrics-limits names, no other; GET
+// /v1/budget answers the limits of inspect --key --json, the same objects.
+func TestProxyGaugesAndSelfService(t *testing.T) {
+	t.Parallel()
+	db := tempDB(t)
+	secret := strings.TrimSpace(mustRun(t, 0, "key", "add", "app", "--db", db).stdout)
+	for _, a := range [][]string{
+		{"--limit", "100", "--window", "daily", "--alert", "80", "--id", "alerted"},
+		{"--limit", "10", "--metric", "requests", "--window", "1h", "--id", "named"},
+		{"--limit", "1000", "--window", "1h", "--id", "plain"},
+	} {
+		mustRun(t, 0, append([]string{"limit", "set", "--db", db, "--key", "app"}, a...)...)
+	}
+	mustRun(t, 0, "record", "--db", db, "--key", "app", "--provider", "openai", "--model", "m", "--input", "30", "--at", ts(testNow.Add(-time.Minute)))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	line, done := startCLI(t, ctx, nil, "proxy", "--db", db, "--mock-upstream", "--listen", "127.0.0.1:0", "--metrics-limits", "named,missing")
+	base := listenURL(t, line)
+	_, text := getURL(http.DefaultClient, base+"/metrics")
+	for id, want := range map[string]bool{"alerted": true, "named": true, "plain": false} {
+		if got := strings.Contains(text, `tokenbudget_limit_used{level="key",limit_id="`+id+`",owner="app"}`); got != want {
+			t.Errorf("/metrics reports %s: %v; want %v", id, got, want)
+		}
+	}
+	if !strings.Contains(text, `tokenbudget_limit_utilization{level="key",limit_id="alerted",owner="app"} 0.3`) {
+		t.Errorf("/metrics: no utilization 0.3 of alerted:\n%s", text)
+	}
+
+	req, _ := http.NewRequest(http.MethodGet, base+"/v1/budget", nil)
+	req.Header.Set("Authorization", "Bearer "+secret)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("proxy exited with %v", err)
+	}
+	got := decode(t, string(body))
+	want := decode(t, mustRun(t, 0, "inspect", "--db", db, "--key", "app", "--json").stdout)
+	g, _ := json.Marshal(got["limits"])
+	w, _ := json.Marshal(want["limits"])
+	if resp.StatusCode != 200 || got["key"] != "app" || string(g) != string(w) {
+		t.Errorf("GET /v1/budget: %d %s\nwant key app and inspect's limits %s", resp.StatusCode, body, w)
+	}
+}
