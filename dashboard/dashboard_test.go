@@ -205,7 +205,7 @@ func TestOverviewFilters(t *testing.T) {
 		{"/?team=eng&sort=name", "lim_bob lim_eng", "bob", `<option selected>eng</option>`},
 		{"/?org=acme&sort=name", "lim_bob lim_eng", "bob", `<option selected>acme</option>`},
 		{"/?key=alice&team=eng", "", "", `name="key" value="alice"`},
-		{"/?team=nope", "", "", ""},
+		{"/?team=nope", "", "", `<option selected>nope</option>`},
 	} {
 		code, body := get(t, h, c.query)
 		if code != http.StatusOK {

@@ -192,19 +192,14 @@ func (h *Handler) overview(ctx context.Context, f filter, c clock) (*overviewPag
 		}
 	}
 
-	var ss statuses
-	var rep budget.Report
-	if f.Key != "" {
-		// Inspect of a key: its own limits, the defaults counted for it,
-		// its team's and its org's.
-		if rep, err = t.Inspect(ctx, f.Key, c.now, 0); err != nil {
-			return nil, err
-		}
-	} else {
-		if rep, err = t.Inspect(ctx, "", c.now, 0); err != nil {
-			return nil, err
-		}
+	// A key's Inspect has its own limits, the defaults counted for it, its
+	// team's and its org's; Inspect of "" every limit but the defaults,
+	// which defaultStatuses adds per key.
+	rep, err := t.Inspect(ctx, f.Key, c.now, 0)
+	if err != nil {
+		return nil, err
 	}
+	var ss statuses
 	for i := range rep.Limits {
 		if pl.applies(&rep.Limits[i].Limit, f) {
 			ss.add(rep.Limits[i], rep.Forecasts[i])
@@ -242,6 +237,13 @@ func (h *Handler) overview(ctx context.Context, f filter, c clock) (*overviewPag
 	}
 	p.Rows = rows
 
+	// The form keeps a filter's value even when nothing has that name.
+	if f.Team != "" && !slices.Contains(p.Teams, f.Team) {
+		p.Teams = append(p.Teams, f.Team)
+	}
+	if f.Org != "" {
+		orgs[f.Org] = true
+	}
 	p.Keys = sortedKeys(keys)
 	p.Orgs = sortedKeys(orgs)
 	p.Showing = showing(f)
