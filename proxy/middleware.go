@@ -366,10 +366,7 @@ func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 	}
 	f := route.Format
 	x.provider = route.Provider
-	if r.Method != http.MethodPost {
-		m.outcome(w, OutcomeBadRequest)
-		w.Header().Set("Allow", http.MethodPost)
-		writeError(w, f, simpleError(f, http.StatusMethodNotAllowed, CodeBadRequest, r.Method+" is not allowed on "+r.URL.Path+": use POST"))
+	if !m.allowMethod(x, r, f, http.MethodPost) {
 		return
 	}
 	key, ok := m.authenticate(x, r, f)
@@ -517,6 +514,18 @@ func (m *Middleware) outcome(w http.ResponseWriter, o string) {
 	if x, ok := w.(*exchange); ok {
 		x.outcome = o
 	}
+}
+
+// allowMethod reports whether r uses method (GET admits HEAD too), or
+// answers 405 naming it.
+func (m *Middleware) allowMethod(x *exchange, r *http.Request, f Format, method string) bool {
+	if r.Method == method || (method == http.MethodGet && r.Method == http.MethodHead) {
+		return true
+	}
+	m.outcome(x, OutcomeBadRequest)
+	x.Header().Set("Allow", method)
+	writeError(x, f, simpleError(f, http.StatusMethodNotAllowed, CodeBadRequest, r.Method+" is not allowed on "+r.URL.Path+": use "+method))
+	return false
 }
 
 // paths lists the served paths, for a 404's message.

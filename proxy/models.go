@@ -14,6 +14,16 @@ func isModels(path string) bool {
 	return path == modelsPath || strings.HasPrefix(path, modelsPath+"/")
 }
 
+// familyOf is the API family a request that names no route came from, for
+// the shape of its answers: Anthropic's when it carries anthropic-version,
+// as Anthropic's SDKs send, else OpenAI's.
+func familyOf(r *http.Request) Format {
+	if r.Header.Get("Anthropic-Version") != "" {
+		return AnthropicMessages
+	}
+	return OpenAIChat
+}
+
 // models passes GET /v1/models (or /v1/models/ID) to the upstream for a
 // client with a valid gateway key, at no cost to its budget: many chat
 // UIs list the models at start-up. The request goes out with the upstream
@@ -22,20 +32,14 @@ func isModels(path string) bool {
 // OpenAI's (Authorization: Bearer). An upstream 401 or 403 is answered as
 // a 502, as on the other routes; nothing parks the provider.
 func (m *Middleware) models(x *exchange, r *http.Request, next http.Handler) {
-	f := OpenAIChat
-	if r.Header.Get("Anthropic-Version") != "" {
-		f = AnthropicMessages
-	}
+	f := familyOf(r)
 	// The provider of the family's route, for the log only.
 	route := Route{Format: f, Provider: f.Provider()}
 	if rt, ok := m.cfg.Routes[f.Path()]; ok {
 		route = rt
 	}
 	x.provider = route.Provider
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		m.outcome(x, OutcomeBadRequest)
-		x.Header().Set("Allow", http.MethodGet)
-		writeError(x, f, simpleError(f, http.StatusMethodNotAllowed, CodeBadRequest, r.Method+" is not allowed on "+r.URL.Path+": use GET"))
+	if !m.allowMethod(x, r, f, http.MethodGet) {
 		return
 	}
 	if _, ok := m.authenticate(x, r, f); !ok {

@@ -28,14 +28,8 @@ type Budget struct {
 // same 401 as on the other routes, in the shape of the family the request
 // came from (Anthropic's when it carries anthropic-version).
 func (m *Middleware) budget(x *exchange, r *http.Request) {
-	f := OpenAIChat
-	if r.Header.Get("Anthropic-Version") != "" {
-		f = AnthropicMessages
-	}
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		m.outcome(x, OutcomeBadRequest)
-		x.Header().Set("Allow", http.MethodGet)
-		writeError(x, f, simpleError(f, http.StatusMethodNotAllowed, CodeBadRequest, r.Method+" is not allowed on "+r.URL.Path+": use GET"))
+	f := familyOf(r)
+	if !m.allowMethod(x, r, f, http.MethodGet) {
 		return
 	}
 	key, ok := m.authenticate(x, r, f)
