@@ -20,7 +20,7 @@ everything 'config import' needs to recreate it apart from the usage history
   {"version": 1,
    "limits": [{"id", "level", "owner", "scope", "scope_value", "metric",
                "limit", "window", "reset_time", "timezone", "anchor",
-               "enabled", "raises": [{"id", "by", "until", "at"}]}],
+               "enabled", "raises": [{"id", "by", "until", "at"}], "alerts"}],
    "prices": [{"provider", "model", "from", "input", "output",
                "cache_read", "cache_write", "reasoning"}],
    "teams":  [{"name", "org", "keys"}],

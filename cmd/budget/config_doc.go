@@ -46,6 +46,7 @@ type configLimit struct {
 	Anchor     *string       `json:"anchor"`     // once windows only: where the balance starts
 	Enabled    *bool         `json:"enabled"`    // default true
 	Raises     []configRaise `json:"raises"`
+	Alerts     []int         `json:"alerts"` // thresholds in percent; null or absent: none
 }
 
 type configRaise struct {
@@ -123,7 +124,8 @@ func configObj(d *budget.Definitions, ks []gatekey.Key) configDoc {
 	for i := range d.Limits {
 		l := &d.Limits[i]
 		o := configLimit{ID: l.ID, Level: string(l.Level()), Scope: string(l.Scope), ScopeValue: l.ScopeValue,
-			Metric: string(l.Metric), Limit: l.Max, Enabled: ptr(l.Enabled), Raises: make([]configRaise, len(l.Raises))}
+			Metric: string(l.Metric), Limit: l.Max, Enabled: ptr(l.Enabled), Raises: make([]configRaise, len(l.Raises)),
+			Alerts: append([]int{}, l.Alerts...)}
 		if !l.IsDefault() {
 			o.Owner = ptr(l.Owner())
 		}
@@ -268,7 +270,7 @@ func configDecodeError(err error) error {
 // limit is c validated as a Limit.
 func (c *configLimit) limit(now time.Time) (budget.Limit, error) {
 	l := budget.Limit{ID: strings.TrimSpace(c.ID), Scope: budget.Scope(c.Scope), ScopeValue: c.ScopeValue,
-		Metric: budget.Metric(c.Metric), Max: c.Limit, Enabled: c.Enabled == nil || *c.Enabled}
+		Metric: budget.Metric(c.Metric), Max: c.Limit, Enabled: c.Enabled == nil || *c.Enabled, Alerts: c.Alerts}
 	if l.ID == "" {
 		return l, budget.Invalid("id", c.ID, "is required")
 	}

@@ -62,7 +62,7 @@ func moveOrigin(t *testing.T) (db string, secrets map[string]string) {
 			"--tz", "Europe/Paris", "--reset-time", "09:00", "--id", "k2week"},
 		{"--team", "eng", "--metric", "usd", "--limit", "100", "--window", "monthly", "--id", "engusd"},
 		{"--org", "acme", "--limit", "9000000", "--window", "monthly", "--tz", "America/New_York", "--id", "acmemonth"},
-		{"--default", "--limit", "800000", "--window", "daily", "--id", "defday"},
+		{"--default", "--limit", "800000", "--window", "daily", "--id", "defday", "--alert", "50,90"},
 		{"--key", "k0", "--scope", "user", "--value", "*", "--limit", "50000", "--window", "5h", "--id", "k0users"},
 		{"--key", "k2", "--limit", "500000", "--window", "once", "--id", "k2bal"},
 		{"--key", "gw", "--metric", "concurrent", "--limit", "4", "--id", "gwconc"},
@@ -208,7 +208,7 @@ func TestConfigDocument(t *testing.T) {
 	for _, l := range v["limits"].([]any) {
 		l := l.(map[string]any)
 		wantKeys(t, "config limit", l, "id", "level", "owner", "scope", "scope_value", "metric", "limit", "window", "reset_time",
-			"timezone", "anchor", "enabled", "raises")
+			"timezone", "anchor", "enabled", "raises", "alerts")
 		byID[l["id"].(string)] = l
 	}
 	if l := byID["k2bal"]; l["anchor"] != testNow.Format(time.RFC3339Nano) || l["limit"] != 500000.0 || len(l["raises"].([]any)) != 2 {
@@ -217,8 +217,11 @@ func TestConfigDocument(t *testing.T) {
 	if l := byID["engusd"]; l["limit"] != 100e6 || l["level"] != "team" || l["owner"] != "eng" {
 		t.Errorf("usd team limit: got %v; want limit 100000000 micro-dollars, team eng", l)
 	}
-	if l := byID["defday"]; l["level"] != "default" || l["owner"] != nil {
-		t.Errorf("default limit: got %v; want level default, owner null", l)
+	if l := byID["defday"]; l["level"] != "default" || l["owner"] != nil || !slices.Equal(l["alerts"].([]any), []any{50.0, 90.0}) {
+		t.Errorf("default limit: got %v; want level default, owner null, alerts [50 90]", l)
+	}
+	if l := byID["k1day"]; l["alerts"] == nil || len(l["alerts"].([]any)) != 0 {
+		t.Errorf("a limit without alerts: got %v; want alerts []", l)
 	}
 	if l := byID["k1off"]; l["enabled"] != false {
 		t.Errorf("disabled limit: got %v", l)
@@ -260,6 +263,9 @@ func TestConfigDocument(t *testing.T) {
 		{"bad anchor", `"anchor": "2026`, `"anchor": "tomorrow`, "anchor"},
 		{"duplicate limit", `"id": "k1hour"`, `"id": "k1day"`, "k1day"},
 		{"raise without amount", `"by": 1000`, `"by": 0`, "by"},
+		{"bad alert", `"alerts": [
+        50,`, `"alerts": [
+        0,`, "alert"},
 		{"key in two teams", `"keys": [
         "gw",`, `"keys": [
         "k2", "gw",`, "k2"},
