@@ -11,7 +11,8 @@ import (
 // Alerts: an outbox of threshold crossings.
 //
 // A limit with thresholds (Limit.Alerts, percent of the limit in force)
-// logs an Alert when the usage of one of its windows crosses one: in the
+// logs an Alert when the usage of one of its current (not yet ended)
+// windows crosses one: in the
 // same transaction as the usage that crossed it, once per (limit,
 // subject, window, threshold) however many processes record (the store
 // keeps the first). Delivery is at least once, from any number of
@@ -76,7 +77,9 @@ func (b *batch) alerts(ctx context.Context, tx Tx) ([]Alert, error) {
 	var out []Alert
 	for i, d := range b.ws.CounterDeltas(b.inserted) {
 		w := b.touched[i]
-		if len(w.l.Alerts) == 0 || !w.known || d == 0 {
+		// A window that has ended (history recorded late) alerts no one:
+		// its crossing is not logged.
+		if len(w.l.Alerts) == 0 || !w.known || d == 0 || w.end <= b.now.UnixNano() {
 			continue
 		}
 		after := min(w.base+d, MaxTokens)

@@ -133,10 +133,14 @@ func (t *tx) Events(ctx context.Context, from, to time.Time, key string, fn func
 }
 
 func (t *tx) PrunedBefore(ctx context.Context) (time.Time, error) {
+	if t.horizon != nil {
+		return fromNs(*t.horizon), nil
+	}
 	var v int64
 	if err := t.get(ctx, &v, `SELECT value FROM meta WHERE name = 'pruned_before'`); err != nil {
 		return time.Time{}, fmt.Errorf("read the prune horizon: %w", err)
 	}
+	t.horizon = &v
 	return fromNs(v), nil
 }
 
@@ -150,6 +154,8 @@ func (t *tx) Prune(ctx context.Context, before time.Time) (int64, error) {
 	if _, err := t.exec(ctx, `UPDATE meta SET value = ? WHERE name = 'pruned_before'`, before.UnixNano()); err != nil {
 		return 0, fmt.Errorf("move the prune horizon: %w", err)
 	}
+	h := before.UnixNano()
+	t.horizon = &h
 	// Writers re-read the horizon when the limits version moves.
 	if _, err := t.exec(ctx, `UPDATE meta SET value = value + 1 WHERE name = 'limits_version'`); err != nil {
 		return 0, fmt.Errorf("move the limits version: %w", err)

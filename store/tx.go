@@ -21,6 +21,9 @@ type tx struct {
 	tx       *sqlx.Tx
 	ro       bool
 	keysOnly bool // it writes gateway keys only: not counted in Mark
+	// horizon is the prune horizon once read (Unix nanos), for the rest
+	// of the transaction: every seed and forecast needs it.
+	horizon *int64
 }
 
 var _ budget.Tx = (*tx)(nil)

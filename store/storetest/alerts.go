@@ -76,6 +76,16 @@ func testAlertsOnce(t *testing.T, newDB NewDB) {
 	if got := thresholds(t, tr, l.ID); got[50] != 2 || got[80] != 1 {
 		t.Fatalf("alerts after 5600 of 11000 in the next window: %v; want a second 50 only", got)
 	}
+	// History recorded late, into a window that has ended, alerts no one.
+	late := SetLimit(t, tr, budget.LimitSpec{Key: "late", Window: "1h", Alerts: &[]int{50}}, 100)
+	RecordSync(t, tr, ev("old", "late", "p", "m", 90, 0, T0.Add(time.Minute)))
+	if got := thresholds(t, tr, late.ID); len(got) != 0 {
+		t.Fatalf("alerts of an ended window: %v; want none", got)
+	}
+	RecordSync(t, tr, ev("now", "late", "p", "m", 90, 0, c.Now()))
+	if got := thresholds(t, tr, late.ID); got[50] != 1 {
+		t.Fatalf("alerts of the current window: %v; want the 50", got)
+	}
 	noDrift(t, tr)
 }
 
