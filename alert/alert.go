@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
@@ -35,10 +36,13 @@ import (
 // the webhook receives. Amounts are in the limit's unit (micro-dollars for
 // usd limits); times RFC3339 UTC; null where nothing applies.
 type Object struct {
-	ID           string  `json:"id"`
-	LimitID      string  `json:"limit_id"`
-	Level        string  `json:"level"`
-	Owner        *string `json:"owner"` // null for a default limit
+	ID      string  `json:"id"`
+	LimitID string  `json:"limit_id"`
+	Level   string  `json:"level"`
+	Owner   *string `json:"owner"` // null for a default limit
+	// Subject is whose counter crossed: "" for a key's, team's or org's
+	// own, the key for a default limit, the end user for a per-user
+	// limit, "key/user" for a default per-user one.
 	Subject      string  `json:"subject"`
 	WindowStart  string  `json:"window_start"`
 	Threshold    int     `json:"threshold"`
@@ -52,7 +56,7 @@ type Object struct {
 
 // ToObject is a's JSON form.
 func ToObject(a *budget.Alert) Object {
-	o := Object{ID: a.ID, LimitID: a.LimitID, Level: string(a.Level), Subject: a.Subject, WindowStart: ts(a.WindowStart),
+	o := Object{ID: a.ID, LimitID: a.LimitID, Level: string(a.Level), Subject: strings.ReplaceAll(a.Subject, budget.SubjectSep, "/"), WindowStart: ts(a.WindowStart),
 		Threshold: a.Threshold, Used: a.Used, Limit: a.Max, At: ts(a.At)}
 	if a.Owner != "" {
 		o.Owner = &a.Owner
@@ -80,6 +84,9 @@ func Sign(secret, body []byte) string {
 	m.Write(body)
 	return "sha256=" + hex.EncodeToString(m.Sum(nil))
 }
+
+// recordTimeout bounds recording a delivery's outcome.
+const recordTimeout = 5 * time.Second
 
 // Defaults of a Deliverer.
 const (
@@ -140,13 +147,18 @@ func (d *Deliverer) RunOnce(ctx context.Context) (Result, error) {
 		}
 		for i := range as {
 			a := &as[i]
-			if perr := d.post(ctx, a); perr != nil {
+			perr := d.post(ctx, a)
+			// The outcome is recorded even when ctx ended meanwhile (a
+			// proxy stopping): a 2xx not recorded would be sent again.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+			if perr != nil {
 				res.Failed++
-				err = d.Tracker.AlertFailed(ctx, a.ID, d.Owner, a.Attempts+1)
+				err = d.Tracker.AlertFailed(rctx, a.ID, d.Owner, a.Attempts+1)
 			} else {
 				res.Delivered++
-				err = d.Tracker.AlertDelivered(ctx, a.ID, d.Owner)
+				err = d.Tracker.AlertDelivered(rctx, a.ID, d.Owner)
 			}
+			cancel()
 			if err != nil && !errors.Is(err, budget.ErrClaimLost) {
 				return res, err
 			}

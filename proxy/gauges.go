@@ -98,9 +98,10 @@ type limitGauge struct {
 }
 
 // readGauges reads the gauges of the limits with alerts or named, at now,
-// in one snapshot: the limits, the counter rows when a gauged limit counts
-// per key or end user, and the windows of the others (their counter, or
-// the history's sum when it has none yet, and their leases).
+// in one snapshot: the limits, and their windows at now (the counter, or
+// the history's sum when it has none yet, and the leases); for a limit
+// counted per key or end user, the counters of the subjects its current
+// window has rows for.
 func readGauges(ctx context.Context, s budget.Store, named map[string]bool, now time.Time) ([]limitGauge, error) {
 	var out []limitGauge
 	err := s.View(ctx, func(tx budget.Tx) error {
@@ -114,12 +115,6 @@ func readGauges(ctx context.Context, s budget.Store, named map[string]bool, now 
 			return nil
 		}
 		perSubject := func(l *budget.Limit) bool { return l.IsDefault() || l.EachUser() }
-		var rows []budget.CounterRow
-		if slices.ContainsFunc(ls, func(l budget.Limit) bool { return perSubject(&l) }) {
-			if rows, err = tx.CounterRows(ctx); err != nil {
-				return err
-			}
-		}
 		used := make([]int64, len(ls))
 		var refs []budget.WindowRef
 		var of []int // refs[j] is a window of ls[of[j]]
@@ -129,11 +124,16 @@ func readGauges(ctx context.Context, s budget.Store, named map[string]bool, now 
 			case perSubject(l) && l.Metric == budget.MetricConcurrent:
 				used[i] = -1 // leases per key or user: not reported
 			case perSubject(l):
-				start, _ := l.Window.Bounds(now)
-				for _, r := range rows {
-					if r.LimitID == l.ID && r.WindowStart.Equal(start) {
-						used[i] = max(used[i], r.Used)
-					}
+				// The counters of this window only, each subject's.
+				start, end := l.Window.Bounds(now)
+				subs, err := tx.Subjects(ctx, l.ID, start)
+				if err != nil {
+					return err
+				}
+				for _, sub := range subs {
+					c := *l
+					c.Subject = sub
+					refs, of = append(refs, budget.WindowRef{Limit: &c, Start: start, End: end, NoSeed: true}), append(of, i)
 				}
 			case l.Metric == budget.MetricConcurrent:
 				refs, of = append(refs, budget.WindowRef{Limit: l}), append(of, i)
@@ -152,7 +152,7 @@ func readGauges(ctx context.Context, s budget.Store, named map[string]bool, now 
 				if refs[j].Limit.Metric == budget.MetricConcurrent {
 					u = int64(len(ws[j].Holds)) // those live at now
 				}
-				used[of[j]] = u
+				used[of[j]] = max(used[of[j]], u) // a subject's most used counter
 			}
 		}
 		for i := range ls {
