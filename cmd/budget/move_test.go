@@ -2,33 +2,63 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver, for a fresh schema
 )
 
-// moveTargets are the kinds of database a history is moved into. The
-// PostgreSQL store keeps no daily rollups yet (report, export and prune
-// need them), so its variant skips until it does; it gets a fresh schema
-// from BUDGET_TEST_POSTGRES then.
+// moveTargets are the kinds of database a history is moved into: a
+// fresh SQLite file, and a fresh PostgreSQL schema when
+// BUDGET_TEST_POSTGRES names a server.
 var moveTargets = []struct {
 	name  string
 	fresh func(t *testing.T) string
 }{
 	{"sqlite", func(t *testing.T) string { return tempDB(t) }},
-	{"postgres", func(t *testing.T) string {
-		if os.Getenv("BUDGET_TEST_POSTGRES") == "" {
-			t.Skip("BUDGET_TEST_POSTGRES is not set")
+	{"postgres", freshPostgres},
+}
+
+// freshPostgres creates an empty schema on BUDGET_TEST_POSTGRES's server,
+// dropped when the test ends, and returns the DSN selecting it.
+func freshPostgres(t *testing.T) string {
+	t.Helper()
+	dsn := os.Getenv("BUDGET_TEST_POSTGRES")
+	if dsn == "" {
+		t.Skip("BUDGET_TEST_POSTGRES is not set")
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatalf("BUDGET_TEST_POSTGRES must be a postgres:// URL")
+	}
+	admin, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	name := fmt.Sprintf("tbmove_%d_%d", os.Getpid(), rand.Uint64())
+	if _, err := admin.Exec(`CREATE SCHEMA ` + name); err != nil {
+		t.Fatalf("create schema: %v", err)
+	}
+	t.Cleanup(func() {
+		if _, err := admin.Exec(`DROP SCHEMA ` + name + ` CASCADE`); err != nil {
+			t.Errorf("drop schema %s: %v", name, err)
 		}
-		t.Skip("the PostgreSQL store keeps no daily rollups yet: export and report are SQLite only for now")
-		return ""
-	}},
+	})
+	q := u.Query()
+	q.Set("search_path", name)
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // moveOrigin is a database with every kind of definition (key, team, org,

@@ -64,14 +64,7 @@ func (m *Main) runVerify(ctx context.Context, args []string) (err error) {
 			return err
 		}
 		if rollups, err = db.VerifyRollups(ctx); err != nil {
-			if !isPostgres(*dsn) {
-				return err
-			}
-			// The PostgreSQL store does not keep rollups yet: say so and
-			// go on with the counters.
-			storage.Notes = append(storage.Notes, "daily rollups not checked: "+err.Error())
-			fmt.Fprintln(m.Stderr, "budget: verify:", storage.Notes[len(storage.Notes)-1])
-			rollups, err = nil, nil
+			return err
 		}
 	}
 	if *asJSON {
