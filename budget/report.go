@@ -110,24 +110,44 @@ func (t *Tracker) Report(ctx context.Context, q ReportQuery) ([]ReportRow, error
 // Group sums rollups by the dimensions by: one row per distinct tuple of
 // their values, sorted by those values.
 func Group(rs []Rollup, by []Dim) []ReportRow {
-	groups := make(map[string]*ReportRow)
+	// A group's key is its values in a fixed array (ParseDims admits each
+	// of the nine dimensions once): no string built per row. A day's
+	// name is formatted once per day.
+	type key [9]string
+	groups := make(map[key]int)
+	var out []ReportRow
+	days := make(map[int64][3]string) // day, week, month
+	var k key
 	for i := range rs {
 		r := &rs[i]
-		vals := make([]string, len(by))
-		for j, d := range by {
-			vals[j] = r.value(d)
+		for j, d := range by[:min(len(by), len(k))] {
+			switch d {
+			case DimDay, DimWeek, DimMonth:
+				n := r.Day.UnixNano()
+				names, ok := days[n]
+				if !ok {
+					names = [3]string{r.value(DimDay), r.value(DimWeek), r.value(DimMonth)}
+					days[n] = names
+				}
+				switch d {
+				case DimDay:
+					k[j] = names[0]
+				case DimWeek:
+					k[j] = names[1]
+				default:
+					k[j] = names[2]
+				}
+			default:
+				k[j] = r.value(d)
+			}
 		}
-		k := strings.Join(vals, "\x00")
-		g := groups[k]
-		if g == nil {
-			g = &ReportRow{Values: vals}
+		g, ok := groups[k]
+		if !ok {
+			g = len(out)
 			groups[k] = g
+			out = append(out, ReportRow{Values: slices.Clone(k[:len(by)])})
 		}
-		g.Add(&r.Totals)
-	}
-	out := make([]ReportRow, 0, len(groups))
-	for _, g := range groups {
-		out = append(out, *g)
+		out[g].Add(&r.Totals)
 	}
 	slices.SortFunc(out, func(a, b ReportRow) int { return slices.Compare(a.Values, b.Values) })
 	return out
