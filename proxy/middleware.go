@@ -141,8 +141,9 @@ type Config struct {
 	// lease) stay retryable. Negative: every refusal says not to retry.
 	// (Optional; default DefaultMaxClientWait, 60s.)
 	MaxClientWait time.Duration
-	// RequireLimits refuses a request that no enabled limit of its key
-	// (its own or a default one) applies to: 403 with code no_budget,
+	// RequireLimits refuses a request that no enabled limit applies to
+	// (its key's own, a default, its team's or org's; a per-user limit
+	// only when it names an end user): 403 with code no_budget,
 	// before any upstream call. (Optional; default false: such a request
 	// is unlimited.)
 	RequireLimits bool

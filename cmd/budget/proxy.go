@@ -39,8 +39,9 @@ with a gateway key ('budget key add NAME') as "Authorization: Bearer KEY" or
 the OpenAI routes, anthropic for /v1/messages, or --provider) and the
 request's model. GET /v1/models costs no budget; it goes upstream with
 Anthropic's credential when it carries anthropic-version, else OpenAI's.
-With --require-limits a key that no enabled limit (its own or a default)
-applies to gets 403 no_budget.
+With --require-limits a request that no enabled limit applies to (its key's
+own, a default, its team's or its org's; a per-user limit only when the
+request names an end user) gets 403 no_budget.
 
 Output caps: a request is estimated at the largest of its max_tokens,
 max_completion_tokens and max_output_tokens (times n). A request with none
