@@ -91,8 +91,10 @@ const recordTimeout = 5 * time.Second
 // Defaults of a Deliverer.
 const (
 	DefaultClaimTTL = time.Minute
-	DefaultBatch    = 50
-	DefaultTimeout  = 10 * time.Second
+	// DefaultBatch is one: a claim must outlast the POSTs of its batch,
+	// and alerts are few.
+	DefaultBatch   = 1
+	DefaultTimeout = 10 * time.Second
 )
 
 // Deliverer POSTs a Tracker's alerts to URL.
@@ -108,9 +110,11 @@ type Deliverer struct {
 	// DefaultTimeout.)
 	Client *http.Client
 	// ClaimTTL is how long a claim lasts; it must outlast a batch of
-	// POSTs. (Optional; default DefaultClaimTTL.)
+	// POSTs (Batch x the client's timeout). (Optional; default
+	// DefaultClaimTTL.)
 	ClaimTTL time.Duration
-	// Batch is how many alerts one claim takes. (Optional.)
+	// Batch is how many alerts one claim takes. (Optional; default
+	// DefaultBatch.)
 	Batch int
 }
 
@@ -124,7 +128,10 @@ func (d *Deliverer) fill() {
 		d.Owner = budget.NewID("dlv_")
 	}
 	if d.Client == nil {
-		d.Client = &http.Client{Timeout: DefaultTimeout}
+		// A redirect would turn the POST into a GET whose 2xx is no
+		// delivery: it is a failure, tried again.
+		d.Client = &http.Client{Timeout: DefaultTimeout,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	if d.ClaimTTL <= 0 {
 		d.ClaimTTL = DefaultClaimTTL

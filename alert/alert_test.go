@@ -154,6 +154,28 @@ func TestClaimedByADeadDeliverer(t *testing.T) {
 	}
 }
 
+// A webhook answering with a redirect has not received the alert: it is
+// tried again, not marked delivered.
+func TestRedirectIsNoDelivery(t *testing.T) {
+	c := storetest.NewClock(storetest.T0)
+	db := open(t, filepath.Join(t.TempDir(), "a.db"), c)
+	max := int64(100)
+	if _, _, err := db.SetLimit(ctx, budget.LimitSpec{Key: "k", Window: "daily", Max: &max, Alerts: &[]int{50}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.RecordSync(ctx, budget.Usage{RequestID: "r1", Key: "k", Provider: "p", Model: "m", Input: 60}); err != nil {
+		t.Fatal(err)
+	}
+	ok := httptest.NewServer(&hook{})
+	defer ok.Close()
+	redirect := httptest.NewServer(http.RedirectHandler(ok.URL, http.StatusFound))
+	defer redirect.Close()
+	d := &alert.Deliverer{Tracker: db.Tracker, URL: redirect.URL, Owner: "p"}
+	if res, err := d.RunOnce(ctx); err != nil || res.Failed != 1 || res.Delivered != 0 {
+		t.Fatalf("RunOnce against a redirect = %+v, %v; want one failed delivery", res, err)
+	}
+}
+
 // Retries wait 1 s, doubling, at most 5 minutes.
 func TestRetryDelays(t *testing.T) {
 	for n, want := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 4: 8 * time.Second, 9: 256 * time.Second, 10: 5 * time.Minute, 100: 5 * time.Minute} {

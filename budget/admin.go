@@ -158,6 +158,9 @@ func (t *Tracker) SetLimit(ctx context.Context, s LimitSpec) (Limit, bool, error
 			if out.Window.Kind == Once {
 				out.Window.Anchor = now.UTC() // the balance counts from its creation
 			}
+			if err := seedable(ctx, tx, &out, now); err != nil {
+				return err
+			}
 			return tx.InsertLimit(ctx, out, now)
 		}
 		out = *cur
@@ -183,6 +186,26 @@ func (t *Tracker) SetLimit(ctx context.Context, s LimitSpec) (Limit, bool, error
 	}
 	t.InvalidateLimits(out.Key) // a default, team or org limit ("") changes many keys' limits
 	return out, created, nil
+}
+
+// seedable refuses a new limit whose current window starts before the
+// prune horizon at an instant that is not a UTC midnight: the daily
+// rollups cannot give the pruned part of its first day, so its counters
+// would be seeded short.
+func seedable(ctx context.Context, tx Tx, l *Limit, now time.Time) error {
+	if l.Metric == MetricConcurrent {
+		return nil
+	}
+	horizon, err := tx.PrunedBefore(ctx)
+	if err != nil || horizon.IsZero() {
+		return err
+	}
+	start, _ := l.Window.Bounds(now)
+	if start.Before(horizon) && !Day(start).Equal(start) {
+		return invalid("window", l.Window.String(), "its current window starts at "+start.UTC().Format(time.RFC3339)+
+			", before the prune horizon "+horizon.Format(time.RFC3339)+" and not at a UTC midnight: the pruned part of that day cannot be counted (use a UTC window, or create it once its window starts after the horizon)")
+	}
+	return nil
 }
 
 // DeleteLimit removes a limit with its counters and holds.

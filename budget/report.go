@@ -83,7 +83,11 @@ func (t *Tracker) Report(ctx context.Context, q ReportQuery) ([]ReportRow, error
 				continue
 			}
 			if part[0].Before(horizon) {
-				return invalid("since", q.Since.UTC().Format(time.RFC3339), "splits a day before the prune horizon "+
+				field, v := "since", q.Since
+				if !part[0].Equal(q.Since) {
+					field, v = "until", q.Until
+				}
+				return invalid(field, v.UTC().Format(time.RFC3339), "splits a day before the prune horizon "+
 					horizon.Format(time.RFC3339)+", which only daily rollups cover: give UTC midnights")
 			}
 			rs, err := tx.EventTotals(ctx, part[0], part[1], q.Key, q.By)
@@ -104,7 +108,11 @@ func (t *Tracker) Report(ctx context.Context, q ReportQuery) ([]ReportRow, error
 	if err != nil {
 		return nil, err
 	}
-	return Group(all, q.By), nil
+	rows := Group(all, q.By)
+	if len(q.By) == 0 && len(rows) == 0 {
+		rows = []ReportRow{{Values: []string{}}} // the totals of nothing
+	}
+	return rows, nil
 }
 
 // Group sums rollups by the dimensions by: one row per distinct tuple of

@@ -3,7 +3,9 @@ package proxy
 import (
 	"encoding/json"
 	"net/http"
+	"time"
 
+	"github.com/tokenbudget/tokenbudget/budget"
 	"github.com/tokenbudget/tokenbudget/jsonview"
 )
 
@@ -21,8 +23,10 @@ type Budget struct {
 
 // budget answers GET /v1/budget for a client with a valid gateway key: the
 // limits that apply to that key (its own, its team's and its
-// organisation's, and the default limits with its usage; a per-user limit
-// once per end user with usage in the window), each in its window now with
+// organisation's, and the default limits with its usage; its own per-user
+// limits once per end user with usage in the window, a team's or an
+// organisation's once with no user: their users may be other keys'), each
+// in its window now with
 // its forecast, read in one snapshot (budget.Tracker.Inspect). It costs no
 // budget: nothing is reserved or recorded. Without a valid key it is the
 // same 401 as on the other routes, in the shape of the family the request
@@ -41,6 +45,7 @@ func (m *Middleware) budget(x *exchange, r *http.Request) {
 		m.unavailable(x, r, f, "read the budget", err)
 		return
 	}
+	ownUsersOnly(&rep)
 	m.outcome(x, OutcomeOK)
 	x.Header().Set("Content-Type", "application/json")
 	x.Header().Set("Cache-Control", "no-store")
@@ -48,4 +53,29 @@ func (m *Middleware) budget(x *exchange, r *http.Request) {
 	if r.Method == http.MethodGet {
 		_ = json.NewEncoder(x).Encode(Budget{Key: key, Limits: jsonview.Statuses(rep.Limits, rep.Forecasts, rep.At)})
 	}
+}
+
+// ownUsersOnly replaces the per-user rows of a team's or an
+// organisation's per-user limit (one per end user of the whole team or
+// organisation, whichever key sent them) with one row of that limit with
+// no user and no usage: a key holder sees no other key's end users.
+func ownUsersOnly(rep *budget.Report) {
+	var sts []budget.Status
+	var fs []*budget.Forecast
+	seen := map[string]bool{}
+	for i, st := range rep.Limits {
+		l := &st.Limit
+		if l.EachUser() && (l.Team != "" || l.Org != "") {
+			if seen[l.ID] {
+				continue
+			}
+			seen[l.ID] = true
+			l.Subject = ""
+			st.Used, st.Reserved, st.NextExpiry = 0, 0, time.Time{}
+			sts, fs = append(sts, st), append(fs, nil)
+			continue
+		}
+		sts, fs = append(sts, st), append(fs, rep.Forecasts[i])
+	}
+	rep.Limits, rep.Forecasts = sts, fs
 }

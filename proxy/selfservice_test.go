@@ -59,6 +59,7 @@ func selfServiceEnv(t *testing.T) (e *env, otherSecret string, ids map[string]st
 		"other":     {Key: "other", ID: "lim-other"},
 		"other-per": {Key: "other", Scope: "user", ScopeValue: budget.AllUsers, ID: "lim-other-users"},
 		"eng":       {Team: "eng", ID: "lim-eng"},
+		"eng-per":   {Team: "eng", Scope: "user", ScopeValue: budget.AllUsers, ID: "lim-eng-users"},
 		"default":   {Default: true, Metric: "input", ID: "lim-default"}, // no key has one of its own
 	} {
 		max := int64(1000)
@@ -96,10 +97,12 @@ func TestSelfService(t *testing.T) {
 		used        map[string]float64
 		never       []string // in no form in the body
 	}{
-		{"team", e.secret, []string{ids["team"], ids["eng"], ids["default"]},
-			map[string]float64{ids["team"]: 10, ids["eng"]: 30, ids["default"]: 10}, []string{"other", "bob", "lim-other"}},
-		{"other", otherSecret, []string{ids["other"], ids["other-per"], ids["eng"], ids["default"]},
-			map[string]float64{ids["other"]: 20, ids["other-per"]: 20, ids["eng"]: 30, ids["default"]: 20}, []string{`"key":"team"`, `"owner":"team"`, "lim-team"}},
+		// The team's per-user limit counts bob, other's end user: team's
+		// holder sees the limit, with no user and no usage.
+		{"team", e.secret, []string{ids["team"], ids["eng"], ids["eng-per"], ids["default"]},
+			map[string]float64{ids["team"]: 10, ids["eng"]: 30, ids["eng-per"]: 0, ids["default"]: 10}, []string{"other", "bob", "lim-other"}},
+		{"other", otherSecret, []string{ids["other"], ids["other-per"], ids["eng"], ids["eng-per"], ids["default"]},
+			map[string]float64{ids["other"]: 20, ids["other-per"]: 20, ids["eng"]: 30, ids["eng-per"]: 0, ids["default"]: 20}, []string{`"key":"team"`, `"owner":"team"`, "lim-team"}},
 	} {
 		for _, auth := range [][]string{{"Authorization", "Bearer " + c.secret}, {"X-Api-Key", c.secret}} {
 			r := e.get(proxy.BudgetPath, auth...)
@@ -132,13 +135,27 @@ func TestSelfService(t *testing.T) {
 			if !sameSet(got, c.want) {
 				t.Errorf("as %s: limits %v; want %v", c.key, got, c.want)
 			}
-			// The objects of inspect --json, from the same code.
+			// The objects of inspect --json, from the same code (but the
+			// team's per-user limit, shown here without its users).
 			rep, err := e.db.Inspect(context.Background(), c.key, e.db.Now(), 0)
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, _ := json.Marshal(jsonview.Statuses(rep.Limits, rep.Forecasts, rep.At))
-			gotJSON, _ := json.Marshal(v["limits"])
+			var sts []budget.Status
+			var fs []*budget.Forecast
+			for i, st := range rep.Limits {
+				if st.Limit.ID != ids["eng-per"] {
+					sts, fs = append(sts, st), append(fs, rep.Forecasts[i])
+				}
+			}
+			want, _ := json.Marshal(jsonview.Statuses(sts, fs, rep.At))
+			var mine []any
+			for _, l := range v["limits"].([]any) {
+				if l.(map[string]any)["id"] != ids["eng-per"] {
+					mine = append(mine, l)
+				}
+			}
+			gotJSON, _ := json.Marshal(mine)
 			if !jsonEqual(t, gotJSON, want) {
 				t.Errorf("as %s: limits\n%s\nwant inspect's\n%s", c.key, gotJSON, want)
 			}

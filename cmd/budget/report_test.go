@@ -100,9 +100,14 @@ func TestReportJSONAndTable(t *testing.T) {
 	if i, j := strings.Index(r.stdout, `"provider"`), strings.Index(r.stdout, `"requests"`); i < 0 || j < i {
 		t.Errorf("report --format json: dimensions before counts; got\n%s", r.stdout)
 	}
-	empty := mustRun(t, 0, "report", "--db", db, "--since", "2025-01-01", "--until", "2025-02-01", "--format", "json").stdout
+	empty := mustRun(t, 0, "report", "--db", db, "--since", "2025-01-01", "--until", "2025-02-01", "--by", "key", "--format", "json").stdout
 	if got := strings.Join(strings.Fields(empty), ""); got != `{"rows":[]}` {
-		t.Errorf("report --format json of an empty range: got %s; want {\"rows\": []}", empty)
+		t.Errorf("report --by key --format json of an empty range: got %s; want {\"rows\": []}", empty)
+	}
+	// Without --by: the one row of totals, zero.
+	zero := mustRun(t, 0, "report", "--db", db, "--since", "2025-01-01", "--until", "2025-02-01", "--format", "csv").stdout
+	if want := "requests,input,output,reasoning,cache_read,cache_write,tokens,usd\n0,0,0,0,0,0,0,0.000000\n"; zero != want {
+		t.Errorf("report --format csv of an empty range: got %q; want %q", zero, want)
 	}
 
 	table := mustRun(t, 0, "report", "--db", db, "--since", "2026-02-01", "--until", "2026-02-04", "--by", "key").stdout

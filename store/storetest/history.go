@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -182,8 +183,21 @@ func testPrune(t *testing.T, newDB NewDB) {
 	if err := tr.Record(ctx, ev("old2", "a", "openai", "gpt-4o", 1, 0, budget.Day(cut).Add(-time.Second))); !errors.Is(err, budget.ErrInvalid) {
 		t.Fatalf("Record of an event before the horizon = %v; want invalid input", err)
 	}
-	if _, err := tr.Report(ctx, budget.ReportQuery{Since: budget.Day(cut).Add(-time.Hour), Until: until}); !errors.Is(err, budget.ErrInvalid) {
-		t.Fatalf("a report splitting a pruned day = %v; want invalid input", err)
+	if _, err := tr.Report(ctx, budget.ReportQuery{Since: budget.Day(cut).Add(-time.Hour), Until: until}); !errors.Is(err, budget.ErrInvalid) ||
+		!strings.Contains(err.Error(), "since") {
+		t.Fatalf("a report whose since splits a pruned day = %v; want invalid input naming since", err)
+	}
+	if _, err := tr.Report(ctx, budget.ReportQuery{Since: since, Until: budget.Day(cut).Add(-time.Hour)}); !errors.Is(err, budget.ErrInvalid) ||
+		!strings.Contains(err.Error(), "until") {
+		t.Fatalf("a report whose until splits a pruned day = %v; want invalid input naming until", err)
+	}
+	// A new limit whose window starts before the horizon, not at a UTC
+	// midnight, could not be seeded whole: refused.
+	// (A 250-hour window, aligned to the epoch: the one holding T0 began
+	// 26 February at 10:00.)
+	if _, _, err := tr.SetLimit(ctx, budget.LimitSpec{Key: "a", Window: "250h", Max: ptr(int64(1))}); !errors.Is(err, budget.ErrInvalid) ||
+		!strings.Contains(err.Error(), "window") {
+		t.Fatalf("SetLimit of a window starting 26 February 10:00, before the horizon = %v; want invalid input naming window", err)
 	}
 	weekly := SetLimit(t, tr, budget.LimitSpec{Team: "eng", Window: "168h"}, 1<<40)
 	if used, _ := Used(t, tr, budget.Request{Key: "a"}, c.Now(), weekly.ID); used != wantWeek {
