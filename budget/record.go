@@ -302,14 +302,17 @@ func (t *Tracker) addPendingEvent(o *op, ev *Usage) {
 
 // wait waits for o's answer. It stops early when ctx ends or once the
 // writer has failed Config.FlushFailures times in a row (the database stays
-// unwritable), returning that error. A reservation operation the writer has
-// already taken cannot be withdrawn: then it waits for the outcome, which
-// the writer gives within FlushFailures attempts.
+// unwritable), returning that error; the last of those failures must come
+// after o was queued, so an operation queued just as the writer recovers
+// is not refused for failures already over. A reservation operation the
+// writer has already taken cannot be withdrawn: then it waits for the
+// outcome, which the writer gives within FlushFailures attempts.
 func (t *Tracker) wait(ctx context.Context, o *op) opResult {
 	cdone := ctx.Done()
+	failed := t.stats.failures.Load()
 	for {
 		sig := t.w.failSignal()
-		if t.w.streak.Load() >= int64(t.cfg.FlushFailures) && t.withdraw(o) {
+		if t.w.streak.Load() >= int64(t.cfg.FlushFailures) && t.stats.failures.Load() > failed && t.withdraw(o) {
 			return opResult{err: fmt.Errorf("budget: database unwritable: %w", t.w.lastErr())}
 		}
 		select {
