@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -197,13 +198,34 @@ func writeBars(w io.Writer, r *budget.Report) {
 		}
 	}
 	var widths [2][]int
-	for j := range head {
-		widths[j] = make([]int, len(head[j]))
-		for _, row := range append([][2][]string{head}, rows...) {
-			for k := range widths[j] {
-				widths[j][k] = max(widths[j][k], utf8.RuneCountInString(row[j][k]))
+	measure := func() {
+		for j := range head {
+			widths[j] = make([]int, len(head[j]))
+			for _, row := range append([][2][]string{head}, rows...) {
+				for k := range widths[j] {
+					widths[j][k] = max(widths[j][k], utf8.RuneCountInString(row[j][k]))
+				}
 			}
 		}
+	}
+	measure()
+	// Amounts too wide for the second line (large limits, dollars beside
+	// tokens) are shown short: 9.5M/10M.
+	if second := 2 + 2*(len(widths[1])-1) + sum(widths[1]); second > reportWidth {
+		for i := range r.Limits {
+			s, l := &r.Limits[i], &r.Limits[i].Limit
+			rows[i][1][1] = shortAmount(l, s.Used) + "/" + shortAmount(l, s.Max)
+			rows[i][1][2] = shortAmount(l, s.Reserved)
+		}
+		measure()
+	}
+	// Still too wide (a limit far over, a forecast weeks out): the
+	// resets lose their countdown.
+	if second := 2 + 2*(len(widths[1])-1) + sum(widths[1]); second > reportWidth {
+		for i := range rows {
+			rows[i][1][5] = resetText(r.Limits[i].ResetAt)
+		}
+		measure()
 	}
 	// WINDOW, the last cell of the first line, gets what the others leave.
 	last := len(widths[0]) - 1
@@ -238,6 +260,42 @@ func writeBars(w io.Writer, r *budget.Report) {
 	for i, row := range rows {
 		printRow(row, &r.Limits[i].Limit)
 	}
+}
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}
+
+// shortAmount is amountText in at most 7 runes: an amount of 10,000 or
+// more in thousands, millions... with one decimal ("12.3k", "9.5M"),
+// dollars from $1,000 likewise ("$2.5k"), and below that in cents.
+func shortAmount(l *budget.Limit, v int64) string {
+	if l.Metric == budget.MetricUSD {
+		d := float64(v) / 1e6
+		if d < 1000 {
+			return fmt.Sprintf("$%.2f", d)
+		}
+		return "$" + siText(d)
+	}
+	if v < 10000 {
+		return strconv.FormatInt(v, 10)
+	}
+	return siText(float64(v))
+}
+
+// siText is x (>= 1,000) with one decimal and a suffix: "12.3k", "9.5M".
+func siText(x float64) string {
+	for _, u := range []string{"k", "M", "G", "T", "P"} {
+		x /= 1000
+		if x < 999.95 {
+			return strings.TrimSuffix(fmt.Sprintf("%.1f", x), ".0") + u
+		}
+	}
+	return fmt.Sprintf("%.0fE", x/1000)
 }
 
 // writeCompactReport prints a report in reportWidth columns: the limits as

@@ -207,6 +207,23 @@ func wantNarrow(t *testing.T, out string) {
 	}
 }
 
+// TestInspectBarsLargeAmounts: 9-digit limits beside a dollar limit still
+// fit 100 columns: the amounts are shown short.
+func TestInspectBarsLargeAmounts(t *testing.T) {
+	t.Parallel()
+	db := tempDB(t)
+	mustRun(t, 0, "limit", "set", "--db", db, "--key", "a-key-of-twenty-char", "--limit", "999999999", "--window", "monthly", "--id", "tokens")
+	mustRun(t, 0, "limit", "set", "--db", db, "--key", "a-key-of-twenty-char", "--metric", "usd", "--limit", "123456.78", "--window", "monthly", "--id", "dollars")
+	mustRun(t, 0, "price", "set", "--db", db, "--provider", "openai", "--model", "gpt-4o", "--input", "2.5", "--output", "10", "--from", "2026-01-01T00:00:00Z")
+	mustRun(t, 0, "record", "--db", db, "--key", "a-key-of-twenty-char", "--provider", "openai", "--model", "gpt-4o", "--input", "987654321", "--at", "2026-03-02T12:00:00Z")
+	mustRun(t, 0, "reserve", "--db", db, "--key", "a-key-of-twenty-char", "--provider", "openai", "--model", "gpt-4o", "--tokens", "12345")
+	out := mustRun(t, 0, "inspect", "--db", db, "--at", "2026-03-02T12:00:00Z").stdout
+	wantNarrow(t, out)
+	if !strings.Contains(out, "987.7M/1000M") && !strings.Contains(out, "987.7M/1G") {
+		t.Errorf("inspect of a 999,999,999 limit: got\n%s\nwant the amounts short (987.7M/...)", out)
+	}
+}
+
 // TestInspectBarsCells: a limit at 50% fills half the bar; reserved amounts
 // take their own cells.
 func TestInspectBarsCells(t *testing.T) {
