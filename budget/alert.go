@@ -150,8 +150,6 @@ func (t *Tracker) AlertFailed(ctx context.Context, id, owner string, attempts in
 // deliverer holds now (it expired): the report is dropped.
 var ErrClaimLost = errors.New("alert claim lost")
 
-func claimLost(id string) error { return fmt.Errorf("alert %s: %w", id, ErrClaimLost) }
-
 // ClaimLost is the error a store returns from SettleAlert when the claim
 // is no longer owner's.
-func ClaimLost(id string) error { return claimLost(id) }
+func ClaimLost(id string) error { return fmt.Errorf("alert %s: %w", id, ErrClaimLost) }

@@ -246,7 +246,7 @@ func (b *batch) load(ctx context.Context, tx Tx) error {
 			if err != nil {
 				return err
 			}
-			t.horizon.Store(nsOrZero(h))
+			t.horizon.Store(nsOf(h))
 		}
 		if t.w.prices != nil && t.w.prices.version != pv {
 			t.w.prices = nil

@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"cmp"
 	"slices"
 	"strconv"
 	"strings"
@@ -181,16 +182,7 @@ func (l *Limit) Level() Level {
 
 // Owner is the name of the key, team or organisation l belongs to; "" for
 // a default limit.
-func (l *Limit) Owner() string { return cmpOr(l.Key, l.Team, l.Org) }
-
-func cmpOr(ss ...string) string {
-	for _, s := range ss {
-		if s != "" {
-			return s
-		}
-	}
-	return ""
-}
+func (l *Limit) Owner() string { return cmp.Or(l.Key, l.Team, l.Org) }
 
 // Covers reports whether l counts what happens at t: always, but a once
 // limit only from its creation (its anchor) on.

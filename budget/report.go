@@ -424,14 +424,7 @@ func (t *Tracker) PrunedBefore(ctx context.Context) (time.Time, error) {
 		return err
 	})
 	if err == nil {
-		t.horizon.Store(nsOrZero(h))
+		t.horizon.Store(nsOf(h))
 	}
 	return h, err
-}
-
-func nsOrZero(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
 }

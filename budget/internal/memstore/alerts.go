@@ -29,10 +29,7 @@ func (t *tx) LogAlerts(_ context.Context, as []budget.Alert) error {
 	}
 	own(t.st, "alerts", &t.st.alerts)
 	for _, a := range as {
-		k := alertKey{a.LimitID, a.Subject, ns(a.WindowStart), a.Threshold}
-		if slices.ContainsFunc(mapsValues(t.st.alerts), func(r alertRow) bool {
-			return alertKey{r.a.LimitID, r.a.Subject, ns(r.a.WindowStart), r.a.Threshold} == k
-		}) {
+		if t.hasAlert(alertKey{a.LimitID, a.Subject, ns(a.WindowStart), a.Threshold}) {
 			continue
 		}
 		a.WindowStart, a.At, a.ExhaustsAt = stored(a.WindowStart), stored(a.At), stored(a.ExhaustsAt)
@@ -42,12 +39,14 @@ func (t *tx) LogAlerts(_ context.Context, as []budget.Alert) error {
 	return nil
 }
 
-func mapsValues(m map[string]alertRow) []alertRow {
-	out := make([]alertRow, 0, len(m))
-	for _, v := range m {
-		out = append(out, v)
+// hasAlert reports whether an alert of k is logged.
+func (t *tx) hasAlert(k alertKey) bool {
+	for _, r := range t.st.alerts {
+		if (alertKey{r.a.LimitID, r.a.Subject, ns(r.a.WindowStart), r.a.Threshold}) == k {
+			return true
+		}
 	}
-	return out
+	return false
 }
 
 func (t *tx) Alerts(_ context.Context, n int) ([]budget.Alert, error) {
