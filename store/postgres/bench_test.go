@@ -3,9 +3,7 @@ package postgres_test
 import (
 	"context"
 	"path/filepath"
-	"reflect"
 	"testing"
-	"time"
 
 	tokenbudget "github.com/tokenbudget/tokenbudget"
 	"github.com/tokenbudget/tokenbudget/budget"
@@ -71,18 +69,11 @@ func BenchmarkReserveCommit64(b *testing.B) {
 //	go test -run '^$' -bench Report -benchtime 5x -count 5 ./store/postgres/
 func BenchmarkReport(b *testing.B) {
 	ctx := context.Background()
-	const (
-		keys   = 1000
-		days   = 30
-		events = 1_000_000
-	)
-	start := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
-	step := int64(days) * int64(24*time.Hour) / events // events spread evenly over the month
 	dsn := schemaAt(b, 8, `INSERT INTO usage (key, request_id, provider, model, model_norm, input, output, reasoning, cache_read, at, cost, end_user)
-		SELECT 'key-' || (i % `+itoa(keys)+`), 'req-' || i, 'openai', CASE i / 1000 % 2 WHEN 0 THEN 'gpt-4o' ELSE 'gpt-4o-mini' END,
-			CASE i / 1000 % 2 WHEN 0 THEN 'gpt-4o' ELSE 'gpt-4o-mini' END, 100 + i % 900, 10 + i % 300, i % 7, i % 50, `+itoa(start.UnixNano())+` + i * `+itoa(step)+`,
+		SELECT 'key-' || (i % `+itoa(storetest.ReportKeys)+`), 'req-' || i, 'openai', CASE i / 1000 % 2 WHEN 0 THEN 'gpt-4o' ELSE 'gpt-4o-mini' END,
+			CASE i / 1000 % 2 WHEN 0 THEN 'gpt-4o' ELSE 'gpt-4o-mini' END, 100 + i % 900, 10 + i % 300, i % 7, i % 50, `+itoa(storetest.ReportStart.UnixNano())+` + i * `+itoa(storetest.ReportStep)+`,
 			(100 + i % 900) * 3, CASE i / 2000 % 3 WHEN 0 THEN '' ELSE 'user-' || (i % 1000 % 40) || '-' || (i / 2000 % 3) END
-		FROM generate_series(0, `+itoa(events-1)+`) AS i`)
+		FROM generate_series(0, `+itoa(storetest.ReportEvents-1)+`) AS i`)
 	db, err := postgres.Open(ctx, dsn, postgres.Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -94,47 +85,5 @@ func BenchmarkReport(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	cfg := budget.DefaultConfig()
-	cfg.SweepInterval = -1
-	tr, err := budget.New(ctx, db, cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer tr.Close(ctx)
-	q := budget.ReportQuery{Since: start, Until: start.AddDate(0, 0, days), By: []budget.Dim{budget.DimKey, budget.DimDay}}
-	fromEvents := func() []budget.ReportRow {
-		var rows []budget.ReportRow
-		if err := db.View(ctx, func(t budget.Tx) error {
-			rs, err := t.EventTotals(ctx, q.Since, q.Until, "", q.By)
-			rows = budget.Group(rs, q.By)
-			return err
-		}); err != nil {
-			b.Fatal(err)
-		}
-		return rows
-	}
-	rolled, err := tr.Report(ctx, q)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if want := fromEvents(); len(rolled) != keys*days || !reflect.DeepEqual(rolled, want) {
-		b.Fatalf("the report has %d rows (want %d) and matches the events: %v", len(rolled), keys*days, reflect.DeepEqual(rolled, want))
-	}
-	var nRollups int64
-	if err := raw.GetContext(ctx, &nRollups, `SELECT COUNT(*) FROM rollups`); err != nil {
-		b.Fatal(err)
-	}
-	b.Logf("%d events in %d rollup rows", events, nRollups)
-	b.Run("rollups", func(b *testing.B) {
-		for b.Loop() {
-			if _, err := tr.Report(ctx, q); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("events", func(b *testing.B) {
-		for b.Loop() {
-			fromEvents()
-		}
-	})
+	storetest.BenchReport(b, db)
 }

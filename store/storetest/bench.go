@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"reflect"
 	"runtime"
 	"strconv"
 	"sync/atomic"
@@ -190,4 +191,70 @@ func BenchReserveCommit(b *testing.B, open BenchTracker, goroutines int) {
 		})
 	}
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "pairs/s")
+}
+
+// The report benchmark's history (issue 16's target): ReportEvents events
+// of ReportKeys keys spread evenly over the ReportDays days from
+// ReportStart, ReportStep apart. Each store writes it with its own SQL.
+const (
+	ReportKeys   = 1000
+	ReportDays   = 30
+	ReportEvents = 1_000_000
+	ReportStep   = int64(ReportDays) * int64(24*time.Hour) / ReportEvents
+)
+
+// ReportStart is where the report benchmark's history starts.
+var ReportStart = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+
+// BenchReport runs the report benchmark on s, which holds the history
+// above and its rollups: a month by key and day from the daily rollups
+// (Tracker.Report over whole days, sub-benchmark "rollups") against
+// summing the events in the same run (Tx.EventTotals over the same month,
+// grouped the same way: "events"), once it has checked that both agree.
+func BenchReport(b *testing.B, s budget.Store) {
+	tr, err := budget.New(ctx, s, BenchConfig(nil))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tr.Close(ctx)
+	q := budget.ReportQuery{Since: ReportStart, Until: ReportStart.AddDate(0, 0, ReportDays), By: []budget.Dim{budget.DimKey, budget.DimDay}}
+	var nRollups int
+	fromEvents := func() []budget.ReportRow {
+		var rows []budget.ReportRow
+		if err := s.View(ctx, func(t budget.Tx) error {
+			rs, err := t.EventTotals(ctx, q.Since, q.Until, "", q.By)
+			rows = budget.Group(rs, q.By)
+			return err
+		}); err != nil {
+			b.Fatal(err)
+		}
+		return rows
+	}
+	if err := s.View(ctx, func(t budget.Tx) error {
+		rs, err := t.Rollups(ctx, q.Since, q.Until, "", budget.AllDims)
+		nRollups = len(rs)
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
+	rolled, err := tr.Report(ctx, q)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if want := fromEvents(); len(rolled) != ReportKeys*ReportDays || !reflect.DeepEqual(rolled, want) {
+		b.Fatalf("the report has %d rows (want %d) and matches the events: %v", len(rolled), ReportKeys*ReportDays, reflect.DeepEqual(rolled, want))
+	}
+	b.Logf("%d events in %d rollup rows", ReportEvents, nRollups)
+	b.Run("rollups", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := tr.Report(ctx, q); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("events", func(b *testing.B) {
+		for b.Loop() {
+			fromEvents()
+		}
+	})
 }
