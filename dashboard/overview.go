@@ -334,8 +334,8 @@ func alertOf(a *budget.Alert, l *budget.Limit, c clock) alertRow {
 }
 
 // defaultStatuses adds the statuses of the default limits of all, for
-// each key that keep admits and that has a counter of one in its window
-// holding now: one Inspect per such key, keeping its defaults.
+// each key that keep admits and that has a counter or a hold of one in its
+// window holding now: one Inspect per such key, keeping its defaults.
 func (h *Handler) defaultStatuses(ctx context.Context, all []budget.Limit, now time.Time, keep func(string) bool, ss *statuses) error {
 	starts := map[string]time.Time{}
 	for i := range all {
@@ -346,22 +346,25 @@ func (h *Handler) defaultStatuses(ctx context.Context, all []budget.Limit, now t
 	if len(starts) == 0 {
 		return nil
 	}
-	var rows []budget.CounterRow
+	// The subjects of each default's current window only, not every
+	// counter row the history has.
+	keys := map[string]bool{}
 	err := h.cfg.Tracker.Store().View(ctx, func(tx budget.Tx) error {
-		var err error
-		rows, err = tx.CounterRows(ctx)
-		return err
+		for id, start := range starts {
+			subs, err := tx.Subjects(ctx, id, start)
+			if err != nil {
+				return err
+			}
+			for _, sub := range subs {
+				if k, _, _ := strings.Cut(sub, budget.SubjectSep); k != "" && keep(k) {
+					keys[k] = true
+				}
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return err
-	}
-	keys := map[string]bool{}
-	for _, r := range rows {
-		if start, ok := starts[r.LimitID]; ok && r.WindowStart.Equal(start) {
-			if k, _, _ := strings.Cut(r.Subject, budget.SubjectSep); k != "" && keep(k) {
-				keys[k] = true
-			}
-		}
 	}
 	for _, k := range sortedKeys(keys) {
 		rep, err := h.cfg.Tracker.Inspect(ctx, k, now, 0)
