@@ -9,6 +9,8 @@ import (
 	"html/template"
 	"net"
 	"net/http"
+	"net/url"
+	"path"
 	"strings"
 )
 
@@ -67,11 +69,8 @@ func RequireToken(h http.Handler, token string) http.Handler {
 			}
 			http.SetCookie(w, &http.Cookie{Name: TokenCookie, Value: cookie, Path: "/", HttpOnly: true,
 				SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
-			q.Del("token")
-			u := *r.URL
-			u.RawQuery = q.Encode()
 			w.Header().Set("Cache-Control", "no-store")
-			http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
+			http.Redirect(w, r, sameOrigin(r.URL), http.StatusSeeOther)
 			return
 		}
 		if c, err := r.Cookie(TokenCookie); err == nil &&
@@ -122,11 +121,24 @@ func unauthorized(w http.ResponseWriter, r *http.Request, why string) {
 	h.Set("Content-Security-Policy", "default-src 'none'; img-src data:; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusUnauthorized)
-	u := *r.URL
+	unauthorizedPage.Execute(w, struct{ Why, Path string }{why, sameOrigin(r.URL)})
+}
+
+// sameOrigin is the page u asks for, without its token, as a path a
+// browser resolves on this origin. The request's path is the client's:
+// "//evil.example/x" (or "/\evil.example", which browsers read the same)
+// taken as it is would send the form, or the redirect after a right
+// token, to another site. Cleaning folds the leading slashes and dot
+// segments; escaping keeps a backslash from reading as a slash.
+func sameOrigin(u *url.URL) string {
+	p := path.Clean("/" + u.Path)
+	if strings.HasSuffix(u.Path, "/") && p != "/" {
+		p += "/"
+	}
 	q := u.Query()
 	q.Del("token")
-	u.RawQuery = q.Encode()
-	unauthorizedPage.Execute(w, struct{ Why, Path string }{why, u.RequestURI()})
+	clean := url.URL{Path: p, RawQuery: q.Encode()}
+	return clean.RequestURI()
 }
 
 // LoopbackOnly serves h only to requests whose Host is a loopback name
@@ -135,7 +147,7 @@ func unauthorized(w http.ResponseWriter, r *http.Request, why string) {
 // pointed at it. Others get 403.
 func LoopbackOnly(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !loopbackHost(r.Host) {
+		if !LoopbackHost(r.Host) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			w.WriteHeader(http.StatusForbidden)
 			fmt.Fprintln(w, "403 forbidden: this dashboard has no token, so it answers only at a loopback address such as http://127.0.0.1:PORT/ or http://localhost:PORT/")
@@ -156,9 +168,9 @@ func IsLoopback(addr string) bool {
 	return loopbackName(host)
 }
 
-// loopbackHost reports whether a Host header ("host" or "host:port") names
+// LoopbackHost reports whether a Host header ("host" or "host:port") names
 // this machine's loopback.
-func loopbackHost(host string) bool {
+func LoopbackHost(host string) bool {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}

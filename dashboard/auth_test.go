@@ -126,3 +126,34 @@ func TestProtect(t *testing.T) {
 		t.Errorf("loopback with a token, none sent: status %d; want 401", rec.Code)
 	}
 }
+
+// TestRequireTokenStaysOnOrigin: a path that a browser would read as
+// another site ("//evil.example/x", "/\evil.example") neither becomes the
+// login form's action nor the redirect after a right token: both go to
+// the same path on this origin.
+func TestRequireTokenStaysOnOrigin(t *testing.T) {
+	t.Parallel()
+	h := dashboard.RequireToken(ok, token)
+	for _, c := range []struct{ target, want string }{
+		{"//evil.example/x", "/evil.example/x"},
+		{"///evil.example/x?key=a", "/evil.example/x?key=a"},
+		{`/\evil.example/x`, "/%5Cevil.example/x"},
+		{"/keys/../..//evil.example", "/evil.example"},
+		{"/keys/", "/keys/"},
+	} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, c.target, nil))
+		if want := `action="` + strings.ReplaceAll(c.want, "&", "&amp;") + `"`; rec.Code != http.StatusUnauthorized || !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("GET %s: status %d, body %s; want 401 with %s", c.target, rec.Code, rec.Body.String(), want)
+		}
+		sep := "?"
+		if strings.Contains(c.target, "?") {
+			sep = "&"
+		}
+		rec = httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, c.target+sep+"token="+token, nil))
+		if loc := rec.Header().Get("Location"); rec.Code != http.StatusSeeOther || loc != c.want {
+			t.Errorf("GET %s with the token: status %d to %q; want 303 to %q", c.target, rec.Code, loc, c.want)
+		}
+	}
+}

@@ -138,6 +138,13 @@ type HandlerConfig struct {
 	// Health is called by /healthz; an error answers 503 with its text.
 	// (Optional; TrackerHealth is the one to use.)
 	Health func(context.Context) error
+	// OpsHost, when set, is the rule a request's Host must pass for
+	// /metrics and /healthz, which answer 403 otherwise: on a loopback
+	// listener a page of another site that a DNS rebinding points at the
+	// proxy must not read the per-limit gauges (limit ids, owners, usage).
+	// The API's routes need a gateway key, so they take any Host.
+	// (Optional; nil: any Host.)
+	OpsHost func(host string) bool
 }
 
 // NewHandler returns the proxy's handler: the middleware's routes through
@@ -152,7 +159,21 @@ func NewHandler(cfg HandlerConfig) (http.Handler, error) {
 	for p := range cfg.Middleware.cfg.Routes {
 		mux.Handle(p, api)
 	}
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+	ops := func(h http.Handler) http.Handler {
+		if cfg.OpsHost == nil {
+			return h
+		}
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !cfg.OpsHost(r.Host) {
+				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+				w.WriteHeader(http.StatusForbidden)
+				fmt.Fprintf(w, "403 forbidden: %s answers only at a loopback address such as http://127.0.0.1:PORT%s\n", r.URL.Path, r.URL.Path)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	}
+	mux.Handle("/healthz", ops(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
 		if cfg.Health != nil {
@@ -165,9 +186,9 @@ func NewHandler(cfg HandlerConfig) (http.Handler, error) {
 			}
 		}
 		fmt.Fprintf(w, "ok\n")
-	})
+	})))
 	if cfg.Registry != nil {
-		mux.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+		mux.Handle("/metrics", ops(promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{})))
 	}
 	mux.Handle("/", api) // the middleware answers 404 in the API's shape
 	return mux, nil

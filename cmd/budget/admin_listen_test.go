@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -234,6 +235,67 @@ func TestAdminTokenFlags(t *testing.T) {
 		}
 		if err != nil && exitCode(err) != 2 {
 			t.Errorf("%+v: exit code %d; want 2", c.o, exitCode(err))
+		}
+	}
+}
+
+// TestProxyOpsHostRule: on a loopback listener /metrics and /healthz
+// answer only to loopback Host names (a DNS-rebinding page must not read
+// the gauges), while the API takes any Host; off loopback any Host is
+// served, as the network can reach the listener anyway.
+func TestProxyOpsHostRule(t *testing.T) {
+	t.Parallel()
+	db := tempDB(t)
+	secret := strings.TrimSpace(mustRun(t, 0, "key", "add", "app", "--db", db).stdout)
+	do := func(url, host, key string) int {
+		t.Helper()
+		method, body := http.MethodGet, ""
+		if key != "" {
+			method, body = http.MethodPost, `{"model":"m","max_tokens":5,"messages":[]}`
+		}
+		req, _ := http.NewRequest(method, url, strings.NewReader(body))
+		req.Host = host
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s (Host %s): %v", method, url, host, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, c := range []struct {
+		listen   string
+		loopback bool
+	}{{"127.0.0.1:0", true}, {"0.0.0.0:0", false}} {
+		ctx, cancel := context.WithCancel(context.Background())
+		line, done := startCLI(t, ctx, nil, "proxy", "--db", db, "--mock-upstream", "--listen", c.listen)
+		base := listenURL(t, line)
+		_, port, _ := net.SplitHostPort(strings.TrimPrefix(base, "http://"))
+		base = "http://127.0.0.1:" + port
+		for _, p := range []string{"/metrics", "/healthz"} {
+			for _, host := range []string{"127.0.0.1:" + port, "localhost:" + port, "[::1]:" + port} {
+				if code := do(base+p, host, ""); code != http.StatusOK {
+					t.Errorf("--listen %s: GET %s Host %s: %d; want 200", c.listen, p, host, code)
+				}
+			}
+			want := http.StatusForbidden
+			if !c.loopback {
+				want = http.StatusOK
+			}
+			if code := do(base+p, "evil.example:"+port, ""); code != want {
+				t.Errorf("--listen %s: GET %s Host evil.example: %d; want %d", c.listen, p, code, want)
+			}
+		}
+		if code := do(base+"/v1/chat/completions", "api.internal.example", secret); code != http.StatusOK {
+			t.Errorf("--listen %s: the API with Host api.internal.example: %d; want 200", c.listen, code)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("proxy exited with %v", err)
 		}
 	}
 }

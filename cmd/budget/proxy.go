@@ -18,6 +18,7 @@ import (
 
 	"github.com/tokenbudget/tokenbudget"
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/dashboard"
 	"github.com/tokenbudget/tokenbudget/proxy"
 )
 
@@ -409,7 +410,11 @@ func (m *Main) startProxy(ctx context.Context, o proxyOptions) (_ *runningProxy,
 	if err != nil {
 		return nil, err
 	}
-	h, err := proxy.NewHandler(proxy.HandlerConfig{Middleware: mw, Upstream: up, Registry: reg, Health: proxy.TrackerHealth(p.tracker)})
+	hc := proxy.HandlerConfig{Middleware: mw, Upstream: up, Registry: reg, Health: proxy.TrackerHealth(p.tracker)}
+	if dashboard.IsLoopback(o.listen) {
+		hc.OpsHost = dashboard.LoopbackHost // the dashboard's rule: no DNS rebinding onto the gauges
+	}
+	h, err := proxy.NewHandler(hc)
 	if err != nil {
 		return nil, err
 	}
