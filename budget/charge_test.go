@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -83,5 +84,42 @@ func TestCheckName(t *testing.T) {
 		case err != nil && len(err.Error()) > 300:
 			t.Errorf("CheckName error is %d bytes long; a huge value must be clipped", len(err.Error()))
 		}
+	}
+}
+
+// TestCheckLabel: names people read refuse format characters (a
+// right-to-left override makes "ops\u202egnp.exe" display as
+// "opsexe.png"), quoting the name with them escaped; names clients
+// choose pass CheckName and show escaped through Visible.
+func TestCheckLabel(t *testing.T) {
+	for _, tc := range []struct {
+		v, visible string
+		refused    bool
+	}{
+		{"ops-team", "ops-team", false},
+		{"ünïcödé ☃", "ünïcödé ☃", false},
+		{"ops\u202egnp.exe", `ops\u202Egnp.exe`, true},
+		{"ali\u200bce", `ali\u200Bce`, true},
+		{"\ufeffbom", `\uFEFFbom`, true},
+		{"x\u2066y\u2069", `x\u2066y\u2069`, true},
+		{"soft\u00adhyphen", `soft\u00ADhyphen`, true},
+		{"tag\U000E0041", `tag\U000E0041`, true},
+	} {
+		if err := CheckName("model", tc.v); err != nil {
+			t.Errorf("CheckName(%q) = %v; a client's name with a format character is accepted", tc.v, err)
+		}
+		err := CheckLabel("team", tc.v)
+		switch {
+		case !tc.refused && err != nil:
+			t.Errorf("CheckLabel(%q) = %v; want nil", tc.v, err)
+		case tc.refused && (err == nil || !strings.Contains(err.Error(), "team") || !strings.Contains(err.Error(), strconv.Quote(tc.v))):
+			t.Errorf("CheckLabel(%q) = %v; want an error naming team and quoting the name escaped", tc.v, err)
+		}
+		if got := Visible(tc.v); got != tc.visible {
+			t.Errorf("Visible(%q) = %q; want %q", tc.v, got, tc.visible)
+		}
+	}
+	if err := CheckLabel("team", "a\nb"); err == nil || !strings.Contains(err.Error(), "control") {
+		t.Errorf("CheckLabel keeps CheckName's rules: %v", err)
 	}
 }

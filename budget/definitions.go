@@ -85,6 +85,9 @@ func (t *Tracker) LoadDefinitions(ctx context.Context, d Definitions) error {
 		if err := checkTeamName("team", tm.Name); err != nil {
 			return err
 		}
+		if err := CheckLabel("org", tm.Org); err != nil {
+			return err
+		}
 		teamNames[tm.Name] = true
 	}
 	for _, tm := range d.Teams {
@@ -102,7 +105,7 @@ func (t *Tracker) LoadDefinitions(ctx context.Context, d Definitions) error {
 				return err
 			}
 			for _, k := range tm.Keys {
-				if err := CheckName("key", k); err != nil {
+				if err := CheckLabel("key", k); err != nil {
 					return err
 				}
 				if err := tx.SetKeyTeam(ctx, k, tm.Name); err != nil {

@@ -352,7 +352,12 @@ func (l Limit) Validate() (Limit, error) {
 	l.Team = strings.TrimSpace(l.Team)
 	l.Org = strings.TrimSpace(l.Org)
 	l.ScopeValue = strings.TrimSpace(l.ScopeValue)
-	if err := checkNames("id", l.ID, "key", l.Key, "team", l.Team, "org", l.Org, "value", l.ScopeValue); err != nil {
+	for _, f := range [...][2]string{{"id", l.ID}, {"key", l.Key}, {"team", l.Team}, {"org", l.Org}} {
+		if err := CheckLabel(f[0], f[1]); err != nil {
+			return l, err
+		}
+	}
+	if err := CheckName("value", l.ScopeValue); err != nil { // a model or a user: the client's name, shown escaped
 		return l, err
 	}
 	switch {

@@ -48,7 +48,7 @@ func checkTeamName(field, v string) error {
 	if v == "" {
 		return invalid(field, v, "must not be empty")
 	}
-	return CheckName(field, v)
+	return CheckLabel(field, v)
 }
 
 // SetTeam creates team name in org ("" for none), or moves it there, and
@@ -60,7 +60,7 @@ func (t *Tracker) SetTeam(ctx context.Context, name, org string) (created bool, 
 		return false, err
 	}
 	if org != "" {
-		if err := CheckName("org", org); err != nil {
+		if err := CheckLabel("org", org); err != nil {
 			return false, err
 		}
 	}
@@ -151,10 +151,10 @@ func (t *Tracker) SetKeyTeam(ctx context.Context, key, team string) error {
 	if key == "" {
 		return invalid("key", key, "must not be empty")
 	}
-	if err := CheckName("key", key); err != nil {
+	if err := CheckLabel("key", key); err != nil {
 		return err
 	}
-	if err := CheckName("team", team); err != nil {
+	if err := CheckLabel("team", team); err != nil {
 		return err
 	}
 	err := t.store.Update(ctx, func(tx Tx) error {

@@ -175,13 +175,21 @@ func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, nam
 		http.Error(w, "the page could not be rendered", http.StatusInternalServerError)
 		return
 	}
+	// Models and end users are the clients' names: a bidirectional
+	// override or a zero-width character in one would make a row read as
+	// another, so every page shows them escaped. Links are unaffected (the
+	// template percent-encodes them), and no page embeds data for scripts.
+	page := buf.Bytes()
+	if v := budget.Visible(string(page)); len(v) != len(page) {
+		page = []byte(v)
+	}
 	hd := w.Header()
 	hd.Set("Content-Type", "text/html; charset=utf-8")
 	hd.Set("Cache-Control", "no-store")
-	hd.Set("Content-Length", strconv.Itoa(buf.Len()))
+	hd.Set("Content-Length", strconv.Itoa(len(page)))
 	w.WriteHeader(status)
 	if r.Method != http.MethodHead {
-		w.Write(buf.Bytes())
+		w.Write(page)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -478,5 +479,30 @@ func TestReadOnly(t *testing.T) {
 	}
 	if code, _ := get(t, h, "/nope"); code != http.StatusNotFound {
 		t.Errorf("GET /nope: status %d; want 404", code)
+	}
+}
+
+// TestFormatCharactersShownEscaped: a model and an end user (names a
+// client chooses) with a right-to-left override or a zero-width
+// character show escaped on every page, so a row cannot read as another.
+func TestFormatCharactersShownEscaped(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.limit(t, budget.LimitSpec{ID: "lim_users", Key: "bob", Scope: "user", ScopeValue: "*", Window: "daily"}, 10_000)
+	f.record(t,
+		budget.Usage{Key: "bob", Model: "gpt-4o\u202etxt.exe", User: "mal\u202eyrot", Input: 40, Output: 2, At: now.Add(-time.Minute)},
+		budget.Usage{Key: "bob", User: "ev\u200be", Input: 10, At: now.Add(-time.Minute)},
+	)
+	h := f.handler(t, dashboard.Config{})
+	for _, c := range []struct{ path, want string }{
+		{"/key?name=bob", `gpt-4o\u202Etxt.exe`},
+		{"/", `user mal\u202Eyrot`},
+		{"/?key=bob", `user ev\u200Be`},
+		{"/limit?id=lim_users&subject=" + url.QueryEscape("mal\u202eyrot"), `mal\u202Eyrot`},
+	} {
+		code, body := get(t, h, c.path)
+		if code != http.StatusOK || strings.ContainsAny(body, "\u202e\u200b") || !strings.Contains(body, c.want) {
+			t.Errorf("GET %s: status %d; want 200 showing %s and no raw format character:\n%s", c.path, code, c.want, body)
+		}
 	}
 }

@@ -165,7 +165,7 @@ func RotateKey(ctx context.Context, s KeyStore, name string, grace time.Duration
 // printed in tables, logs and errors). An error quotes only the name's
 // start.
 func ValidKeyName(name string) error {
-	if err := budget.CheckName("name", name); err != nil {
+	if err := budget.CheckLabel("name", name); err != nil {
 		return err
 	}
 	if name == "" || len(name) > 200 {

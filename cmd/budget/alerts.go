@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/tokenbudget/tokenbudget/alert"
 	"github.com/tokenbudget/tokenbudget/budget"
@@ -106,7 +105,7 @@ func (m *Main) runAlertsLs(ctx context.Context, args []string) (err error) {
 		}
 		return itoa(v) // a deleted limit's
 	}
-	w := tabwriter.NewWriter(m.Stdout, 0, 8, 2, ' ', 0)
+	w := newTable(m.Stdout)
 	fmt.Fprintln(w, "ID\tLIMIT ID\tOWNER\tSUBJECT\tTHRESHOLD\tUSED/LIMIT\tAT\tRUNS OUT\tDELIVERED")
 	for i := range as {
 		a := &as[i]

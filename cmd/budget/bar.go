@@ -6,7 +6,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 	"unicode/utf8"
 
@@ -309,7 +308,7 @@ func writeCompactReport(m *Main, r *budget.Report) error {
 		writeBars(m.Stdout, r)
 		fmt.Fprintln(m.Stdout, barLegend)
 	}
-	w := tabwriter.NewWriter(m.Stdout, 0, 8, 2, ' ', 0)
+	w := newTable(m.Stdout)
 	fmt.Fprintln(w)
 	writeRollovers(w, r.Rollovers, func(id string) string { return cut(id, nameWidth) })
 	if len(r.Providers) > 0 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"text/tabwriter"
 
 	"github.com/tokenbudget/tokenbudget/budget"
 )
@@ -75,7 +74,7 @@ func (m *Main) runCheck(ctx context.Context, args []string) (err error) {
 // writeDecision prints a decision for humans: the verdict, why, and the
 // applicable limits.
 func writeDecision(w0 io.Writer, d *budget.Decision, est budget.Estimate) error {
-	w := tabwriter.NewWriter(w0, 0, 8, 2, ' ', 0)
+	w := newTable(w0)
 	switch {
 	case d.Allowed:
 		fmt.Fprintf(w, "allowed (%d applicable limits)\n", len(d.Limits))

@@ -207,19 +207,19 @@ func parseConfig(r io.Reader, now time.Time) (budget.Definitions, []gatekey.Key,
 		if t.Org != nil {
 			tm.Org = strings.TrimSpace(*t.Org)
 		}
-		if err := budget.CheckName("team", tm.Name); err != nil || tm.Name == "" {
+		if err := budget.CheckLabel("team", tm.Name); err != nil || tm.Name == "" {
 			if err == nil {
 				err = budget.Invalid("name", t.Name, "is required")
 			}
 			return d, nil, fmt.Errorf("teams[%d]: %w", i, err)
 		}
 		if tm.Org != "" {
-			if err := budget.CheckName("org", tm.Org); err != nil {
+			if err := budget.CheckLabel("org", tm.Org); err != nil {
 				return d, nil, fmt.Errorf("teams[%d] (%s): %w", i, tm.Name, err)
 			}
 		}
 		for _, k := range tm.Keys {
-			if err := budget.CheckName("keys", k); err != nil || strings.TrimSpace(k) == "" {
+			if err := budget.CheckLabel("keys", k); err != nil || strings.TrimSpace(k) == "" {
 				if err == nil {
 					err = budget.Invalid("keys", k, "a key name must not be empty")
 				}
@@ -382,7 +382,7 @@ func (c *configKey) key() (gatekey.Key, error) {
 	if k.Name == "" {
 		return k, budget.Invalid("name", c.Name, "is required")
 	}
-	if err := budget.CheckName("name", k.Name); err != nil {
+	if err := budget.CheckLabel("name", k.Name); err != nil {
 		return k, err
 	}
 	if !isHash(k.Hash) {

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
@@ -116,7 +115,7 @@ func (m *Main) runDemo(ctx context.Context, args []string) (err error) {
 	fmt.Fprintf(m.Stdout, "gateway key \"demo\" created; limit %s: %d tokens per %s for key demo\n\n", lim.ID, demoLimit, lim.Window)
 
 	client := &http.Client{Timeout: 10 * time.Second}
-	w := tabwriter.NewWriter(m.Stdout, 0, 8, 2, ' ', 0)
+	w := newTable(m.Stdout)
 	fmt.Fprintln(w, "#\tREQUEST\tSTATUS\tUSAGE IN RESPONSE\tX-RATELIMIT-REMAINING\tCHARGED\tREMAINING\tNOTE")
 	var notes []string
 	for i, dr := range demoRequests {

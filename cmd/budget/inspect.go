@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/tokenbudget/tokenbudget/budget"
 	"github.com/tokenbudget/tokenbudget/jsonview"
@@ -123,7 +122,7 @@ func inspectOwner(key, team, org string) (budget.Level, string, error) {
 
 // writeReport prints a report as tables: limits, rollovers, parked providers.
 func writeReport(m *Main, r *budget.Report) error {
-	w := tabwriter.NewWriter(m.Stdout, 0, 8, 2, ' ', 0)
+	w := newTable(m.Stdout)
 	fmt.Fprintf(w, "at %s\n\n", ts(r.At))
 	if len(r.Limits) == 0 {
 		fmt.Fprintln(w, "no limits")

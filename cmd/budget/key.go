@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
@@ -82,7 +81,7 @@ func (m *Main) runKeyAdd(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	*team = strings.TrimSpace(*team)
-	if err := budget.CheckName("team", *team); err != nil {
+	if err := budget.CheckLabel("team", *team); err != nil {
 		return err
 	}
 	if err := noTeamsYet(*dsn, *team, ""); err != nil {
@@ -225,7 +224,7 @@ func (m *Main) runKeyLs(ctx context.Context, args []string) (err error) {
 		_, err = fmt.Fprintln(m.Stdout, "no gateway keys")
 		return err
 	}
-	w := tabwriter.NewWriter(m.Stdout, 0, 8, 2, ' ', 0)
+	w := newTable(m.Stdout)
 	fmt.Fprintln(w, "NAME\tCREATED AT\tSTATE\tLAST USED\tREVOKED AT")
 	for i := range keys {
 		k := &keys[i]

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/tokenbudget/tokenbudget/budget"
 	"github.com/tokenbudget/tokenbudget/gatekey"
@@ -207,7 +206,7 @@ func (m *Main) runLimitLs(ctx context.Context, args []string) (err error) {
 		_, err = fmt.Fprintln(m.Stdout, "no limits")
 		return err
 	}
-	w := tabwriter.NewWriter(m.Stdout, 0, 8, 2, ' ', 0)
+	w := newTable(m.Stdout)
 	fmt.Fprintln(w, "ID\tOWNER\tSCOPE\tMETRIC\tWINDOW\tLIMIT\tENABLED\tALERTS")
 	for i := range ls {
 		l := &ls[i]

@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
@@ -151,7 +150,7 @@ func (m *Main) runPriceLs(ctx context.Context, args []string) (err error) {
 		_, err = fmt.Fprintln(m.Stdout, "no prices")
 		return err
 	}
-	w := tabwriter.NewWriter(m.Stdout, 0, 8, 2, ' ', 0)
+	w := newTable(m.Stdout)
 	fmt.Fprintln(w, "PROVIDER\tMODEL\tFROM\tINPUT $/M\tOUTPUT $/M\tCACHE READ $/M\tCACHE WRITE $/M\tREASONING $/M")
 	for _, p := range ps {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Provider, p.Model, ts(p.From), budget.FormatUSD(p.Input),

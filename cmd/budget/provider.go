@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
@@ -164,7 +163,7 @@ func (m *Main) runProviderLs(ctx context.Context, args []string) (err error) {
 		_, err = fmt.Fprintln(m.Stdout, "no parked providers")
 		return err
 	}
-	w := tabwriter.NewWriter(m.Stdout, 0, 8, 2, ' ', 0)
+	w := newTable(m.Stdout)
 	writeProviders(w, ps, m.Now())
 	return w.Flush()
 }

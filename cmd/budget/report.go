@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
@@ -240,7 +239,7 @@ func writeReportTable(w io.Writer, q budget.ReportQuery, rows []budget.ReportRow
 		_, err := fmt.Fprintf(w, "no usage from %s to %s\n", ts(q.Since), ts(q.Until))
 		return err
 	}
-	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	tw := newTable(w)
 	head := append(dimNames(q.By), "REQUESTS", "INPUT", "OUTPUT", "REASONING", "CACHE READ", "CACHE WRITE", "TOKENS", "USD")
 	fmt.Fprintln(tw, strings.ToUpper(strings.Join(head, "\t")))
 	for i := range rows {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/tokenbudget/tokenbudget/budget"
 )
@@ -76,7 +75,7 @@ func teamName(cmd string, pos []string) (string, error) {
 	if name == "" {
 		return "", budget.Invalid("team", pos[0], "must not be empty")
 	}
-	return name, budget.CheckName("team", name)
+	return name, budget.CheckLabel("team", name)
 }
 
 const teamSetHelp = `usage: budget team set TEAM [--org ORG] [--json]
@@ -104,7 +103,7 @@ func (m *Main) runTeamSet(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	*org = strings.TrimSpace(*org)
-	if err := budget.CheckName("org", *org); err != nil {
+	if err := budget.CheckLabel("org", *org); err != nil {
 		return err
 	}
 	if *org == name {
@@ -174,7 +173,7 @@ func (m *Main) runTeamLs(ctx context.Context, args []string) (err error) {
 		_, err = fmt.Fprintln(m.Stdout, "no teams")
 		return err
 	}
-	w := tabwriter.NewWriter(m.Stdout, 0, 8, 2, ' ', 0)
+	w := newTable(m.Stdout)
 	fmt.Fprintln(w, "TEAM\tORG\tKEYS")
 	for _, t := range ts {
 		org, keys := t.Org, strings.Join(t.Keys, ", ")
@@ -250,7 +249,7 @@ func (m *Main) runKeySetTeam(ctx context.Context, args []string) (err error) {
 	if key == "" {
 		return budget.Invalid("key", pos[0], "must not be empty")
 	}
-	if err := budget.CheckName("key", key); err != nil {
+	if err := budget.CheckLabel("key", key); err != nil {
 		return err
 	}
 	team := ""
@@ -258,7 +257,7 @@ func (m *Main) runKeySetTeam(ctx context.Context, args []string) (err error) {
 		if team = strings.TrimSpace(pos[1]); team == "" {
 			return budget.Invalid("team", pos[1], "must not be empty (--none takes the key out of any team)")
 		}
-		if err := budget.CheckName("team", team); err != nil {
+		if err := budget.CheckLabel("team", team); err != nil {
 			return err
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"text/tabwriter"
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
@@ -96,7 +95,7 @@ func (m *Main) runVerify(ctx context.Context, args []string) (err error) {
 	} else if len(drift) == 0 && len(rollups) == 0 {
 		_, err = fmt.Fprintln(m.Stdout, "ok: every counter matches the usage history, and every daily rollup its events")
 	} else {
-		w := tabwriter.NewWriter(m.Stdout, 0, 8, 2, ' ', 0)
+		w := newTable(m.Stdout)
 		if len(drift) > 0 {
 			fmt.Fprintf(w, "%d counters drifted from the usage history\n\n", len(drift))
 			fmt.Fprintln(w, "LIMIT\tWINDOW START\tCOUNTER\tHISTORY")
