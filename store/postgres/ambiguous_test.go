@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"net/url"
@@ -161,6 +162,38 @@ func TestAmbiguousCommitThroughCutter(t *testing.T) {
 			t.Fatalf("request %d: Commit = %v; want committed", i, err)
 		}
 	}
+	// Then concurrent callers, so that one batch carries several
+	// reservations and commits when its answer is lost.
+	const workers, each = 8, 5
+	cut.every.Store(3)
+	errs := make(chan error, workers*each)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				r, err := tr.ReserveWith(ctx, budget.Request{Key: "k", Provider: "p", Model: "m", Estimate: budget.Estimate{Tokens: 100}},
+					budget.ReserveOptions{TTL: time.Minute, OnExpiry: budget.ExpireCharge})
+				if err != nil {
+					errs <- fmt.Errorf("concurrent Reserve = %w; want the reservation", err)
+					continue
+				}
+				if _, err := tr.Commit(ctx, r.ID, budget.Usage{Input: 7, Output: 3}); err != nil {
+					errs <- fmt.Errorf("concurrent Commit = %w; want committed", err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	const total = n + workers*each
 	cut.every.Store(0)
 	if cut.cuts.Load() == 0 {
 		t.Fatal("the cutter cut no COMMIT: the test tested nothing")
@@ -169,11 +202,11 @@ func TestAmbiguousCommitThroughCutter(t *testing.T) {
 
 	check := func(when string) {
 		t.Helper()
-		if used, res := storetest.Used(t, tr, budget.Request{Key: "k"}, c.Now(), tok.ID); used != n*10 || res != 0 {
-			t.Fatalf("%s: tokens used/reserved = %d/%d; want %d/0", when, used, res, n*10)
+		if used, res := storetest.Used(t, tr, budget.Request{Key: "k"}, c.Now(), tok.ID); used != total*10 || res != 0 {
+			t.Fatalf("%s: tokens used/reserved = %d/%d; want %d/0", when, used, res, total*10)
 		}
-		if used, _ := storetest.Used(t, tr, budget.Request{Key: "k"}, c.Now(), reqs.ID); used != n {
-			t.Fatalf("%s: requests charged = %d; want %d, one per request", when, used, n)
+		if used, _ := storetest.Used(t, tr, budget.Request{Key: "k"}, c.Now(), reqs.ID); used != total {
+			t.Fatalf("%s: requests charged = %d; want %d, one per request", when, used, total)
 		}
 	}
 	check("after the cut commits")
