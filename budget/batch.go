@@ -206,6 +206,16 @@ type batch struct {
 	visited []cache.Key
 	// filled by write
 	inserted []bool
+	// again marks events the store had from prev, this batch's own try
+	// whose outcome was unknown (see prevEvents)
+	again []bool
+
+	// prev is the writer's last try of these operations when it failed
+	// after its writes were sent (its COMMIT's outcome unknown); ran: this
+	// try's writes were all sent; probed: prev was found not to have landed;
+	// prevLanded: it was found to have landed (see landedIn).
+	prev                    *batch
+	ran, probed, prevLanded bool
 }
 
 // events are o's events: Record's one or RecordSync's.
@@ -735,7 +745,10 @@ func (b *batch) reserve(ctx context.Context, tx Tx, o *op) error {
 		}
 		req.Estimate = fit
 	}
-	r := &Reservation{ID: NewReservationID(at), Key: req.Key, Team: who.Team, Org: who.Org, User: who.User, Provider: req.Provider, Model: req.Model,
+	if o.resID == "" {
+		o.resID = NewReservationID(at)
+	}
+	r := &Reservation{ID: o.resID, Key: req.Key, Team: who.Team, Org: who.Org, User: who.User, Provider: req.Provider, Model: req.Model,
 		Estimate: req.Estimate, At: at, ExpiresAt: at.Add(o.ttl), OnExpiry: o.policy}
 	for i := range statuses {
 		l := &statuses[i].Limit

@@ -50,6 +50,10 @@ type opArgs struct {
 	policy ExpiryPolicy  // opReserve
 	minOut int64         // opReserve
 	id     string        // opCommit, opRelease, opRenew
+	// resID is opReserve's id, drawn on the first try that grants it and
+	// kept by every retry: a retry after a commit whose outcome is unknown
+	// finds by it whether that try landed.
+	resID string
 }
 
 const (

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/cache"
@@ -140,17 +141,31 @@ func (t *Tracker) process(ops []*op) bool {
 	dups := make(map[string]bool)
 	backoff := 10 * time.Millisecond
 	conflicts := 0
+	// prev is the last try that failed after sending all its writes: the
+	// server may have committed it (a connection cut after COMMIT), so the
+	// next try first asks the store whether it landed, by the ids it wrote.
+	var prev *batch
 	for attempt := 1; ; attempt++ {
 		ctx := context.Background()
-		b = &batch{t: t, ops: ops, dups: dups}
+		b = &batch{t: t, ops: ops, dups: dups, prev: prev}
 		tries := 0
 		err := t.store.Update(ctx, func(tx Tx) error {
 			if tries++; tries > 1 {
 				m.forget() // the last try's decisions changed it
 			}
+			b.ran, b.probed = false, false
 			b.reset(t.now())
 			return b.run(ctx, tx)
 		})
+		if b.prevLanded {
+			// Learned by a read, so it holds even if this try then failed:
+			// the try before is what the store has, its answers the right
+			// ones. Running the operations again would reserve twice.
+			m.forget()
+			b = prev
+			t.w.streak.Store(0)
+			break
+		}
 		if err == nil {
 			m.expect = m.expect.Next()
 			b.landed()
@@ -158,6 +173,12 @@ func (t *Tracker) process(ops []*op) bool {
 			break
 		}
 		m.forget()
+		switch {
+		case b.ran:
+			prev = b
+		case b.probed:
+			prev = nil // it did not land, and this try wrote nothing
+		}
 		if errors.Is(err, ErrConflict) && conflicts < maxConflicts {
 			// Another process changed what the batch was planned on (or
 			// the plan met an event already stored): plan again at once,
@@ -198,7 +219,86 @@ func (t *Tracker) process(ops []*op) bool {
 		backoff = min(2*backoff, 5*time.Second)
 	}
 	t.settle(b, sums)
+	if b == prev {
+		t.releaseTold(b)
+	}
 	return true
+}
+
+// releaseTold releases the reservations of b, a try found to have landed
+// after its failure, whose callers were told of that failure (past
+// FlushFailures): they must not stay live, holding their estimate and
+// charged at expiry with no request behind them.
+func (t *Tracker) releaseTold(b *batch) {
+	var rel []*op
+	for _, o := range b.ops {
+		if o.kind != opReserve || !o.told || o.out == nil || o.out.res == nil {
+			continue
+		}
+		id := o.out.res.ID
+		if slices.ContainsFunc(b.ws.NewReservations, func(r ReservationRow) bool { return r.ID == id }) {
+			rel = append(rel, &op{kind: opRelease, opArgs: &opArgs{id: id}, out: &opResult{}})
+		}
+	}
+	if len(rel) > 0 {
+		t.process(rel)
+	}
+}
+
+// errLanded ends a try that found the try before it landed: it writes
+// nothing.
+var errLanded = errors.New("budget: the previous try of this batch landed")
+
+// landedIn reports whether b, a try whose COMMIT failed, was committed
+// after all. Its ids tell (a try writes all of them or none): its first new
+// reservation exists, or else its first settlement is in the store with
+// b's state and instant. A try with neither (usage only, renewals) is run
+// again: its events are idempotent by request id, a renewal by its nature.
+// It is asked after the retry took its locks, so an old transaction still
+// committing on the server has finished.
+func (b *batch) landedIn(ctx context.Context, tx Tx) (bool, error) {
+	var id string
+	var s *Settle
+	switch {
+	case len(b.ws.NewReservations) > 0:
+		id = b.ws.NewReservations[0].ID
+	case len(b.ws.Settles) > 0:
+		s = &b.ws.Settles[0]
+		id = s.ID
+	default:
+		return false, nil
+	}
+	rows, err := tx.Reservations(ctx, []string{id})
+	if err != nil || len(rows) == 0 {
+		return false, err
+	}
+	return s == nil || rows[0].State == s.State && rows[0].SettledAt.Equal(s.At), nil
+}
+
+// prevEvents marks the events of b that the store already had because the
+// try before (its COMMIT's outcome unknown) wrote them: they are this
+// batch's own, landed after all, so the cache and the callers count them as
+// written, not as duplicates. Nil when there was no such try.
+func (b *batch) prevEvents(inserted []bool) []bool {
+	if b.prev == nil || len(b.prev.ws.Events) == 0 {
+		return nil
+	}
+	mine := make(map[string]bool, len(b.prev.ws.Events))
+	for i := range b.prev.ws.Events {
+		ev := &b.prev.ws.Events[i].Usage
+		mine[ev.Key+"\x00"+ev.RequestID] = true
+	}
+	var again []bool
+	for i := range b.ws.Events {
+		ev := &b.ws.Events[i].Usage
+		if !inserted[i] && b.evOps[i].kind == opUsage && mine[ev.Key+"\x00"+ev.RequestID] {
+			if again == nil {
+				again = make([]bool, len(b.ws.Events))
+			}
+			again[i] = true
+		}
+	}
+	return again
 }
 
 // maxConflicts bounds the immediate re-plans of one batch after
@@ -227,13 +327,24 @@ func (b *batch) reset(now time.Time) {
 	}
 	b.now = now
 	b.ws = WriteSet{}
-	b.missing, b.prices, b.touched, b.expired, b.evOps, b.inserted, b.visited = nil, nil, nil, nil, nil, nil, nil
+	b.missing, b.prices, b.touched, b.expired, b.evOps, b.inserted, b.again, b.visited = nil, nil, nil, nil, nil, nil, nil, nil
 }
 
 // run is one try of the batch inside tx: load, decide, write.
 func (b *batch) run(ctx context.Context, tx Tx) error {
 	if err := b.load(ctx, tx); err != nil {
 		return err
+	}
+	if b.prev != nil {
+		landed, err := b.prev.landedIn(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if landed {
+			b.prevLanded = true
+			return errLanded
+		}
+		b.probed = true
 	}
 	if err := b.decide(ctx, tx); err != nil {
 		return err
@@ -247,6 +358,7 @@ func (b *batch) run(ctx context.Context, tx Tx) error {
 		return err
 	}
 	b.inserted = inserted
+	b.again = b.prevEvents(inserted)
 	conflict := false
 	for i, o := range b.evOps {
 		if !inserted[i] && o.kind != opUsage {
@@ -276,6 +388,7 @@ func (b *batch) run(ctx context.Context, tx Tx) error {
 			o.out.recovered.Deleted = deleted
 		}
 	}
+	b.ran = true
 	return nil
 }
 
@@ -375,7 +488,14 @@ func (t *Tracker) sleep(d time.Duration) bool {
 // commit needs no store read) and answers the waiters.
 func (t *Tracker) settle(b *batch, sums map[*cache.Counter]*pendingSum) {
 	applied := make(map[cache.Key]int64, len(b.ws.Counters))
-	for i, d := range b.ws.CounterDeltas(b.inserted) {
+	counted := b.inserted
+	if b.again != nil {
+		counted = slices.Clone(b.inserted)
+		for i, a := range b.again {
+			counted[i] = counted[i] || a
+		}
+	}
+	for i, d := range b.ws.CounterDeltas(counted) {
 		if d != 0 {
 			r := &b.ws.Counters[i].Ref
 			applied[windowKey(r.Limit, r.Start)] = d
@@ -394,7 +514,7 @@ func (t *Tracker) settle(b *batch, sums map[*cache.Counter]*pendingSum) {
 	}
 	var written, dups, asyncWritten, asyncDups, unpriced int64
 	for i, o := range b.evOps {
-		ins := b.inserted[i]
+		ins := counted[i]
 		if ins && b.ws.Events[i].Usage.Unpriced {
 			unpriced++
 		}
