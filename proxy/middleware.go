@@ -623,7 +623,11 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request, f Format, 
 		if m.cfg.MinBodyRate <= 0 {
 			return end
 		}
-		return start.Add(m.cfg.MinBodyRateGrace + time.Duration(n)*time.Second/time.Duration(m.cfg.MinBodyRate))
+		// Whole seconds apart from the rest: n * time.Second overflows
+		// for a MaxBody over 9 GB.
+		rate := m.cfg.MinBodyRate
+		due := time.Duration(int64(n)/rate)*time.Second + time.Duration(int64(n)%rate)*time.Second/time.Duration(rate)
+		return start.Add(m.cfg.MinBodyRateGrace + due)
 	}
 	// What a Content-Length declares is not held before it arrives: a
 	// client declaring MaxBody and sending nothing holds a read-ahead.
