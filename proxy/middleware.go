@@ -209,9 +209,9 @@ type Config struct {
 	// every store failure; never a secret. (Optional; default slog.Default().)
 	Logger *slog.Logger
 	// AccessLog gets one line per request the middleware answers (see
-	// Middleware.Wrap): key name, provider, model, status, outcome, the
-	// estimate, the tokens charged and the latency; never a secret, never
-	// a prompt. (Optional; nil: no access log.)
+	// Middleware.Wrap): key name, provider, model, status, outcome (a
+	// refusal's limit, level and code with it), the estimate, the tokens
+	// charged and the latency; never a secret, never a prompt. (Optional; nil: no access log.)
 	AccessLog *slog.Logger
 }
 
