@@ -28,6 +28,9 @@ type Refusal struct {
 	At      time.Time
 	Key     string // the gateway key's name ("" when unknown)
 	LimitID string // the limit that refused
+	// Code is why: the refusal's error code (token_budget_exceeded,
+	// unpriced_model for a model with no price under a dollar limit, ...).
+	Code string
 }
 
 // Config configures a Handler.

@@ -506,3 +506,24 @@ func TestFormatCharactersShownEscaped(t *testing.T) {
 		}
 	}
 }
+
+// TestOverviewRefusalCodes: the recent refusals say why each request was
+// refused, an unpriced model's as well as a budget's.
+func TestOverviewRefusalCodes(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	refusals := []dashboard.Refusal{
+		{At: now.Add(-time.Minute), Key: "alice", LimitID: "lim_alice", Code: "unpriced_model"},
+		{At: now.Add(-2 * time.Minute), Key: "bob", LimitID: "lim_bob", Code: "token_budget_exceeded"},
+	}
+	h := f.handler(t, dashboard.Config{Refusals: func() []dashboard.Refusal { return refusals }})
+	code, body := get(t, h, "/")
+	if code != http.StatusOK {
+		t.Fatalf("GET /: status %d", code)
+	}
+	s := section(body, "refusals")
+	i, j := strings.Index(s, "unpriced_model"), strings.Index(s, "token_budget_exceeded")
+	if i < 0 || j < 0 || i > j {
+		t.Errorf("the refusals do not show unpriced_model, then token_budget_exceeded:\n%s", s)
+	}
+}

@@ -113,6 +113,7 @@ type refusalRow struct {
 	At, Ago     string
 	Key         string
 	LimitID     string
+	Code        string // why it was refused
 	Limit       string // "key alice, tokens per 1h" ("" when the limit is gone)
 	LimitSubKey string // the subject of the limit's page, for a default's
 }
@@ -263,7 +264,7 @@ func (h *Handler) overview(ctx context.Context, f filter, c clock) (*overviewPag
 			if f.Key != "" && rf.Key != f.Key || !pl.keyIn(rf.Key, f) {
 				continue
 			}
-			row := refusalRow{At: c.at(rf.At), Ago: c.rel(rf.At), Key: rf.Key, LimitID: rf.LimitID}
+			row := refusalRow{At: c.at(rf.At), Ago: c.rel(rf.At), Key: rf.Key, LimitID: rf.LimitID, Code: rf.Code}
 			if l := byID[rf.LimitID]; l != nil {
 				row.Limit = l.Describe() + ", " + per(l)
 				if l.IsDefault() {

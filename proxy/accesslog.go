@@ -25,6 +25,9 @@ type exchange struct {
 	requestID string
 	est       *budget.Estimate // what was admitted (Info.Estimate)
 	charged   *budget.Usage    // what was committed or recorded
+
+	// A budget refusal's limit id, its level and the error code.
+	refusedLimit, refusedLevel, refusedCode string
 }
 
 func (x *exchange) WriteHeader(code int) {
@@ -58,12 +61,18 @@ func (x *exchange) Unwrap() http.ResponseWriter { return x.ResponseWriter }
 // it passed budget.CheckName, so a client cannot forge log lines with it;
 // so is an end user.
 func (m *Middleware) logExchange(x *exchange, r *http.Request) {
-	attrs := make([]slog.Attr, 0, 16)
+	attrs := make([]slog.Attr, 0, 20)
 	attrs = append(attrs,
 		slog.String("method", r.Method),
 		slog.String("path", r.URL.Path),
 		slog.Int("status", x.status),
-		slog.String("outcome", x.outcome),
+		slog.String("outcome", x.outcome))
+	if x.refusedCode != "" {
+		// Which limit refused, and why, is what an operator reads a
+		// refusal's line for: next to its outcome.
+		attrs = append(attrs, slog.String("limit", x.refusedLimit), slog.String("level", x.refusedLevel), slog.String("code", x.refusedCode))
+	}
+	attrs = append(attrs,
 		slog.String("key", x.key),
 		slog.String("provider", x.provider),
 		slog.String("model", x.model))

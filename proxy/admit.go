@@ -42,7 +42,7 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request, f Format, req
 			}
 		}
 		if !d.Allowed {
-			m.refuse(w, f, &d, est, now)
+			m.refuse(w, r, f, &d, est, now)
 			return nil, false
 		}
 		if m.cfg.RequireLimits && len(d.Limits) == 0 {
@@ -82,14 +82,14 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request, f Format, req
 		switch {
 		case errors.As(err, &ue):
 			m.outcome(w, OutcomeRefused)
-			writeError(w, f, unpricedError(w.Header(), f, ue.Provider, ue.Model))
+			m.writeRefusal(w, r, f, unpricedError(w.Header(), f, ue.Provider, ue.Model), usdLimit(ue.Decision.Limits))
 		case errors.As(err, &ee):
 			now := m.t.Now()
 			d, est := ee.Decision, req.Estimate
 			if minOutput > 0 {
 				d, est = atFloor(d, est, minOutput, now)
 			}
-			m.refuse(w, f, &d, est, now)
+			m.refuse(w, r, f, &d, est, now)
 		case errors.As(err, &pe):
 			m.outcome(w, OutcomeParked)
 			writeError(w, f, parkedError(w.Header(), f, pe.Provider, ceilSeconds(pe.RetryAfter), m.cfg.MaxClientWait))
@@ -146,7 +146,7 @@ func (m *Middleware) statusBuf() *[]budget.Status {
 
 // refuse answers a refused decision: the parked provider wins (no budget
 // helps), else the breach.
-func (m *Middleware) refuse(w http.ResponseWriter, f Format, d *budget.Decision, est budget.Estimate, now time.Time) {
+func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, f Format, d *budget.Decision, est budget.Estimate, now time.Time) {
 	if d.Parked != nil {
 		m.outcome(w, OutcomeParked)
 		writeError(w, f, parkedError(w.Header(), f, d.Parked.ProviderState, d.Parked.RetryAfterSeconds, m.cfg.MaxClientWait))
@@ -154,14 +154,45 @@ func (m *Middleware) refuse(w http.ResponseWriter, f Format, d *budget.Decision,
 	}
 	if d.Unpriced != nil {
 		m.outcome(w, OutcomeRefused)
-		writeError(w, f, unpricedError(w.Header(), f, d.Unpriced.Provider, d.Unpriced.Model))
+		m.writeRefusal(w, r, f, unpricedError(w.Header(), f, d.Unpriced.Provider, d.Unpriced.Model), usdLimit(d.Limits))
 		return
 	}
 	m.outcome(w, OutcomeRefused)
 	if d.Breach != nil {
 		m.cfg.Metrics.refused(d.Breach.Limit.Scope)
 	}
-	writeError(w, f, exceededError(w.Header(), f, d, est, now, m.cfg.MaxClientWait))
+	m.writeRefusal(w, r, f, exceededError(w.Header(), f, d, est, now, m.cfg.MaxClientWait), nil)
+}
+
+// writeRefusal writes the budget refusal e, first telling the access log
+// and Refusals.Wrap which limit refused, its level and e's code. The limit
+// is the one e names (its limit object, the one the message is about),
+// else lim (an unpriced model: the dollar limit that needs the price).
+func (m *Middleware) writeRefusal(w http.ResponseWriter, r *http.Request, f Format, e apiError, lim *budget.Limit) {
+	var id, level, scope string
+	switch {
+	case e.limit != nil:
+		id, level, scope = e.limit.ID, e.limit.Level, w.Header().Get(limitScopeHeader)
+	case lim != nil:
+		id, level, scope = lim.ID, string(lim.Level()), lim.ScopeString()
+	}
+	if x, ok := w.(*exchange); ok {
+		x.refusedLimit, x.refusedLevel, x.refusedCode = id, level, e.code
+	}
+	if n, ok := r.Context().Value(refusalNoteKey{}).(*refusalNote); ok {
+		*n = refusalNote{refused: true, limit: id, level: level, scope: scope, code: e.code}
+	}
+	writeError(w, f, e)
+}
+
+// usdLimit is the first dollar limit of ls (nil when none is).
+func usdLimit(ls []budget.Status) *budget.Limit {
+	for i := range ls {
+		if ls[i].Limit.Metric == budget.MetricUSD {
+			return &ls[i].Limit
+		}
+	}
+	return nil
 }
 
 // admitError answers a failed check or reservation: 400 for input the

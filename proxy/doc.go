@@ -18,9 +18,10 @@
 //     before forwarding and never logged. Keys records a key's last use at
 //     most once a minute, on a goroutine of its own;
 //  3. the body: over MaxBody 413 (from its Content-Length, before a byte
-//     is read); not all there within BodyTimeout 408; its bytes held
-//     against MaxInflightBytes, 503 with Retry-After when they would go
-//     over; then read for the model, the output cap, the end user and
+//     is read); not all there within BodyTimeout, or arriving slower
+//     than MinBodyRate, 408; its bytes held as they arrive against
+//     MaxInflightBytes and the key's MaxInflightBytesPerKey, 503 with
+//     Retry-After when they would go over; then read for the model, the output cap, the end user and
 //     the prompt estimate (RequestInfo.Estimate; the output at the
 //     largest of max_tokens, max_completion_tokens and max_output_tokens,
 //     since an upstream may honour any of them). The end user is the

@@ -54,6 +54,12 @@ const (
 	DefaultBodyTimeout = 30 * time.Second
 	// DefaultMaxInflightBytes bounds the request bodies held at once.
 	DefaultMaxInflightBytes = 256 << 20
+	// DefaultMinBodyRate is the slowest a request body may arrive, in
+	// bytes a second, once DefaultMinBodyRateGrace has passed.
+	DefaultMinBodyRate = 4 << 10
+	// DefaultMinBodyRateGrace is how long a body may lag behind
+	// MinBodyRate before it is measured (a slow start, a 100 Continue).
+	DefaultMinBodyRateGrace = 2 * time.Second
 	// DefaultMaxClientWait is the longest wait a refusal lets clients
 	// retry after: what the official SDKs cap their own waits at. A
 	// longer one would have an SDK sleep for hours (some honour any
@@ -169,10 +175,28 @@ type Config struct {
 	BodyTimeout time.Duration
 	// MaxInflightBytes bounds the request body bytes held by requests in
 	// progress; a request that would go over gets 503 with Retry-After
-	// (one whose Content-Length is over MaxBody gets 413 first). It should
-	// be at least MaxBody, or bodies between the two are never served.
+	// (one whose Content-Length is over MaxBody gets 413 first). Bytes are
+	// held as they arrive (a buffer that grows with the body, plus a small
+	// read-ahead), not as a Content-Length declares them. It should be at
+	// least MaxBody and a quarter (a buffer's growth holds the old and the
+	// new one for a moment), or the largest bodies are never served.
 	// (Optional; default DefaultMaxInflightBytes, 256 MiB.)
 	MaxInflightBytes int64
+	// MaxInflightBytesPerKey bounds the request body bytes one gateway key
+	// holds at once, so that one key's slow or large bodies cannot take
+	// the whole of MaxInflightBytes; past it that key gets 503.
+	// (Optional; default a quarter of MaxInflightBytes, but at least
+	// twice MaxBody, and at most MaxInflightBytes.)
+	MaxInflightBytesPerKey int64
+	// MinBodyRate is the slowest, in bytes a second, a request body may
+	// arrive once MinBodyRateGrace has passed: a body that falls behind is
+	// cut with 408, long before BodyTimeout, so that a trickling client
+	// cannot hold its buffer. (Optional; default DefaultMinBodyRate,
+	// 4 KiB/s; negative: no minimum.)
+	MinBodyRate int64
+	// MinBodyRateGrace is the time a body has before MinBodyRate applies.
+	// (Optional; default DefaultMinBodyRateGrace, 2s.)
+	MinBodyRateGrace time.Duration
 	// OverloadedAfter is how many 503s in a row park a provider as
 	// overloaded. (Optional; default DefaultOverloadedAfter.)
 	OverloadedAfter int
@@ -185,9 +209,9 @@ type Config struct {
 	// every store failure; never a secret. (Optional; default slog.Default().)
 	Logger *slog.Logger
 	// AccessLog gets one line per request the middleware answers (see
-	// Middleware.Wrap): key name, provider, model, status, outcome, the
-	// estimate, the tokens charged and the latency; never a secret, never
-	// a prompt. (Optional; nil: no access log.)
+	// Middleware.Wrap): key name, provider, model, status, outcome (a
+	// refusal's limit, level and code with it), the estimate, the tokens
+	// charged and the latency; never a secret, never a prompt. (Optional; nil: no access log.)
 	AccessLog *slog.Logger
 }
 
@@ -200,8 +224,11 @@ type Middleware struct {
 	log  *slog.Logger
 	bufs sync.Pool // *[]budget.Status
 
-	state    sync.Map     // provider name -> *providerState
-	inflight atomic.Int64 // request body bytes held (MaxInflightBytes)
+	state sync.Map // provider name -> *providerState
+
+	inflightMu  sync.Mutex
+	inflight    int64            // request body bytes held (MaxInflightBytes)
+	inflightKey map[string]int64 // by key (MaxInflightBytesPerKey); no zero entries
 }
 
 // providerState is what the middleware remembers of a provider's answers.
@@ -249,6 +276,13 @@ func New(t *budget.Tracker, cfg Config) (*Middleware, error) {
 	def(&cfg.MaxBody, DefaultMaxBody)
 	def(&cfg.MaxResponseBody, DefaultMaxResponseBody)
 	def(&cfg.MaxInflightBytes, DefaultMaxInflightBytes)
+	def(&cfg.MaxInflightBytesPerKey, min(cfg.MaxInflightBytes, max(cfg.MaxInflightBytes/4, 2*cfg.MaxBody)))
+	if cfg.MinBodyRate == 0 {
+		cfg.MinBodyRate = DefaultMinBodyRate
+	}
+	if cfg.MinBodyRateGrace <= 0 {
+		cfg.MinBodyRateGrace = DefaultMinBodyRateGrace
+	}
 	if cfg.ReservationTTL <= 0 {
 		cfg.ReservationTTL = DefaultReservationTTL
 	}
@@ -265,7 +299,7 @@ func New(t *budget.Tracker, cfg Config) (*Middleware, error) {
 	if cfg.CapField, err = ParseCapField(cfg.CapField); err != nil {
 		return nil, err
 	}
-	m := &Middleware{t: t, cfg: cfg, keys: cfg.Keys, log: cfg.Logger}
+	m := &Middleware{t: t, cfg: cfg, keys: cfg.Keys, log: cfg.Logger, inflightKey: map[string]int64{}}
 	if m.keys == nil {
 		ks, ok := keyStoreOf(t.Store())
 		if !ok {
@@ -375,8 +409,8 @@ func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 		return
 	}
 
-	body, held, ok := m.readBody(w, r, f)
-	defer m.inflight.Add(-held)
+	body, held, ok := m.readBody(w, r, f, key)
+	defer m.release(key, held)
 	if !ok {
 		return
 	}
@@ -539,11 +573,12 @@ func (m *Middleware) paths() string {
 	return strings.Join(ps, ", ")
 }
 
-// readBody reads the request body up to MaxBody within BodyTimeout,
-// holding its bytes against MaxInflightBytes; held is what the caller
-// gives back once the body is no longer needed. ok is false once it has
+// readBody reads the request body up to MaxBody within BodyTimeout and no
+// slower than MinBodyRate, holding its buffer against MaxInflightBytes and
+// key's MaxInflightBytesPerKey; held is what the caller gives back
+// (release) once the body is no longer needed. ok is false once it has
 // answered 413, 408, 503 or 400.
-func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request, f Format) (body []byte, held int64, ok bool) {
+func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request, f Format, key string) (body []byte, held int64, ok bool) {
 	fail := func(outcome string, e apiError) ([]byte, int64, bool) {
 		m.outcome(w, outcome)
 		// The rest of the body is not read: the connection cannot be reused.
@@ -560,39 +595,70 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request, f Format) 
 		return fail(OutcomeBusy, simpleError(f, http.StatusServiceUnavailable, CodeBusy,
 			"the gateway holds too many request bytes now; retry shortly"))
 	}
+	slow := func() ([]byte, int64, bool) {
+		return fail(OutcomeTimeout, simpleError(f, http.StatusRequestTimeout, CodeTimeout,
+			"the request body arrived slower than "+strconv.FormatInt(m.cfg.MinBodyRate, 10)+" bytes/s"))
+	}
 	if r.ContentLength > m.cfg.MaxBody {
 		return tooLarge()
 	}
 	if r.Body == nil || r.ContentLength == 0 {
 		return nil, 0, true
 	}
+	// One byte more than the body may have sees its end.
+	limit := m.cfg.MaxBody + 1
+	if r.ContentLength > 0 {
+		limit = r.ContentLength + 1
+	}
 	rc := http.NewResponseController(w)
-	if err := rc.SetReadDeadline(time.Now().Add(m.cfg.BodyTimeout)); err == nil {
+	start := time.Now()
+	end := start.Add(m.cfg.BodyTimeout)
+	deadlines := rc.SetReadDeadline(end) == nil
+	if deadlines {
 		// For the body only: the response may stream for much longer.
 		defer rc.SetReadDeadline(time.Time{})
 	}
-	// With a Content-Length the whole body is held up front, before a byte
-	// is read (one more byte sees its end); without one, as it grows.
-	size := r.ContentLength + 1
-	if r.ContentLength < 0 {
-		size = min(m.cfg.MaxBody+1, 32<<10)
+	// behind is when a body of n bytes so far falls behind MinBodyRate.
+	behind := func(n int) time.Time {
+		if m.cfg.MinBodyRate <= 0 {
+			return end
+		}
+		// Whole seconds apart from the rest: n * time.Second overflows
+		// for a MaxBody over 9 GB.
+		rate := m.cfg.MinBodyRate
+		due := time.Duration(int64(n)/rate)*time.Second + time.Duration(int64(n)%rate)*time.Second/time.Duration(rate)
+		return start.Add(m.cfg.MinBodyRateGrace + due)
 	}
-	if !m.hold(size) {
+	// What a Content-Length declares is not held before it arrives: a
+	// client declaring MaxBody and sending nothing holds a read-ahead.
+	size := min(limit, m.readAhead())
+	if !m.hold(key, size) {
 		return busy()
 	}
 	held = size
 	buf := make([]byte, 0, size)
 	for {
 		if len(buf) == cap(buf) {
-			// len <= MaxBody here, so the buffer may grow to MaxBody+1.
-			grow := min(int64(cap(buf)), m.cfg.MaxBody+1-int64(cap(buf)))
-			if !m.hold(grow) {
+			// The buffer doubles up to a quarter of the limit, then takes
+			// the limit at once: while the bytes are copied both buffers
+			// live, and both are held, at most a quarter over the limit.
+			old := int64(cap(buf))
+			next := min(limit, 2*old)
+			if 4*next > limit {
+				next = limit
+			}
+			if !m.hold(key, next) {
 				return busy()
 			}
-			held += grow
-			nb := make([]byte, len(buf), int64(cap(buf))+grow)
+			held += next
+			nb := make([]byte, len(buf), next)
 			copy(nb, buf)
 			buf = nb
+			m.release(key, old)
+			held -= old
+		}
+		if deadlines {
+			rc.SetReadDeadline(minTime(end, behind(len(buf))))
 		}
 		n, err := r.Body.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
@@ -602,8 +668,15 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request, f Format) 
 		if err == io.EOF {
 			return buf, held, true
 		}
+		now := time.Now()
+		if err == nil && now.After(behind(len(buf))) && now.Before(end) {
+			return slow() // a writer without read deadlines
+		}
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
+				if now.Before(end) {
+					return slow()
+				}
 				return fail(OutcomeTimeout, simpleError(f, http.StatusRequestTimeout, CodeTimeout,
 					"the request body did not arrive within "+m.cfg.BodyTimeout.String()))
 			}
@@ -616,11 +689,43 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request, f Format) 
 	}
 }
 
-// hold takes n bytes of MaxInflightBytes, or reports that they are not free.
-func (m *Middleware) hold(n int64) bool {
-	if m.inflight.Add(n) > m.cfg.MaxInflightBytes {
-		m.inflight.Add(-n)
+// readAhead is the buffer a body starts with: small beside
+// MaxInflightBytes, so that many stalled bodies hold little.
+func (m *Middleware) readAhead() int64 {
+	return min(16<<10, max(64, m.cfg.MaxInflightBytes/256))
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// hold takes n bytes of MaxInflightBytes and of key's
+// MaxInflightBytesPerKey, or reports that they are not free.
+func (m *Middleware) hold(key string, n int64) bool {
+	m.inflightMu.Lock()
+	defer m.inflightMu.Unlock()
+	if m.inflight+n > m.cfg.MaxInflightBytes || m.inflightKey[key]+n > m.cfg.MaxInflightBytesPerKey {
 		return false
 	}
+	m.inflight += n
+	m.inflightKey[key] += n
 	return true
+}
+
+// release gives back n bytes hold took for key.
+func (m *Middleware) release(key string, n int64) {
+	if n == 0 {
+		return
+	}
+	m.inflightMu.Lock()
+	defer m.inflightMu.Unlock()
+	m.inflight -= n
+	if v := m.inflightKey[key] - n; v != 0 {
+		m.inflightKey[key] = v
+	} else {
+		delete(m.inflightKey, key)
+	}
 }

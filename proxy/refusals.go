@@ -17,6 +17,11 @@ type Refusal struct {
 	Key   string // the gateway key's name ("" when it could not be looked up)
 	Limit string // the id of the limit that refused (X-Tokenbudget-Limit)
 	Scope string // its scope, "global" or "model=gpt-4o" (X-Tokenbudget-Limit-Scope)
+	Level string // whose limit it is: key, team, org or default
+	// Code is the refusal's error code: CodeBudgetExceeded, or
+	// CodeUnpriced for a model with no price under a dollar limit (Limit
+	// is then that dollar limit).
+	Code string
 }
 
 // Refusals keeps the most recent budget refusals of a handler in a ring
@@ -68,22 +73,22 @@ func (rs *Refusals) List() []Refusal {
 }
 
 // Wrap returns next (a handler that serves the Middleware, such as
-// NewHandler's) recording each budget refusal it answers: a 429 naming
-// its limit in X-Tokenbudget-Limit and carrying no
-// X-Tokenbudget-Request-Id (which every admitted request's answer has, so
-// an upstream's own 429 is never taken for one). The key's name is looked
-// up in keys with the request's secret, read before next removes it and
-// kept only while the request lasts; keys caches it, as the middleware's
-// lookup just did.
+// NewHandler's) recording each budget refusal the Middleware answers: a
+// request over a limit, or for a model with no price under a dollar
+// limit. The Middleware says so through the request's context, so an
+// upstream's own 429 or a parked provider's is never taken for one. The
+// key's name is looked up in keys with the request's secret, read before
+// next removes it and kept only while the request lasts; keys caches it,
+// as the middleware's lookup just did.
 func (rs *Refusals) Wrap(next http.Handler, keys KeyLookup) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		secret := Secret(r.Header)
-		rw := &refusalWriter{ResponseWriter: w}
-		next.ServeHTTP(rw, r)
-		if !rw.refused {
+		note := &refusalNote{}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), refusalNoteKey{}, note)))
+		if !note.refused {
 			return
 		}
-		ref := Refusal{Limit: rw.limit, Scope: rw.scope}
+		ref := Refusal{Limit: note.limit, Scope: note.scope, Level: note.level, Code: note.code}
 		if rs.Now != nil {
 			ref.At = rs.Now()
 		} else {
@@ -96,37 +101,12 @@ func (rs *Refusals) Wrap(next http.Handler, keys KeyLookup) http.Handler {
 	})
 }
 
-// refusalWriter notes whether the answer is a budget refusal.
-type refusalWriter struct {
-	http.ResponseWriter
-	wrote        bool
-	refused      bool
-	limit, scope string
+// refusalNote is where the Middleware tells Refusals.Wrap of the budget
+// refusal it answered (Middleware.writeRefusal), on the request's own
+// goroutine, before Wrap reads it.
+type refusalNote struct {
+	refused                   bool
+	limit, scope, level, code string
 }
 
-func (w *refusalWriter) WriteHeader(code int) {
-	if !w.wrote && code >= 200 {
-		w.wrote = true
-		h := w.Header()
-		if code == http.StatusTooManyRequests && h.Get(limitHeader) != "" && h.Get("X-Tokenbudget-Request-Id") == "" {
-			w.refused, w.limit, w.scope = true, h.Get(limitHeader), h.Get(limitScopeHeader)
-		}
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *refusalWriter) Write(b []byte) (int, error) {
-	w.wrote = true
-	return w.ResponseWriter.Write(b)
-}
-
-// Flush passes a flush on: streamed answers go out event by event.
-func (w *refusalWriter) Flush() {
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-// Unwrap lets http.ResponseController reach the connection (the
-// middleware's read deadlines).
-func (w *refusalWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+type refusalNoteKey struct{}

@@ -112,7 +112,7 @@ func TestRefusalsWrap(t *testing.T) {
 		t.Fatalf("a request over the limit: status %d; want 429", code)
 	}
 	got := rs.List()
-	want := proxy.Refusal{At: at, Key: "alice", Limit: lim.ID, Scope: "global"}
+	want := proxy.Refusal{At: at, Key: "alice", Limit: lim.ID, Scope: "global", Level: "key", Code: proxy.CodeBudgetExceeded}
 	if len(got) != 1 || got[0] != want {
 		t.Fatalf("refusals: got %+v; want [%+v]", got, want)
 	}

@@ -136,7 +136,7 @@ func (p *runningProxy) refusalList() []dashboard.Refusal {
 	rs := p.admin.refusals.List()
 	out := make([]dashboard.Refusal, len(rs))
 	for i, r := range rs {
-		out[i] = dashboard.Refusal{At: r.At, Key: r.Key, LimitID: r.Limit}
+		out[i] = dashboard.Refusal{At: r.At, Key: r.Key, LimitID: r.Limit, Code: r.Code}
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,7 +28,8 @@ const proxyHelp = `usage: budget proxy (--upstream URL | --mock-upstream) [--lis
 	[--cap-field auto|none|max_tokens|max_completion_tokens|max_output_tokens]
 	[--max-client-wait D] [--require-limits] [--image-tokens N] [--reservation-ttl D]
 	[--body-timeout D] [--header-timeout D] [--stream-idle-timeout D]
-	[--max-inflight-bytes N] [--retain D] [--log-format text|json]
+	[--max-inflight-bytes N] [--max-inflight-bytes-per-key N] [--min-body-rate N]
+	[--retain D] [--log-format text|json]
 	[--admin-listen ADDR [--admin-token-env VAR]]
 	[--alert-webhook URL [--alert-secret-env VAR]] [--metrics-limits ID,...]
 
@@ -75,7 +77,11 @@ upstream must send its response headers within --header-timeout (else
 504) and never go quiet for --stream-idle-timeout mid-response (else the
 response is cut off and charged what it reported plus the estimate of the
 rest); request bodies held at once are capped by --max-inflight-bytes (503
-with Retry-After past it; a body over --max-body gets 413 first).
+with Retry-After past it; a body over --max-body gets 413 first), counted
+as they arrive, and one key's by --max-inflight-bytes-per-key (default a
+quarter of it, at least twice --max-body); a body arriving slower than
+--min-body-rate bytes a second (after 2s; default 4096, 0: no minimum)
+gets 408.
 
 Retention: with --retain D (days such as 400d, or a Go duration; at least
 1d) the proxy prunes the usage history once when it starts and then every
@@ -141,6 +147,8 @@ type proxyOptions struct {
 	headerTimeout  time.Duration
 	idleTimeout    time.Duration
 	maxInflight    int64
+	maxInflightKey int64         // 0: the default share
+	minBodyRate    int64         // 0: no minimum
 	maxClientWait  time.Duration // 0: the default; negative: every refusal
 	capField       string        // "": auto
 	requireLimits  bool
@@ -183,6 +191,8 @@ func (m *Main) runProxy(ctx context.Context, args []string) (err error) {
 	fs.DurationVar(&o.headerTimeout, "header-timeout", proxy.DefaultHeaderTimeout, "time allowed for the upstream's response headers; past it 504")
 	fs.DurationVar(&o.idleTimeout, "stream-idle-timeout", proxy.DefaultStreamIdleTimeout, "longest the upstream may go quiet mid-response before it is cut off")
 	fs.Int64Var(&o.maxInflight, "max-inflight-bytes", proxy.DefaultMaxInflightBytes, "request body bytes held at once; past it 503 with Retry-After")
+	fs.Int64Var(&o.maxInflightKey, "max-inflight-bytes-per-key", 0, "request body bytes one key holds at once; past it 503 (default: a quarter of --max-inflight-bytes, at least twice --max-body)")
+	fs.Int64Var(&o.minBodyRate, "min-body-rate", proxy.DefaultMinBodyRate, "slowest a request body may arrive, in bytes a second after 2s; slower ones get 408 (0: no minimum)")
 	fs.DurationVar(&o.maxClientWait, "max-client-wait", proxy.DefaultMaxClientWait, "a refusal with a longer wait says x-should-retry: false (0s: every refusal)")
 	fs.StringVar(&o.capField, "cap-field", proxy.CapAuto, "field an injected output cap goes in: auto, none, max_tokens, max_completion_tokens or max_output_tokens")
 	fs.BoolVar(&o.requireLimits, "require-limits", false, "refuse (403 no_budget) a request that no enabled limit applies to")
@@ -284,6 +294,12 @@ func (o *proxyOptions) validate() error {
 	}
 	if o.maxInflight <= 0 {
 		return budget.Invalid("max-inflight-bytes", o.maxInflight, "must be greater than 0")
+	}
+	if o.maxInflightKey < 0 {
+		return budget.Invalid("max-inflight-bytes-per-key", o.maxInflightKey, "must not be negative")
+	}
+	if o.minBodyRate < 0 {
+		return budget.Invalid("min-body-rate", o.minBodyRate, "must not be negative")
 	}
 	if o.maxClientWait < 0 {
 		return budget.Invalid("max-client-wait", o.maxClientWait, "must not be negative")
@@ -402,6 +418,7 @@ func (m *Main) startProxy(ctx context.Context, o proxyOptions) (_ *runningProxy,
 		DefaultMaxOutput: o.maxOutput, CapField: o.capField, MaxClientWait: o.maxClientWait, RequireLimits: o.requireLimits,
 		ImageTokens: o.imageTokens, MaxBody: o.maxBody,
 		ReservationTTL: o.reservationTTL, BodyTimeout: o.bodyTimeout, MaxInflightBytes: o.maxInflight,
+		MaxInflightBytesPerKey: o.maxInflightKey, MinBodyRate: cmp.Or(o.minBodyRate, -1),
 		Metrics: metrics, Logger: o.log}
 	if o.accessLog {
 		pc.AccessLog = o.log

@@ -29,6 +29,8 @@ func TestProxyFlags(t *testing.T) {
 		{"--mock-upstream", "--header-timeout", "-1s"},
 		{"--mock-upstream", "--stream-idle-timeout", "0s"},
 		{"--mock-upstream", "--max-inflight-bytes", "0"},
+		{"--mock-upstream", "--max-inflight-bytes-per-key", "-1"},
+		{"--mock-upstream", "--min-body-rate", "-1"},
 		{"--mock-upstream", "--provider", "open\nai"},
 		{"--mock-upstream", "--provider", strings.Repeat("p", 300)},
 		{"--mock-upstream", "--cap-field", "max_words"},
@@ -46,7 +48,7 @@ func TestProxyFlags(t *testing.T) {
 	for _, want := range []string{"--upstream-key-env", "X-Tokenbudget-Request-Id",
 		"-reservation-ttl duration", "(default 20s)", "-body-timeout duration", "(default 30s)",
 		"-header-timeout duration", "(default 10m0s)", "-stream-idle-timeout duration", "(default 5m0s)",
-		"-max-inflight-bytes int", "(default 268435456)", "-max-client-wait duration", "(default 1m0s)",
+		"-max-inflight-bytes int", "(default 268435456)", "-max-inflight-bytes-per-key int", "-min-body-rate int", "(default 4096)", "-max-client-wait duration", "(default 1m0s)",
 		"-cap-field string", `(default "auto")`, "-require-limits", "-log-format string", "GET /v1/models"} {
 		if !strings.Contains(help, want) {
 			t.Errorf("proxy -h lacks %q:\n%s", want, help)
