@@ -236,9 +236,14 @@ func (k *keyLimits) window(i int, at time.Time) *curWindow {
 }
 
 // fresh reports whether something loaded at loadedAt may still be trusted
-// at clock (both Unix nanos of the tracker's clock).
+// at clock (both Unix nanos of the tracker's clock). The readings are wall
+// time (the monotonic one is gone once in Unix nanos, and an injected clock
+// has none), so a negative age means the clock stepped back: it counts as
+// stale, or the cache would be frozen for the size of the step. The re-read
+// stamps the new reading, so the cache serves again at once.
 func (t *Tracker) fresh(loadedAt, clock int64) bool {
-	return loadedAt != 0 && t.cfg.RefreshInterval > 0 && clock-loadedAt < int64(t.cfg.RefreshInterval)
+	age := clock - loadedAt
+	return loadedAt != 0 && t.cfg.RefreshInterval > 0 && age >= 0 && age < int64(t.cfg.RefreshInterval)
 }
 
 // keyLimitsFor returns key's limits from the cache, re-reading them once
