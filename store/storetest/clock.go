@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 func init() {
 	extra = append(extra,
 		suiteCase{"CacheAgeAcrossClockSteps", testCacheClockSteps},
+		suiteCase{"ClockAheadKeepsExpiredCommittable", testClockAheadKeepsExpired},
 	)
 }
 
@@ -89,5 +91,80 @@ func testCacheClockSteps(t *testing.T, newDB NewDB) {
 				t.Fatalf("after the interval a sees used %d; want 950", u)
 			}
 		})
+	}
+}
+
+// testClockAheadKeepsExpired: a reservation recovered as expired (neither
+// committed nor charged) stays committable through a forward clock step
+// beyond SettledRetention: its commit, once the clock is put right, still
+// records the usage, marked expired. Rows settled long before on a clock
+// that ran normally are still deleted.
+func testClockAheadKeepsExpired(t *testing.T, newDB NewDB) {
+	// c is the wall clock, mono the clock that cannot jump (Go's monotonic
+	// one in production): time that passes moves both, a step only c.
+	c, mono := NewClock(T0), NewClock(T0)
+	pass := func(d time.Duration) { c.Advance(d); mono.Advance(d) }
+	cfg := budget.DefaultConfig()
+	cfg.Now = c.Now
+	cfg.Elapsed = func() time.Duration { return mono.Now().Sub(T0) }
+	cfg.SweepInterval = -1
+	tr, err := budget.New(ctx, newDB(t)(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close(context.Background()) })
+	l := SetLimit(t, tr, budget.LimitSpec{Key: "k", Window: "daily"}, 1000)
+	req := budget.Request{Key: "k", Provider: "p", Model: "m", Estimate: tokens(100)}
+	old, err := tr.Reserve(ctx, req, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Commit(ctx, old.ID, budget.Usage{Input: 1}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := tr.Reserve(ctx, req, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pass(2 * time.Minute)
+	if res, err := tr.Recover(ctx, c.Now()); err != nil || res.ReleasedReservations != 1 {
+		t.Fatalf("Recover after expiry = %+v, %v; want 1 released", res, err)
+	}
+	back := c.Now()
+	c.Advance(3 * 24 * time.Hour) // the clock is set days ahead
+	if _, err := tr.Recover(ctx, c.Now()); err != nil {
+		t.Fatalf("Recover with the clock ahead: %v", err)
+	}
+	pass(time.Minute)
+	c.Set(back.Add(time.Minute)) // and put right
+	s, err := tr.Commit(ctx, r.ID, budget.Usage{Input: 40, Output: 2})
+	if err != nil || !s.Expired || s.Charged {
+		t.Fatalf("late commit after the clock step = %+v, %v; want settled, expired, not charged", s, err)
+	}
+	if u, res := Used(t, tr, req, c.Now(), l.ID); u != 43 || res != 0 {
+		t.Fatalf("used/reserved after the late commit = %d/%d; want 43/0", u, res)
+	}
+	// One that expires on a clock that runs normally, never committed.
+	gone, err := tr.Reserve(ctx, req, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Time that passes still deletes settled rows after the retention.
+	pass(2 * time.Minute)
+	if res, err := tr.Recover(ctx, c.Now()); err != nil || res.ReleasedReservations != 1 {
+		t.Fatalf("Recover = %+v, %v; want 1 released", res, err)
+	}
+	pass(25 * time.Hour)
+	if _, err := tr.Recover(ctx, c.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Commit(ctx, r.ID, budget.Usage{Input: 1}); !errors.Is(err, budget.ErrNotFound) {
+		t.Fatalf("commit two days after settling = %v; want ErrNotFound (deleted)", err)
+	}
+	if _, err := tr.Commit(ctx, gone.ID, budget.Usage{Input: 1}); !errors.Is(err, budget.ErrNotFound) {
+		t.Fatalf("commit two days after expiry = %v; want ErrNotFound (deleted)", err)
+	}
+	if _, err := tr.Commit(ctx, old.ID, budget.Usage{Input: 1}); !errors.Is(err, budget.ErrNotFound) {
+		t.Fatalf("commit of the old reservation = %v; want ErrNotFound (deleted)", err)
 	}
 }
