@@ -33,6 +33,7 @@ type stmtCounts struct {
 // roleCounts counts what the connections of one role ran.
 type roleCounts struct {
 	stmts    atomic.Int64 // Exec and Query, on the connection or a prepared statement
+	parsed   atomic.Int64 // of those, Exec and Query on the connection: SQL parsed anew
 	prepares atomic.Int64 // statements prepared (not run)
 	txs      atomic.Int64 // transactions begun (each also runs BEGIN and COMMIT or ROLLBACK)
 }
@@ -106,6 +107,7 @@ func (c *countingConn) ExecContext(ctx context.Context, query string, args []dri
 	r, err := c.Conn.(driver.ExecerContext).ExecContext(ctx, query, args)
 	if !errors.Is(err, driver.ErrSkip) {
 		c.n.stmts.Add(1)
+		c.n.parsed.Add(1)
 	}
 	return r, err
 }
@@ -114,6 +116,7 @@ func (c *countingConn) QueryContext(ctx context.Context, query string, args []dr
 	r, err := c.Conn.(driver.QueryerContext).QueryContext(ctx, query, args)
 	if !errors.Is(err, driver.ErrSkip) {
 		c.n.stmts.Add(1)
+		c.n.parsed.Add(1)
 	}
 	return r, err
 }
@@ -155,7 +158,7 @@ func (s *countingStmt) QueryContext(ctx context.Context, args []driver.NamedValu
 // database/sql driver Open uses (Driver string; default "sqlite"): it is
 // set by reflection so this file compiles before that field exists, and
 // the benchmark skips until it does.
-func openCountingStore(b *testing.B) *store.DB {
+func openCountingStore(b testing.TB) *store.DB {
 	b.Helper()
 	registerCountingDriver()
 	opts := store.Options{Create: true, Driver: countingDriverName}
@@ -256,5 +259,47 @@ func TestCountingDriver(t *testing.T) {
 	var se *sqlite.Error
 	if _, err := db.Exec(`SELECT * FROM missing`); !errors.As(err, &se) {
 		t.Errorf("error through the wrapper: got %T %v; want a *sqlite.Error", err, err)
+	}
+}
+
+// TestColdCheckReadsPrepared: a check that misses the cache (refresh 0)
+// runs its reads through prepared statements once they have been seen,
+// rather than parsing the SQL of every read again (issue 24.6).
+func TestColdCheckReadsPrepared(t *testing.T) {
+	ctx := context.Background()
+	s := openCountingStore(t)
+	tr, err := budget.New(ctx, s, storetest.BenchConfig(func(c *budget.Config) { c.RefreshInterval = 0 }))
+	if err != nil {
+		s.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		tr.Close(ctx)
+		s.Close()
+	})
+	storetest.SetBenchLimits(t, tr, 1)
+	if _, err := tr.RecordSync(ctx, budget.Usage{Key: "key-0", Provider: "openai", Model: "gpt-4o", Input: 10, Output: 5}); err != nil {
+		t.Fatal(err)
+	}
+	check := func() {
+		t.Helper()
+		if d, err := tr.Check(ctx, storetest.BenchReq); err != nil || !d.Allowed {
+			t.Fatalf("check = %+v, %v", d, err)
+		}
+	}
+	for range 3 { // the first checks meet each statement and queue it
+		check()
+	}
+	r0, p0 := counted.read.stmts.Load(), counted.read.parsed.Load()
+	const n = 20
+	for range n {
+		check()
+	}
+	ran, parsed := counted.read.stmts.Load()-r0, counted.read.parsed.Load()-p0
+	if ran < n {
+		t.Fatalf("%d cold checks ran %d read statements; want at least one each (is the cache off?)", n, ran)
+	}
+	if parsed != 0 {
+		t.Errorf("%d cold checks ran %d read statements, %d of them parsed anew; want all prepared", n, ran, parsed)
 	}
 }

@@ -898,6 +898,7 @@ func (b *batch) recover(ctx context.Context, tx Tx, o *op) error {
 		}
 	}
 	b.ws.DeleteSettledBefore = o.at.Add(-b.t.cfg.SettledRetention)
+	b.ws.DeleteExpiredBefore = b.t.expiredCut(o.at)
 	return nil
 }
 

@@ -136,6 +136,11 @@ type WriteSet struct {
 	// DeleteSettledBefore, when not zero, deletes reservations settled
 	// (committed, released or expired) before it.
 	DeleteSettledBefore time.Time
+	// DeleteExpiredBefore, when not zero, holds back expired ones (whose
+	// commit may still come) settled at or after it; they go only once
+	// settled before both instants. It is measured on a clock a forward
+	// step of the wall clock cannot push (see retentionClock).
+	DeleteExpiredBefore time.Time
 }
 
 // CounterDeltas is what each of w.Counters gains from the events that
@@ -428,4 +433,13 @@ type Tx interface {
 	// a stale list cannot probe again right after another's failure); ok
 	// reports whether this caller got it.
 	ClaimProbe(ctx context.Context, name, owner string, now, until time.Time) (ok bool, err error)
+}
+
+// ExpiredBefore is the instant before which expired reservations are
+// deleted: the earlier of DeleteSettledBefore and DeleteExpiredBefore.
+func (w *WriteSet) ExpiredBefore() time.Time {
+	if w.DeleteExpiredBefore.IsZero() || w.DeleteSettledBefore.Before(w.DeleteExpiredBefore) {
+		return w.DeleteSettledBefore
+	}
+	return w.DeleteExpiredBefore
 }

@@ -32,6 +32,13 @@ const (
 type Config struct {
 	// Now is the clock. (Optional; default time.Now; tests inject one.)
 	Now func() time.Time
+	// Elapsed is the time since any fixed origin on a clock that cannot
+	// jump: how long an expired reservation stays committable is measured
+	// on it, so a wall clock set days ahead does not delete reservations
+	// whose commits are still to come. (Optional; default Go's monotonic
+	// clock when Now is nil, else Now's readings, so a test that moves Now
+	// moves both unless it injects Elapsed too.)
+	Elapsed func() time.Duration
 	// RefreshInterval is how long a cached counter or definition is trusted
 	// before it is re-read from the store, so other processes' writes and
 	// CLI changes are seen. 0 reads the store on every check.
@@ -78,6 +85,17 @@ func DefaultConfig() Config {
 }
 
 func (c *Config) fill() {
+	if c.Elapsed == nil {
+		// Go's monotonic reading (time.Since) when the clock is time.Now;
+		// an injected clock stands for both.
+		now, origin := c.Now, time.Now()
+		if now == nil {
+			now = time.Now
+		} else {
+			origin = now()
+		}
+		c.Elapsed = func() time.Duration { return now().Sub(origin) }
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -133,7 +151,8 @@ type Tracker struct {
 	done      chan struct{}
 	closeCx   atomic.Pointer[context.Context]
 
-	sweepWG sync.WaitGroup
+	sweepWG   sync.WaitGroup
+	retention retentionClock // what expired reservations' retention is measured on
 
 	stats trackerStats
 	w     writerState // owned by the writer goroutine
@@ -162,6 +181,7 @@ func New(ctx context.Context, store Store, cfg Config) (*Tracker, error) {
 		done:      make(chan struct{}),
 	}
 	t.w.init()
+	t.startRetention()
 	go t.run() // recovery runs on the writer
 	// Record refuses events before the prune horizon from the start; if the
 	// store cannot say yet, the writer's first batch reads it (its limits
@@ -236,9 +256,14 @@ func (k *keyLimits) window(i int, at time.Time) *curWindow {
 }
 
 // fresh reports whether something loaded at loadedAt may still be trusted
-// at clock (both Unix nanos of the tracker's clock).
+// at clock (both Unix nanos of the tracker's clock). The readings are wall
+// time (the monotonic one is gone once in Unix nanos, and an injected clock
+// has none), so a negative age means the clock stepped back: it counts as
+// stale, or the cache would be frozen for the size of the step. The re-read
+// stamps the new reading, so the cache serves again at once.
 func (t *Tracker) fresh(loadedAt, clock int64) bool {
-	return loadedAt != 0 && t.cfg.RefreshInterval > 0 && clock-loadedAt < int64(t.cfg.RefreshInterval)
+	age := clock - loadedAt
+	return loadedAt != 0 && t.cfg.RefreshInterval > 0 && age >= 0 && age < int64(t.cfg.RefreshInterval)
 }
 
 // keyLimitsFor returns key's limits from the cache, re-reading them once

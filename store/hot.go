@@ -208,7 +208,8 @@ func (t *tx) Apply(ctx context.Context, w *budget.WriteSet) ([]bool, int64, erro
 	}
 	var deleted int64
 	if !w.DeleteSettledBefore.IsZero() {
-		if deleted, err = t.exec(ctx, `DELETE FROM reservations WHERE state <> 'live' AND settled_at < ?`, w.DeleteSettledBefore.UnixNano()); err != nil {
+		if deleted, err = t.exec(ctx, `DELETE FROM reservations WHERE state <> 'live' AND settled_at < ? AND (state <> 'expired' OR settled_at < ?)`,
+			w.DeleteSettledBefore.UnixNano(), w.ExpiredBefore().UnixNano()); err != nil {
 			return nil, 0, fmt.Errorf("delete settled reservations: %w", err)
 		}
 	}

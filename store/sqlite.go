@@ -58,9 +58,9 @@ type DB struct {
 	w    *sqlx.DB // one connection, BEGIN IMMEDIATE
 	r    *sqlx.DB // query-only pool, deferred BEGIN
 
-	stmts   sync.Map    // query string -> *sqlx.Stmt on w
-	pending sync.Map    // query string -> struct{}: to prepare before the next write
-	ready   atomic.Bool // the schema is current: statements can be prepared
+	ws    stmtCache   // the writer's statements
+	rs    stmtCache   // the read pool's: each prepared once per connection, as used
+	ready atomic.Bool // the schema is current: statements can be prepared
 
 	retries  atomic.Int64
 	failures atomic.Int64
@@ -139,7 +139,7 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 	// file to WAL) only for a migration or the first write, so read-only
 	// tools never take the write lock.
 	for _, q := range hotStatements {
-		db.pending.Store(q, struct{}{})
+		db.ws.pending.Store(q, struct{}{})
 	}
 	err = db.migrate(ctx, schema)
 	if err != nil && !opts.Create && cannotInit(err) {
@@ -523,8 +523,10 @@ func (db *DB) View(ctx context.Context, fn func(budget.Tx) error) error {
 
 func (db *DB) run(ctx context.Context, pool *sqlx.DB, ro bool, fn func(budget.Tx) error) error {
 	backoff := time.Millisecond
-	if !ro && db.ready.Load() {
-		if err := db.preparePending(ctx); err != nil {
+	if db.ready.Load() {
+		if ro {
+			db.rs.prepare(ctx, db.r, maxReadStmts)
+		} else if err := db.ws.prepare(ctx, db.w, 0); err != nil {
 			return err
 		}
 	}
@@ -632,36 +634,68 @@ func isBusy(err error) bool {
 	return false
 }
 
-// preparePending prepares, on the writer connection, the statements write
-// transactions have run unprepared so far. It runs between transactions:
-// inside one, the single writer connection is taken.
-func (db *DB) preparePending(ctx context.Context) error {
+// stmtCache is one pool's prepared statements. A statement a transaction
+// meets unprepared is queued and prepared between transactions: inside one,
+// the connection it would prepare on may be the only one (the writer), or
+// the pool may be exhausted by transactions that all wait for it (readers).
+type stmtCache struct {
+	stmts   sync.Map // query string -> *sqlx.Stmt
+	pending sync.Map // query string -> struct{}: to prepare before the next transaction
+	n       atomic.Int64
+}
+
+// maxReadStmts bounds the read pool's statements: reads whose SQL is built
+// per call (a report's filters and groupings) past it run unprepared
+// rather than each holding a statement on every connection for good.
+const maxReadStmts = 256
+
+// prepare prepares the queued statements on pool (at most max in all, 0 for
+// no bound). A read's prepare error is dropped: the read runs unprepared
+// and reports its own error, so a cache never fails a read.
+func (c *stmtCache) prepare(ctx context.Context, pool *sqlx.DB, max int64) error {
 	var err error
-	db.pending.Range(func(k, _ any) bool {
+	c.pending.Range(func(k, _ any) bool {
 		q := k.(string)
-		db.pending.Delete(q)
-		if _, ok := db.stmts.Load(q); ok {
+		if _, claimed := c.pending.LoadAndDelete(q); !claimed {
+			return true // another transaction is preparing it
+		}
+		if _, ok := c.stmts.Load(q); ok {
 			return true
 		}
-		st, perr := db.w.PreparexContext(ctx, q)
-		if perr != nil {
-			err = fmt.Errorf("prepare %q: %w", q, perr)
-			return false
+		if max > 0 && c.n.Load() >= max {
+			return true
 		}
-		db.stmts.Store(q, st)
+		st, perr := pool.PreparexContext(ctx, q)
+		if perr != nil {
+			if max == 0 {
+				err = fmt.Errorf("prepare %q: %w", q, perr)
+				return false
+			}
+			return true
+		}
+		if _, dup := c.stmts.LoadOrStore(q, st); dup {
+			_ = st.Close()
+			return true
+		}
+		c.n.Add(1)
 		return true
 	})
 	return err
 }
 
-// stmt is the prepared form of query for a write transaction, or nil (and
-// query is queued to be prepared before the next one).
-func (db *DB) stmt(ctx context.Context, t *sqlx.Tx, query string) *sqlx.Stmt {
-	if st, ok := db.stmts.Load(query); ok {
+// get is the prepared form of query for t, or nil (and query is queued to
+// be prepared before the next transaction).
+func (c *stmtCache) get(ctx context.Context, t *sqlx.Tx, query string) *sqlx.Stmt {
+	if st, ok := c.stmts.Load(query); ok {
 		return t.StmtxContext(ctx, st.(*sqlx.Stmt))
 	}
-	db.pending.Store(query, struct{}{})
+	c.pending.Store(query, struct{}{})
 	return nil
+}
+
+// stmt is the prepared form of query for a write transaction, or nil.
+func (db *DB) stmt(ctx context.Context, t *sqlx.Tx, query string) *sqlx.Stmt {
+	return db.ws.get(ctx, t, query)
 }
 
 // query runs a read in t, through its prepared statement when it has one.

@@ -85,29 +85,34 @@ func (t *tx) exec(ctx context.Context, q string, args ...any) (int64, error) {
 	return t.db.exec(ctx, t.tx, q, args...)
 }
 
-// get, sel and query read through the writer's prepared statements in a
-// write transaction; the read pool's connections have none.
+// get, sel and query read through the prepared statements of the
+// transaction's pool: the writer's in a write transaction, the read pool's
+// in a read one, so a check that misses the cache does not parse its SQL
+// again on every read.
+func (t *tx) stmt(ctx context.Context, q string) *sqlx.Stmt {
+	if t.ro {
+		return t.db.rs.get(ctx, t.tx, q)
+	}
+	return t.db.ws.get(ctx, t.tx, q)
+}
+
 func (t *tx) get(ctx context.Context, dest any, q string, args ...any) error {
-	if !t.ro {
-		if st := t.db.stmt(ctx, t.tx, q); st != nil {
-			return st.GetContext(ctx, dest, args...)
-		}
+	if st := t.stmt(ctx, q); st != nil {
+		return st.GetContext(ctx, dest, args...)
 	}
 	return t.tx.GetContext(ctx, dest, q, args...)
 }
 
 func (t *tx) sel(ctx context.Context, dest any, q string, args ...any) error {
-	if !t.ro {
-		if st := t.db.stmt(ctx, t.tx, q); st != nil {
-			return st.SelectContext(ctx, dest, args...)
-		}
+	if st := t.stmt(ctx, q); st != nil {
+		return st.SelectContext(ctx, dest, args...)
 	}
 	return t.tx.SelectContext(ctx, dest, q, args...)
 }
 
 func (t *tx) query(ctx context.Context, q string, args ...any) (*sqlx.Rows, error) {
-	if !t.ro {
-		return t.db.query(ctx, t.tx, q, args...)
+	if st := t.stmt(ctx, q); st != nil {
+		return st.QueryxContext(ctx, args...)
 	}
 	return t.tx.QueryxContext(ctx, q, args...)
 }

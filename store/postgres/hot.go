@@ -188,7 +188,8 @@ func (t *tx) Apply(ctx context.Context, w *budget.WriteSet) ([]bool, int64, erro
 	}
 	var deleted int64
 	if !w.DeleteSettledBefore.IsZero() {
-		if deleted, err = t.exec(ctx, `DELETE FROM reservations WHERE state <> 'live' AND settled_at < $1`, w.DeleteSettledBefore.UnixNano()); err != nil {
+		if deleted, err = t.exec(ctx, `DELETE FROM reservations WHERE state <> 'live' AND settled_at < $1 AND (state <> 'expired' OR settled_at < $2)`,
+			w.DeleteSettledBefore.UnixNano(), w.ExpiredBefore().UnixNano()); err != nil {
 			return nil, 0, fmt.Errorf("delete settled reservations: %w", err)
 		}
 	}

@@ -44,7 +44,7 @@ var BenchReq = budget.Request{Key: "key-0", Provider: "openai", Model: "gpt-4o",
 // SetBenchLimits gives keys key-0 to key-(nKeys-1) the three limits of
 // BenchReq, large enough never to refuse: global daily tokens, provider
 // openai hourly tokens, model gpt-4o per-minute input tokens.
-func SetBenchLimits(b *testing.B, tr *budget.Tracker, nKeys int) {
+func SetBenchLimits(b testing.TB, tr *budget.Tracker, nKeys int) {
 	b.Helper()
 	for k := range nKeys {
 		key := BenchKey(k)

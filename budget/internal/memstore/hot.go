@@ -182,10 +182,15 @@ func (t *tx) Apply(_ context.Context, w *budget.WriteSet) ([]bool, int64, error)
 	var deleted int64
 	if !w.DeleteSettledBefore.IsZero() {
 		before := w.DeleteSettledBefore.UnixNano()
+		expired := w.ExpiredBefore().UnixNano()
 		own(st, "reservations", &st.reservations)
 		own(st, "holds", &st.holds)
 		for id, r := range st.reservations {
-			if r.State != budget.ReservationLive && ns(r.SettledAt) < before {
+			cut := before
+			if r.State == budget.ReservationExpired {
+				cut = expired
+			}
+			if r.State != budget.ReservationLive && ns(r.SettledAt) < cut {
 				delete(st.reservations, id)
 				maps.DeleteFunc(st.holds, func(k holdKey, _ budget.Hold) bool { return k.reservationID == id })
 				deleted++
