@@ -241,12 +241,16 @@ func TestProxyGaugesAndSelfService(t *testing.T) {
 	line, done := startCLI(t, ctx, nil, "proxy", "--db", db, "--mock-upstream", "--listen", "127.0.0.1:0", "--metrics-limits", "named,missing")
 	base := listenURL(t, line)
 	_, text := getURL(http.DefaultClient, base+"/metrics")
-	for id, want := range map[string]bool{"alerted": true, "named": true, "plain": false} {
-		if got := strings.Contains(text, `tokenbudget_limit_used{level="key",limit_id="`+id+`",owner="app"}`); got != want {
+	for _, c := range []struct {
+		id, metric string
+		want       bool
+	}{{"alerted", "tokens", true}, {"named", "requests", true}, {"plain", "tokens", false}} {
+		id, want := c.id, c.want
+		if got := strings.Contains(text, `tokenbudget_limit_used{level="key",limit_id="`+id+`",metric="`+c.metric+`",owner="app"}`); got != want {
 			t.Errorf("/metrics reports %s: %v; want %v", id, got, want)
 		}
 	}
-	if !strings.Contains(text, `tokenbudget_limit_utilization{level="key",limit_id="alerted",owner="app"} 0.3`) {
+	if !strings.Contains(text, `tokenbudget_limit_utilization{level="key",limit_id="alerted",metric="tokens",owner="app"} 0.3`) {
 		t.Errorf("/metrics: no utilization 0.3 of alerted:\n%s", text)
 	}
 
