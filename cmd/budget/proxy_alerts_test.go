@@ -121,7 +121,8 @@ func TestProxyAlertFlags(t *testing.T) {
 
 // TestProxyAlertWebhook: budget proxy --alert-webhook delivers an alert
 // logged before it started, at once, signed with the secret of
-// --alert-secret-env, and one that a proxied request logs.
+// --alert-secret-env, one that a proxied request logs, and the exhausted
+// one its first refusal logs.
 func TestProxyAlertWebhook(t *testing.T) {
 	t.Parallel()
 	db := tempDB(t)
@@ -142,8 +143,15 @@ func TestProxyAlertWebhook(t *testing.T) {
 	if code, body := post(t, listenURL(t, line)+"/v1/chat/completions", secret, `{"model":"m","max_tokens":30,"messages":[]}`); code != 200 {
 		t.Fatalf("proxied request: %d %s", code, body)
 	}
-	if a := hook.next(t).check(t, "s3cret"); a["threshold"] != 80.0 || a["used"].(float64) < 80 {
+	if a := hook.next(t).check(t, "s3cret"); a["threshold"] != 80.0 || a["used"].(float64) < 80 || a["kind"] != "threshold" || a["metric"] != "tokens" {
 		t.Errorf("second alert: %v; want 80%% of lim", a)
+	}
+	// One that no longer fits is refused: the window is exhausted.
+	if code, body := post(t, listenURL(t, line)+"/v1/chat/completions", secret, `{"model":"m","max_tokens":30,"messages":[]}`); code != 429 {
+		t.Fatalf("proxied request past the limit: %d %s; want 429", code, body)
+	}
+	if a := hook.next(t).check(t, "s3cret"); a["kind"] != "exhausted" || a["threshold"] != nil || a["limit_id"] != "lim" || a["limit"] != 100.0 {
+		t.Errorf("third alert: %v; want lim exhausted, threshold null", a)
 	}
 	cancel()
 	if err := <-done; err != nil {
