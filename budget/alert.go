@@ -127,10 +127,16 @@ func (b *batch) alerts(ctx context.Context, tx Tx) ([]Alert, error) {
 }
 
 // exhaustedOf are the AlertExhausted alerts of a refused reservation (d
-// decided on est at at): one per refusing limit with thresholds whose
-// refusal waiting can lift, as its window resets and the estimate alone
-// fits it. Only Reserve logs them: a check stays read-only.
-func exhaustedOf(d *Decision, est Estimate, at time.Time) []Alert {
+// decided on est at at, its output allowed to shrink to minOut): one per
+// limit with thresholds that has no room even for the smallest output,
+// and whose refusal waiting can lift, as its window resets and that
+// estimate alone fits it. A limit that refused only because another did
+// is not exhausted. Only Reserve logs them: a check stays read-only.
+func exhaustedOf(d *Decision, est Estimate, minOut int64, at time.Time) []Alert {
+	least := est
+	if minOut > 0 && minOut < est.Output {
+		least.Output = minOut
+	}
 	var out []Alert
 	for i := range d.Limits {
 		s := &d.Limits[i]
@@ -138,7 +144,7 @@ func exhaustedOf(d *Decision, est Estimate, at time.Time) []Alert {
 		if len(l.Alerts) == 0 || l.Window.Kind == Once || l.Metric == MetricConcurrent {
 			continue
 		}
-		e := est.Amount(l.Metric)
+		e := least.Amount(l.Metric)
 		held := min(s.Used+s.Reserved, MaxTokens)
 		if e > s.Max || (e > 0 && held+e <= s.Max) || (e == 0 && held < s.Max) {
 			continue

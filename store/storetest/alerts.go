@@ -238,6 +238,20 @@ func testAlertExhausted(t *testing.T, newDB NewDB) {
 	if err != nil || len(claimed) != 1 || claimed[0].ID != a.ID || claimed[0].Kind != budget.AlertExhausted {
 		t.Fatalf("ClaimAlerts = %+v, %v; want the exhausted alert", claimed, err)
 	}
+	// A limit with room for the smallest output is not exhausted when
+	// another limit refuses.
+	roomy := SetLimit(t, tr, budget.LimitSpec{Key: "f", Window: "1h", Alerts: &[]int{100}}, 1000)
+	SetLimit(t, tr, budget.LimitSpec{Key: "f", Metric: "input", Window: "1h"}, 100)
+	if _, err := tr.Reserve(ctx, budget.Request{Key: "f", Provider: "p", Model: "m", Estimate: budget.Estimate{Input: 95}}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.ReserveWith(ctx, budget.Request{Key: "f", Provider: "p", Model: "m", Estimate: budget.Estimate{Input: 10, Output: 900}},
+		budget.ReserveOptions{TTL: time.Minute, MinOutput: 1}); !isExceeded(err) {
+		t.Fatalf("ReserveWith(input 10 after 95 of 100) = %v; want refused", err)
+	}
+	if got := exhausted(t, tr, roomy.ID); len(got) != 0 {
+		t.Fatalf("exhausted alerts of a limit with room for the smallest output: %+v; want none", got)
+	}
 	// The next window runs out anew.
 	c.Set(T0.Add(time.Hour))
 	if _, err := tr.Reserve(ctx, req("k", 100), time.Minute); err != nil {
