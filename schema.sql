@@ -46,6 +46,10 @@ CREATE TABLE IF NOT EXISTS alerts (
     next_attempt  INTEGER NOT NULL DEFAULT 0,
     claim_owner   TEXT    NOT NULL DEFAULT '',
     claim_until   INTEGER NOT NULL DEFAULT 0,
+    -- 'threshold', or 'exhausted' (threshold 0): a reservation refused for
+    -- want of room, once per (limit, subject, window)
+    kind          TEXT    NOT NULL DEFAULT 'threshold',
+    metric        TEXT    NOT NULL DEFAULT '',  -- the limit's; '' if unknown
     UNIQUE (limit_id, subject, window_start, threshold)
 );
 CREATE INDEX IF NOT EXISTS alerts_pending ON alerts (next_attempt, at) WHERE delivered_at = 0;

@@ -1,5 +1,6 @@
 // Package alert delivers the alerts a Tracker logs (budget.Alert: a limit
-// window's usage crossing one of its thresholds) to a webhook.
+// window's usage crossing one of its thresholds, or its first refusal of a
+// reservation for want of room) to a webhook.
 //
 // Delivery is at least once. A Deliverer claims a few due alerts at a
 // time (budget.Tracker.ClaimAlerts), POSTs each as one JSON document with
@@ -17,6 +18,7 @@ package alert
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -43,9 +45,16 @@ type Object struct {
 	// Subject is whose counter crossed: "" for a key's, team's or org's
 	// own, the key for a default limit, the end user for a per-user
 	// limit, "key/user" for a default per-user one.
-	Subject      string  `json:"subject"`
-	WindowStart  string  `json:"window_start"`
-	Threshold    int     `json:"threshold"`
+	Subject string `json:"subject"`
+	// Kind is "threshold" for a crossing, "exhausted" for a window whose
+	// limit refused a reservation for want of room (its threshold null).
+	Kind        string `json:"kind"`
+	WindowStart string `json:"window_start"`
+	Threshold   *int   `json:"threshold"`
+	// Metric is what used and limit count: tokens, input, output, usd
+	// (micro-dollars), requests...; null for an alert logged before
+	// alerts kept it whose limit was gone by then.
+	Metric       *string `json:"metric"`
 	Used         int64   `json:"used"`
 	Limit        int64   `json:"limit"`
 	At           string  `json:"at"`
@@ -56,8 +65,16 @@ type Object struct {
 
 // ToObject is a's JSON form.
 func ToObject(a *budget.Alert) Object {
-	o := Object{ID: a.ID, LimitID: a.LimitID, Level: string(a.Level), Subject: strings.ReplaceAll(a.Subject, budget.SubjectSep, "/"), WindowStart: ts(a.WindowStart),
-		Threshold: a.Threshold, Used: a.Used, Limit: a.Max, At: ts(a.At)}
+	o := Object{ID: a.ID, LimitID: a.LimitID, Level: string(a.Level), Subject: strings.ReplaceAll(a.Subject, budget.SubjectSep, "/"),
+		Kind: string(cmp.Or(a.Kind, budget.AlertThreshold)), WindowStart: ts(a.WindowStart), Used: a.Used, Limit: a.Max, At: ts(a.At)}
+	if a.Kind != budget.AlertExhausted {
+		v := a.Threshold
+		o.Threshold = &v
+	}
+	if a.Metric != "" {
+		v := string(a.Metric)
+		o.Metric = &v
+	}
 	if a.Owner != "" {
 		o.Owner = &a.Owner
 	}

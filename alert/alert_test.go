@@ -105,7 +105,7 @@ func TestDeliverRetryRestart(t *testing.T) {
 	if err := json.Unmarshal(got[1].body, &o); err != nil {
 		t.Fatal(err)
 	}
-	if o.ID != got[1].id || o.Threshold != 80 || o.Used != 90 || o.Limit != 100 || o.Level != "key" || o.Owner == nil || *o.Owner != "k" || o.DeliveredAt != nil {
+	if o.ID != got[1].id || o.Threshold == nil || *o.Threshold != 80 || o.Kind != "threshold" || o.Metric == nil || *o.Metric != "tokens" || o.Used != 90 || o.Limit != 100 || o.Level != "key" || o.Owner == nil || *o.Owner != "k" || o.DeliveredAt != nil {
 		t.Fatalf("posted alert %+v; want threshold 80 at 90 of 100 for key k", o)
 	}
 

@@ -393,11 +393,34 @@ type Drift struct {
 	History     int64
 }
 
-// Verify compares every counter row with the history's sum over its window.
+// Verify compares every counter row with the history's sum over its window
+// (see VerifyCounters) and returns the rows that disagree.
 func (t *Tracker) Verify(ctx context.Context) ([]Drift, error) {
-	var out []Drift
+	res, err := t.VerifyCounters(ctx)
+	return res.Drifted, err
+}
+
+// VerifyResult is what VerifyCounters found.
+type VerifyResult struct {
+	Drifted []Drift
+	// NotCheckable counts the counter rows left unchecked: their window
+	// starts before the prune horizon other than at a UTC midnight, or
+	// ends before it other than at one. The pruned part of such a window
+	// is only in daily rollups, which cannot tell its hours apart.
+	NotCheckable int
+}
+
+// VerifyCounters compares every counter row the history can still check
+// with the history's sum over its window: the events, and for the whole
+// UTC days before the prune horizon the daily rollups.
+func (t *Tracker) VerifyCounters(ctx context.Context) (VerifyResult, error) {
+	var out VerifyResult
 	err := t.store.View(ctx, func(tx Tx) error {
-		out = out[:0]
+		out = VerifyResult{}
+		horizon, err := tx.PrunedBefore(ctx)
+		if err != nil {
+			return err
+		}
 		ls, err := tx.Limits(ctx, "")
 		if err != nil {
 			return err
@@ -415,6 +438,10 @@ func (t *Tracker) Verify(ctx context.Context) ([]Drift, error) {
 			if l == nil {
 				continue
 			}
+			if !checkable(r.WindowStart, r.WindowEnd, horizon) {
+				out.NotCheckable++
+				continue
+			}
 			eff := *l
 			eff.Subject = r.Subject
 			h, err := tx.SumUsage(ctx, &eff, r.WindowStart, r.WindowEnd)
@@ -422,10 +449,20 @@ func (t *Tracker) Verify(ctx context.Context) ([]Drift, error) {
 				return err
 			}
 			if h != r.Used {
-				out = append(out, Drift{LimitID: r.LimitID, Subject: r.Subject, WindowStart: r.WindowStart, Counter: r.Used, History: h})
+				out.Drifted = append(out.Drifted, Drift{LimitID: r.LimitID, Subject: r.Subject, WindowStart: r.WindowStart, Counter: r.Used, History: h})
 			}
 		}
 		return nil
 	})
 	return out, err
+}
+
+// checkable reports whether the history can still sum [start, end) after
+// a prune to horizon (a UTC midnight; zero when none): its part before the
+// horizon, if any, must be whole UTC days, which the rollups hold.
+func checkable(start, end, horizon time.Time) bool {
+	if horizon.IsZero() || !start.Before(horizon) {
+		return true
+	}
+	return start.Equal(Day(start)) && (!end.Before(horizon) || end.Equal(Day(end)))
 }

@@ -20,18 +20,26 @@ import (
 // (ClaimAlerts), tries them, and reports each as delivered, which is
 // final, or failed, which schedules the next try (AlertRetryDelay).
 
-// Alert is one logged threshold crossing.
+// Alert is one logged threshold crossing, or one exhausted window.
 type Alert struct {
 	ID          string
 	LimitID     string
 	Level       Level
 	Owner       string // the key, team or org; "" for a default limit
 	Subject     string // the counter's subject (see Limit.Subject)
+	Kind        AlertKind
 	WindowStart time.Time
-	Threshold   int   // percent
-	Used        int64 // the window's usage right after the crossing
-	Max         int64 // the limit in force then
-	At          time.Time
+	Threshold   int // percent; 0 for an AlertExhausted one
+	// Used is the window's usage right after the crossing; for an
+	// AlertExhausted one, its usage and holds when the refusal found no
+	// room (in reserve mode the holds are what ran it out).
+	Used int64
+	Max  int64 // the limit in force then
+	// Metric is the limit's: what Used and Max count (micro-dollars for
+	// usd). "" for an alert logged before alerts kept it whose limit was
+	// gone by then.
+	Metric Metric
+	At     time.Time
 	// The forecast when it was logged: ForecastUsed -1 and a zero
 	// ExhaustsAt when none (see Forecast).
 	ForecastUsed int64
@@ -40,6 +48,21 @@ type Alert struct {
 	Attempts     int       // failed deliveries so far
 	NextAttempt  time.Time // no delivery is tried before it
 }
+
+// AlertKind tells a threshold crossing from an exhausted window.
+type AlertKind string
+
+const (
+	AlertThreshold AlertKind = "threshold"
+	// AlertExhausted is logged on the first retryable refusal of a
+	// reservation by a limit with thresholds, once per (limit, subject,
+	// window): in reserve mode requests are refused before the usage
+	// reaches 100 %, so a 100 % threshold may never fire while users are
+	// refused. Its Threshold is 0, which no threshold can be, so the
+	// store's one-per-(limit, subject, window, threshold) rule keeps it
+	// once too.
+	AlertExhausted AlertKind = "exhausted"
+)
 
 // AlertRetryDelay is the wait after the n-th failed delivery (n >= 1):
 // 1 s, doubling, at most 5 minutes.
@@ -63,7 +86,7 @@ func alertsOf(l *Limit, start time.Time, before, after int64, at time.Time) []Al
 		lv := AlertLevel(max, p)
 		if before < lv && after >= lv {
 			out = append(out, Alert{ID: NewID("alt_"), LimitID: l.ID, Level: l.Level(), Owner: l.Owner(), Subject: l.Subject,
-				WindowStart: start, Threshold: p, Used: after, Max: max, At: at, ForecastUsed: -1})
+				Kind: AlertThreshold, Metric: l.Metric, WindowStart: start, Threshold: p, Used: after, Max: max, At: at, ForecastUsed: -1})
 		}
 	}
 	return out
@@ -101,6 +124,47 @@ func (b *batch) alerts(ctx context.Context, tx Tx) ([]Alert, error) {
 		}
 	}
 	return out, nil
+}
+
+// exhaustedOf are the AlertExhausted alerts of a refused reservation (d
+// decided on est at at, its output allowed to shrink to minOut): one per
+// limit with thresholds that has no room even for the smallest output,
+// and whose refusal waiting can lift, as its window resets and that
+// estimate alone fits it. A limit that refused only because another did
+// is not exhausted. Only Reserve logs them: a check stays read-only.
+func exhaustedOf(d *Decision, est Estimate, minOut int64, at time.Time) []Alert {
+	least := est
+	if minOut > 0 && minOut < est.Output {
+		least.Output = minOut
+	}
+	var out []Alert
+	for i := range d.Limits {
+		s := &d.Limits[i]
+		l := &s.Limit
+		if len(l.Alerts) == 0 || l.Window.Kind == Once || l.Metric == MetricConcurrent {
+			continue
+		}
+		e := least.Amount(l.Metric)
+		held := min(s.Used+s.Reserved, MaxTokens)
+		if e > s.Max || (e > 0 && held+e <= s.Max) || (e == 0 && held < s.Max) {
+			continue
+		}
+		out = append(out, Alert{ID: NewID("alt_"), LimitID: l.ID, Level: l.Level(), Owner: l.Owner(), Subject: l.Subject,
+			Kind: AlertExhausted, Metric: l.Metric, WindowStart: s.WindowStart, Used: held, Max: s.Max, At: at, ForecastUsed: -1})
+	}
+	return out
+}
+
+// exhausted are the AlertExhausted alerts of the reservations this try
+// of the batch refused.
+func (b *batch) exhausted() []Alert {
+	var out []Alert
+	for _, o := range b.ops {
+		if o.kind == opReserve && o.active() {
+			out = append(out, o.out.exhausted...)
+		}
+	}
+	return out
 }
 
 // Alerts lists the newest n alerts, newest first.

@@ -741,6 +741,7 @@ func (b *batch) reserve(ctx context.Context, tx Tx, o *op) error {
 		fit, ok := FitOutput(statuses, req.Estimate, o.minOut)
 		if !ok {
 			o.out.err = &ExceededError{Decision: d}
+			o.out.exhausted = exhaustedOf(&d, req.Estimate, o.minOut, at)
 			return nil
 		}
 		req.Estimate = fit

@@ -74,6 +74,7 @@ type opResult struct {
 	recovered  RecoverResult
 	more       bool              // opRecover: it hit maxRecover; run it again
 	dropped    map[string][]Hold // opRecover: the holds it freed, by reservation
+	exhausted  []Alert           // opReserve: refused; logged with the batch
 }
 
 type contrib struct {

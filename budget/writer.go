@@ -350,7 +350,13 @@ func (b *batch) run(ctx context.Context, tx Tx) error {
 		return err
 	}
 	b.sortCounters()
+	// Exhausted windows are logged in the transaction that refused, even
+	// one that writes nothing else.
+	exhausted := b.exhausted()
 	if b.ws.size() == 0 && b.ws.DeleteSettledBefore.IsZero() {
+		if len(exhausted) > 0 {
+			return tx.LogAlerts(ctx, exhausted)
+		}
 		return nil
 	}
 	inserted, deleted, err := tx.Apply(ctx, &b.ws)
@@ -378,7 +384,7 @@ func (b *batch) run(ctx context.Context, tx Tx) error {
 	// in this transaction.
 	if as, err := b.alerts(ctx, tx); err != nil {
 		return err
-	} else if len(as) > 0 {
+	} else if as = append(as, exhausted...); len(as) > 0 {
 		if err := tx.LogAlerts(ctx, as); err != nil {
 			return err
 		}

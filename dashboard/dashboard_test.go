@@ -436,12 +436,16 @@ func TestAlertsAndProviders(t *testing.T) {
 			Used: 4_000_000, Max: 5_000_000, At: now.Add(-time.Hour), DeliveredAt: now.Add(-59 * time.Minute)},
 		{ID: "alt_1", LimitID: "lim_eng", Level: budget.LevelTeam, Owner: "eng", Threshold: 50, WindowStart: today.AddDate(0, 0, -1),
 			Used: 2_500_000, Max: 5_000_000, At: now.AddDate(0, 0, -1), Attempts: 2, NextAttempt: now.Add(time.Minute)},
+		// Its limit gone: the alert's own metric says dollars.
+		{ID: "alt_3", LimitID: "lim_gone", Level: budget.LevelTeam, Owner: "eng", Kind: budget.AlertExhausted, Metric: budget.MetricUSD,
+			WindowStart: today, Used: 4_500_000, Max: 5_000_000, At: now.Add(-2 * time.Hour)},
 	}
 	var alertsErr error
 	h := f.handler(t, dashboard.Config{Alerts: func(context.Context, int) ([]budget.Alert, error) { return alerts, alertsErr }})
 	_, body = get(t, h, "/")
 	for _, s := range []string{
 		`team eng</td><td>80%: $4.00 of $5.00 <span class="sub">delivered 17:31 UTC</span></td>`,
+		`team eng</td><td>exhausted: $4.50 of $5.00 <span class="sub">not delivered yet</span></td>`,
 		`team eng</td><td>50%: $2.50 of $5.00 <span class="sub">in the window from 2026-03-01 00:00 UTC</span> <span class="sub">not delivered yet: 2 failed attempt(s), next 18:31 UTC</span></td>`,
 	} {
 		if !strings.Contains(body, s) {

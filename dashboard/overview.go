@@ -132,7 +132,7 @@ type alertRow struct {
 	At, Ago              string
 	LimitID, Subject     string
 	Who                  string
-	Threshold            int
+	Threshold            string // "80%", or "exhausted"
 	Used, Limit, Percent string
 	Delivery             string // "delivered 18:15 UTC", "not delivered yet"
 	Window               string // "in the window from 2026-03-01 13:00 UTC" ("" for the current one)
@@ -299,11 +299,16 @@ func (h *Handler) overview(ctx context.Context, f filter, c clock) (*overviewPag
 
 // alertOf is an alert's row; l is its limit (nil when it is gone).
 func alertOf(a *budget.Alert, l *budget.Limit, c clock) alertRow {
-	m := budget.MetricTokens
-	if l != nil {
+	m := a.Metric
+	if m == "" && l != nil {
 		m = l.Metric
 	}
-	row := alertRow{At: c.at(a.At), Ago: c.rel(a.At), LimitID: a.LimitID, Subject: a.Subject, Threshold: a.Threshold,
+	m = cmp.Or(m, budget.MetricTokens)
+	threshold := strconv.Itoa(a.Threshold) + "%"
+	if a.Kind == budget.AlertExhausted {
+		threshold = "exhausted"
+	}
+	row := alertRow{At: c.at(a.At), Ago: c.rel(a.At), LimitID: a.LimitID, Subject: a.Subject, Threshold: threshold,
 		Used: amount(m, a.Used), Limit: amount(m, a.Max), Percent: percent(a.Used, a.Max)}
 	lim := budget.Limit{Subject: a.Subject}
 	switch a.Level {

@@ -13,9 +13,9 @@ import (
 
 // Per-limit gauges, read from the store at scrape time:
 //
-//	tokenbudget_limit_used{limit_id,level,owner}          usage in the current window
-//	tokenbudget_limit_max{limit_id,level,owner}           the limit in force, raises included
-//	tokenbudget_limit_utilization{limit_id,level,owner}   used / max (1 is the limit)
+//	tokenbudget_limit_used{limit_id,level,owner,metric}          usage in the current window
+//	tokenbudget_limit_max{limit_id,level,owner,metric}           the limit in force, raises included
+//	tokenbudget_limit_utilization{limit_id,level,owner,metric}   used / max (1 is the limit)
 //
 // Only for limits with alert thresholds (budget.Limit.Alerts) and those
 // named by GaugeLimits, so that the series stay as few as the limits an
@@ -24,7 +24,9 @@ import (
 // reports its most used counter in the current window; a concurrent limit
 // its live leases, unless it counts per key or user (not reported).
 // level is key, team, org or default; owner the key, team or org ("" for
-// a default limit). Amounts are in the limit's unit (micro-dollars for usd
+// a default limit); metric the limit's (tokens, input, output, usd,
+// requests, concurrent), so that a dashboard can tell micro-dollars from
+// tokens. Amounts are in the limit's unit (micro-dollars for usd
 // limits); reservations are not counted, as alert thresholds do not count
 // them.
 
@@ -51,7 +53,7 @@ type limitCollector struct {
 }
 
 func newLimitCollector(m *Metrics) limitCollector {
-	labels := []string{"limit_id", "level", "owner"}
+	labels := []string{"limit_id", "level", "owner", "metric"}
 	return limitCollector{m: m,
 		used: prometheus.NewDesc("tokenbudget_limit_used",
 			"Usage of the limit's current window (its most used counter for a limit counted per key or end user); limits with alerts or named by --metrics-limits.", labels, nil),
@@ -84,7 +86,7 @@ func (c limitCollector) Collect(ch chan<- prometheus.Metric) {
 		return // the store's health shows on /healthz; the other metrics still answer
 	}
 	for _, g := range gs {
-		lv := []string{g.id, g.level, g.owner}
+		lv := []string{g.id, g.level, g.owner, g.metric}
 		ch <- prometheus.MustNewConstMetric(c.used, prometheus.GaugeValue, float64(g.used), lv...)
 		ch <- prometheus.MustNewConstMetric(c.max, prometheus.GaugeValue, float64(g.max), lv...)
 		ch <- prometheus.MustNewConstMetric(c.utilization, prometheus.GaugeValue, float64(g.used)/float64(g.max), lv...)
@@ -93,8 +95,8 @@ func (c limitCollector) Collect(ch chan<- prometheus.Metric) {
 
 // limitGauge is what the gauges report of one limit.
 type limitGauge struct {
-	id, level, owner string
-	used, max        int64
+	id, level, owner, metric string
+	used, max                int64
 }
 
 // readGauges reads the gauges of the limits with alerts or named, at now,
@@ -161,7 +163,7 @@ func readGauges(ctx context.Context, s budget.Store, named map[string]bool, now 
 			}
 			l := &ls[i]
 			if m := l.MaxAt(now); m > 0 {
-				out = append(out, limitGauge{id: l.ID, level: string(l.Level()), owner: l.Owner(), used: used[i], max: m})
+				out = append(out, limitGauge{id: l.ID, level: string(l.Level()), owner: l.Owner(), metric: string(l.Metric), used: used[i], max: m})
 			}
 		}
 		return nil

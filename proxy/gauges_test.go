@@ -14,11 +14,11 @@ import (
 )
 
 // gaugeLine is one per-limit gauge in the /metrics text (labels sorted).
-var gaugeLine = regexp.MustCompile(`(?m)^tokenbudget_limit_(used|max|utilization)\{level="([^"]*)",limit_id="([^"]*)",owner="([^"]*)"\} (\S+)$`)
+var gaugeLine = regexp.MustCompile(`(?m)^tokenbudget_limit_(used|max|utilization)\{level="([^"]*)",limit_id="([^"]*)",metric="([^"]*)",owner="([^"]*)"\} (\S+)$`)
 
 // gauge is what /metrics says of one limit.
 type gauge struct {
-	level, owner           string
+	level, metric, owner   string
 	used, max, utilization float64
 }
 
@@ -26,12 +26,12 @@ func gauges(t *testing.T, text string) map[string]gauge {
 	t.Helper()
 	out := map[string]gauge{}
 	for _, m := range gaugeLine.FindAllStringSubmatch(text, -1) {
-		v, err := strconv.ParseFloat(m[5], 64)
+		v, err := strconv.ParseFloat(m[6], 64)
 		if err != nil {
 			t.Fatalf("gauge %q: %v", m[0], err)
 		}
 		g := out[m[3]]
-		g.level, g.owner = m[2], m[4]
+		g.level, g.metric, g.owner = m[2], m[4], m[5]
 		switch m[1] {
 		case "used":
 			g.used = v
@@ -90,11 +90,11 @@ func TestLimitGauges(t *testing.T) {
 	e.advance(time.Minute)
 	got := gauges(t, e.metrics())
 	want := map[string]gauge{
-		"lim-alerted": {"key", "team", 47, 150, 47.0 / 150}, // raise included; the reservation is not usage
-		"lim-named":   {"key", "team", 3, 10, 0.3},
-		"lim-default": {"default", "", 70, 200, 0.35}, // other's counter, the larger
-		"lim-users":   {"key", "team", 12, 50, 0.24},  // bob's
-		"lim-conc":    {"key", "team", 1, 4, 0.25},    // the reservation's lease
+		"lim-alerted": {"key", "tokens", "team", 47, 150, 47.0 / 150}, // raise included; the reservation is not usage
+		"lim-named":   {"key", "requests", "team", 3, 10, 0.3},
+		"lim-default": {"default", "input", "", 70, 200, 0.35},   // other's counter, the larger
+		"lim-users":   {"key", "tokens", "team", 12, 50, 0.24},   // bob's
+		"lim-conc":    {"key", "concurrent", "team", 1, 4, 0.25}, // the reservation's lease
 	}
 	if !maps.Equal(got, want) {
 		t.Errorf("gauges:\n got %v\nwant %v", got, want)

@@ -20,7 +20,7 @@ func (t *tx) LogAlerts(ctx context.Context, as []budget.Alert) error {
 	if err := t.write(); err != nil {
 		return err
 	}
-	if err := t.insertRows(ctx, qInsertAlertsN, 13, len(as), func(i int, a []any) []any {
+	if err := t.insertRows(ctx, qInsertAlertsN, 15, len(as), func(i int, a []any) []any {
 		return sqlrow.AlertArgs(a, &as[i])
 	}); err != nil {
 		return fmt.Errorf("log alerts: %w", err)

@@ -159,3 +159,36 @@ func TestMigrateKeepsLiveReservations(t *testing.T) {
 		t.Fatalf("Verify after migration = %+v, %v; want clean", drift, err)
 	}
 }
+
+// A schema-10 database (alerts without a kind) migrates to one whose
+// alerts are threshold crossings.
+func TestMigrate10KeepsAlertsAsThresholds(t *testing.T) {
+	ctx := context.Background()
+	path := tmpDB(t)
+	s := openStore(t, path)
+	s.Close()
+	raw, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`ALTER TABLE alerts DROP COLUMN kind`,
+		`ALTER TABLE alerts DROP COLUMN metric`,
+		`INSERT INTO limits (id, key, scope, scope_value, metric, max, window, window_seconds, reset_time, timezone, enabled, created_at, updated_at) VALUES ('lim', 'k', 'global', '', 'usd', 100, 'daily', 0, 0, 'UTC', 1, 1, 1)`,
+		`INSERT INTO alerts (id, limit_id, level, owner, window_start, threshold, used, max, at) VALUES ('alt_1', 'lim', 'key', 'k', 0, 50, 50, 100, 1)`,
+		`PRAGMA user_version = 10`,
+	} {
+		if _, err := raw.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	raw.Close()
+	s = openStore(t, path)
+	defer s.Close()
+	tr := newTracker(t, s, nil)
+	defer tr.Close(ctx)
+	as, err := tr.Alerts(ctx, 10)
+	if err != nil || len(as) != 1 || as[0].Kind != budget.AlertThreshold || as[0].Threshold != 50 || as[0].Metric != budget.MetricUSD {
+		t.Fatalf("alerts after migration = %+v, %v; want the 50 %% one as a threshold of its usd limit", as, err)
+	}
+}

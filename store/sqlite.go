@@ -30,7 +30,7 @@ import (
 )
 
 // SchemaVersion is the PRAGMA user_version this build writes and reads.
-const SchemaVersion = 10
+const SchemaVersion = 11
 
 // Options configure Open. The zero value is usable.
 type Options struct {
@@ -336,7 +336,27 @@ func migrations(schema string) []migration {
 		// 10: alert thresholds on limits and the alerts outbox.
 		{sql: `ALTER TABLE limits ADD COLUMN alerts TEXT NOT NULL DEFAULT '';
 			` + schema},
+		// 11: alerts of exhausted windows (alerts.kind), with their
+		// limit's metric.
+		{sql: `SELECT 1`, fn: addAlertKind},
 	}
+}
+
+// addAlertKind adds alerts.kind and alerts.metric unless step 10 already
+// made the table from the current schema, which has them. An alert's
+// metric is its limit's, while the limit is there to say.
+func addAlertKind(ctx context.Context, x *sqlx.Tx) error {
+	var n int
+	if err := x.GetContext(ctx, &n, `SELECT COUNT(*) FROM pragma_table_info('alerts') WHERE name = 'kind'`); err != nil {
+		return err
+	}
+	if n > 0 {
+		return nil
+	}
+	_, err := x.ExecContext(ctx, `ALTER TABLE alerts ADD COLUMN kind TEXT NOT NULL DEFAULT 'threshold';
+		ALTER TABLE alerts ADD COLUMN metric TEXT NOT NULL DEFAULT '';
+		UPDATE alerts SET metric = COALESCE((SELECT metric FROM limits WHERE limits.id = alerts.limit_id), '')`)
+	return err
 }
 
 // dayOf is the SQL for the UTC midnight (Unix ns) of the day holding the

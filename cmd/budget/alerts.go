@@ -26,12 +26,16 @@ webhook acknowledged it, "-" until then. SUBJECT is the key a default
 limit was counted for, or the end user of a per-user (*) limit, as
 key/user for both; "-" for other limits. USED/LIMIT is the window's usage
 right after the crossing and the limit in force then; RUNS OUT when the
-room left was to run out at the pace of that moment.
+room left was to run out at the pace of that moment. THRESHOLD "exhausted"
+is a window whose limit (one with thresholds) first refused a proxy's or
+'budget reserve' reservation for want of room, once per window; USED is
+then the usage and holds that left no room.
 
 With --json prints {"alerts": [...]}, each with id, limit_id, level, owner,
-subject, window_start, threshold, used, limit, at, forecast_used,
-exhausts_at and delivered_at: the document the webhook receives (amounts
-of usd limits in micro-dollars).
+subject, kind ("threshold" or "exhausted"), window_start, threshold (null
+when exhausted), metric, used, limit, at, forecast_used, exhausts_at and
+delivered_at: the document the webhook receives (amounts of usd limits in
+micro-dollars).
 
 `
 
@@ -99,11 +103,14 @@ func (m *Main) runAlertsLs(ctx context.Context, args []string) (err error) {
 	for i := range ls {
 		byID[ls[i].ID] = &ls[i]
 	}
-	amount := func(id string, v int64) string {
-		if l := byID[id]; l != nil {
+	amount := func(a *budget.Alert, v int64) string {
+		if a.Metric != "" {
+			return amountText(&budget.Limit{Metric: a.Metric}, v)
+		}
+		if l := byID[a.LimitID]; l != nil {
 			return amountText(l, v)
 		}
-		return itoa(v) // a deleted limit's
+		return itoa(v) // a deleted limit's, from before alerts kept the metric
 	}
 	w := newTable(m.Stdout)
 	fmt.Fprintln(w, "ID\tLIMIT ID\tOWNER\tSUBJECT\tTHRESHOLD\tUSED/LIMIT\tAT\tRUNS OUT\tDELIVERED")
@@ -116,8 +123,12 @@ func (m *Main) runAlertsLs(ctx context.Context, args []string) (err error) {
 		case budget.LevelTeam, budget.LevelOrg:
 			owner = string(a.Level) + ":" + owner
 		}
+		threshold := strconv.Itoa(a.Threshold) + "%"
+		if a.Kind == budget.AlertExhausted {
+			threshold = "exhausted"
+		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.LimitID, owner, subjectText(a.Subject),
-			strconv.Itoa(a.Threshold)+"%", amount(a.LimitID, a.Used)+"/"+amount(a.LimitID, a.Max), ts(a.At),
+			threshold, amount(a, a.Used)+"/"+amount(a, a.Max), ts(a.At),
 			tsText(a.ExhaustsAt), tsText(a.DeliveredAt))
 	}
 	return w.Flush()

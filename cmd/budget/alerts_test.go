@@ -7,7 +7,7 @@ import (
 )
 
 // alertFields are the fields of an alert: alerts ls --json and the webhook.
-var alertFields = []string{"id", "limit_id", "level", "owner", "subject", "window_start", "threshold", "used", "limit",
+var alertFields = []string{"id", "limit_id", "level", "owner", "subject", "kind", "window_start", "threshold", "metric", "used", "limit",
 	"at", "forecast_used", "exhausts_at", "delivered_at"}
 
 // TestLimitSetAlert: --alert sets thresholds (sorted), an update without it
@@ -93,7 +93,7 @@ func TestAlertsLs(t *testing.T) {
 	}{{80, 85, "2026-03-02T11:00:00Z"}, {50, 60, "2026-03-02T10:00:00Z"}} { // newest first
 		a := as[i].(map[string]any)
 		wantKeys(t, "alert", a, alertFields...)
-		if a["threshold"] != want.threshold || a["used"] != want.used || a["limit"] != 100.0 || a["limit_id"] != "lim" ||
+		if a["threshold"] != want.threshold || a["kind"] != "threshold" || a["metric"] != "tokens" || a["used"] != want.used || a["limit"] != 100.0 || a["limit_id"] != "lim" ||
 			a["level"] != "key" || a["owner"] != "k" || a["window_start"] != "2026-03-02T00:00:00Z" || a["delivered_at"] != nil || a["at"] != want.at {
 			t.Errorf("alert %d: got %v; want threshold %v, used %v of 100 on lim (key k) at %s, today's window, undelivered", i, a, want.threshold, want.used, want.at)
 		}
@@ -113,5 +113,39 @@ func TestAlertsLs(t *testing.T) {
 	missing := tempDB(t)
 	if r := run(t, "alerts", "ls", "--db", missing); r.code != 1 || exists(missing) {
 		t.Errorf("alerts ls on a missing database: got %v; want exit 1, no database", r)
+	}
+}
+
+// TestAlertsExhausted: a reservation refused for want of room logs one
+// exhausted alert per window (threshold null); a refused check logs none.
+func TestAlertsExhausted(t *testing.T) {
+	t.Parallel()
+	db := tempDB(t)
+	mustRun(t, 0, "limit", "set", "--db", db, "--key", "k", "--limit", "100", "--window", "daily", "--alert", "100", "--id", "lim")
+	reserve := func(code int, tokens string) {
+		mustRun(t, code, "reserve", "--db", db, "--key", "k", "--provider", "openai", "--model", "m", "--tokens", tokens, "--ttl", "1h")
+	}
+	reserve(0, "90")
+	mustRun(t, 3, "check", "--db", db, "--key", "k", "--provider", "openai", "--model", "m", "--tokens", "20")
+	if out := mustRun(t, 0, "alerts", "ls", "--db", db).stdout; out != "no alerts\n" {
+		t.Fatalf("alerts ls after a refused check: got %q; want no alerts", out)
+	}
+	reserve(3, "20")
+	reserve(3, "20")
+	v := decode(t, mustRun(t, 0, "alerts", "ls", "--db", db, "--json").stdout)
+	as := v["alerts"].([]any)
+	if len(as) != 1 {
+		t.Fatalf("alerts after two refused reservations: got %v; want one exhausted", as)
+	}
+	a := as[0].(map[string]any)
+	wantKeys(t, "exhausted alert", a, alertFields...)
+	if a["kind"] != "exhausted" || a["threshold"] != nil || a["metric"] != "tokens" || a["used"] != 90.0 || a["limit"] != 100.0 || a["limit_id"] != "lim" {
+		t.Errorf("exhausted alert: got %v; want kind exhausted, threshold null, 90 of 100 tokens on lim", a)
+	}
+	table := mustRun(t, 0, "alerts", "ls", "--db", db).stdout
+	for _, want := range []string{"exhausted", "90/100"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("alerts ls: got\n%s\nwant %q", table, want)
+		}
 	}
 }

@@ -121,7 +121,8 @@ func TestProxyAlertFlags(t *testing.T) {
 
 // TestProxyAlertWebhook: budget proxy --alert-webhook delivers an alert
 // logged before it started, at once, signed with the secret of
-// --alert-secret-env, and one that a proxied request logs.
+// --alert-secret-env, one that a proxied request logs, and the exhausted
+// one its first refusal logs.
 func TestProxyAlertWebhook(t *testing.T) {
 	t.Parallel()
 	db := tempDB(t)
@@ -142,8 +143,15 @@ func TestProxyAlertWebhook(t *testing.T) {
 	if code, body := post(t, listenURL(t, line)+"/v1/chat/completions", secret, `{"model":"m","max_tokens":30,"messages":[]}`); code != 200 {
 		t.Fatalf("proxied request: %d %s", code, body)
 	}
-	if a := hook.next(t).check(t, "s3cret"); a["threshold"] != 80.0 || a["used"].(float64) < 80 {
+	if a := hook.next(t).check(t, "s3cret"); a["threshold"] != 80.0 || a["used"].(float64) < 80 || a["kind"] != "threshold" || a["metric"] != "tokens" {
 		t.Errorf("second alert: %v; want 80%% of lim", a)
+	}
+	// One that no longer fits is refused: the window is exhausted.
+	if code, body := post(t, listenURL(t, line)+"/v1/chat/completions", secret, `{"model":"m","max_tokens":30,"messages":[]}`); code != 429 {
+		t.Fatalf("proxied request past the limit: %d %s; want 429", code, body)
+	}
+	if a := hook.next(t).check(t, "s3cret"); a["kind"] != "exhausted" || a["threshold"] != nil || a["limit_id"] != "lim" || a["limit"] != 100.0 {
+		t.Errorf("third alert: %v; want lim exhausted, threshold null", a)
 	}
 	cancel()
 	if err := <-done; err != nil {
@@ -241,12 +249,16 @@ func TestProxyGaugesAndSelfService(t *testing.T) {
 	line, done := startCLI(t, ctx, nil, "proxy", "--db", db, "--mock-upstream", "--listen", "127.0.0.1:0", "--metrics-limits", "named,missing")
 	base := listenURL(t, line)
 	_, text := getURL(http.DefaultClient, base+"/metrics")
-	for id, want := range map[string]bool{"alerted": true, "named": true, "plain": false} {
-		if got := strings.Contains(text, `tokenbudget_limit_used{level="key",limit_id="`+id+`",owner="app"}`); got != want {
+	for _, c := range []struct {
+		id, metric string
+		want       bool
+	}{{"alerted", "tokens", true}, {"named", "requests", true}, {"plain", "tokens", false}} {
+		id, want := c.id, c.want
+		if got := strings.Contains(text, `tokenbudget_limit_used{level="key",limit_id="`+id+`",metric="`+c.metric+`",owner="app"}`); got != want {
 			t.Errorf("/metrics reports %s: %v; want %v", id, got, want)
 		}
 	}
-	if !strings.Contains(text, `tokenbudget_limit_utilization{level="key",limit_id="alerted",owner="app"} 0.3`) {
+	if !strings.Contains(text, `tokenbudget_limit_utilization{level="key",limit_id="alerted",metric="tokens",owner="app"} 0.3`) {
 		t.Errorf("/metrics: no utilization 0.3 of alerted:\n%s", text)
 	}
 

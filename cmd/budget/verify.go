@@ -17,7 +17,11 @@ checking it against the index the counters are seeded from (a damaged page
 that the counters' own index hides still shows). It also compares the daily
 rollups ('budget report' reads them) with the events of every day the
 events still cover: days before the prune horizon ('budget prune') have
-only their rollups, which nothing can check. --integrity also
+only their rollups, which nothing can check. A counter of a window before
+that horizon is checked against the rollups when its pruned part is whole
+UTC days (a daily or monthly window); any other (an hourly window, say) is
+skipped, counted on stderr and in --json as "not_checkable", never drift.
+--integrity also
 runs the database's own check (SQLite integrity_check; PostgreSQL amcheck
 where it is installed). Writes nothing. Exit 5 when a counter or a rollup
 drifted, 1 when the database is corrupt. With --json prints {"drifted":
@@ -27,7 +31,8 @@ drifted, 1 when the database is corrupt. With --json prints {"drifted":
 "reasoning", "cache_read", "cache_write", "cost", "no_price"}, cost in
 micro-dollars, no_price the events no price matched), plus "corruption" and
 "notes" (lists of strings) when there are any, and "unpriced": the number
-of events written with no price for their model (stored at $0).
+of events written with no price for their model (stored at $0), and
+"not_checkable": the counters skipped (see above).
 
 `
 
@@ -57,10 +62,16 @@ func (m *Main) runVerify(ctx context.Context, args []string) (err error) {
 	}
 	var drift []budget.Drift
 	var rollups []budget.RollupDrift
+	var notCheckable int
 	if len(storage.Problems) == 0 {
 		// Counters against a damaged history would only add noise.
-		if drift, err = db.Verify(ctx); err != nil {
+		res, err := db.VerifyCounters(ctx)
+		if err != nil {
 			return err
+		}
+		drift, notCheckable = res.Drifted, res.NotCheckable
+		if notCheckable > 0 {
+			fmt.Fprintf(m.Stderr, "budget: verify: %d counters not checkable: their windows start or end before the prune horizon other than at a UTC midnight, and the daily rollups cannot tell the hours of a pruned day apart\n", notCheckable)
 		}
 		if rollups, err = db.VerifyRollups(ctx); err != nil {
 			return err
@@ -81,9 +92,10 @@ func (m *Main) runVerify(ctx context.Context, args []string) (err error) {
 			Drifted        []driftJSON       `json:"drifted"`
 			RollupsDrifted []rollupDriftJSON `json:"rollups_drifted"`
 			Unpriced       int64             `json:"unpriced"`
+			NotCheckable   int               `json:"not_checkable"`
 			Corruption     []string          `json:"corruption,omitempty"`
 			Notes          []string          `json:"notes,omitempty"`
-		}{make([]driftJSON, len(drift)), rollupDriftObjs(rollups), unpriced, storage.Problems, storage.Notes}
+		}{make([]driftJSON, len(drift)), rollupDriftObjs(rollups), unpriced, notCheckable, storage.Problems, storage.Notes}
 		for i, d := range drift {
 			out.Drifted[i] = driftJSON{d.LimitID, ts(d.WindowStart), d.Counter, d.History}
 		}

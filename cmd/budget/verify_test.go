@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	_ "modernc.org/sqlite"
 )
@@ -24,7 +25,7 @@ func TestVerify(t *testing.T) {
 	if !strings.HasPrefix(r.stdout, "ok") {
 		t.Errorf("verify text: got %q", r.stdout)
 	}
-	if got := strings.Join(strings.Fields(mustRun(t, 0, "verify", "--db", db, "--json").stdout), ""); got != `{"drifted":[],"rollups_drifted":[],"unpriced":0}` {
+	if got := strings.Join(strings.Fields(mustRun(t, 0, "verify", "--db", db, "--json").stdout), ""); got != `{"drifted":[],"rollups_drifted":[],"unpriced":0,"not_checkable":0}` {
 		t.Errorf("verify --json without drift: got %s", got)
 	}
 
@@ -41,7 +42,7 @@ func TestVerify(t *testing.T) {
 
 	r = mustRun(t, 5, "verify", "--db", db, "--json")
 	v := decode(t, r.stdout)
-	wantKeys(t, "verify --json", v, "drifted", "rollups_drifted", "unpriced")
+	wantKeys(t, "verify --json", v, "drifted", "rollups_drifted", "unpriced", "not_checkable")
 	d := v["drifted"].([]any)
 	if len(d) != 1 {
 		t.Fatalf("verify: got %s; want one drifted row", r.stdout)
@@ -54,6 +55,44 @@ func TestVerify(t *testing.T) {
 	r = mustRun(t, 5, "verify", "--db", db)
 	if !strings.Contains(r.stdout, "1 counters drifted") || !strings.Contains(r.stdout, "2026-03-02T09:00:00Z") || r.stderr != "" {
 		t.Errorf("verify text with drift: got %v", r)
+	}
+}
+
+// TestVerifyAfterPrune (issue 23.2): the windows of a 1h limit wholly
+// before the prune horizon are not checkable (only daily rollups remain),
+// never drift; a daily limit's are checked against the rollups.
+func TestVerifyAfterPrune(t *testing.T) {
+	t.Parallel()
+	db := tempDB(t)
+	now := time.Date(2026, 10, 5, 12, 0, 0, 0, time.UTC)
+	mustRunAt(t, now, 0, "limit", "set", "--db", db, "--key", "k", "--limit", "1000", "--window", "1h", "--id", "hourly")
+	mustRunAt(t, now, 0, "limit", "set", "--db", db, "--key", "k", "--limit", "1000", "--window", "daily", "--id", "daily")
+	for i, at := range []string{"2026-09-01T10:20:00Z", "2026-09-02T14:40:00Z"} {
+		mustRunAt(t, now, 0, "record", "--db", db, "--key", "k", "--provider", "p", "--model", "m", "--input", "15",
+			"--request-id", "r"+itoa(int64(i)), "--at", at)
+	}
+	mustRunAt(t, now, 0, "prune", "--db", db, "--before", "2026-10-01")
+	r := mustRunAt(t, now, 0, "verify", "--db", db)
+	if !strings.HasPrefix(r.stdout, "ok") || !strings.Contains(r.stderr, "2 counters") {
+		t.Errorf("verify after the prune: got %v; want ok, and a note of the 2 counters not checkable on stderr", r)
+	}
+	v := decode(t, mustRunAt(t, now, 0, "verify", "--db", db, "--json").stdout)
+	if len(v["drifted"].([]any)) != 0 || v["not_checkable"] != 2.0 {
+		t.Errorf("verify --json after the prune: got %v; want no drift, not_checkable 2", v)
+	}
+	// A daily window before the horizon is still checked, from the rollups.
+	sdb, err := sql.Open("sqlite", db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sdb.Exec(`UPDATE counters SET used = used + 7 WHERE limit_id = 'daily' AND window_start = ?`,
+		time.Date(2026, 9, 1, 0, 0, 0, 0, time.UTC).UnixNano()); err != nil {
+		t.Fatal(err)
+	}
+	sdb.Close()
+	v = decode(t, mustRunAt(t, now, 5, "verify", "--db", db, "--json").stdout)
+	if d := v["drifted"].([]any); len(d) != 1 || d[0].(map[string]any)["limit_id"] != "daily" || d[0].(map[string]any)["history"] != 15.0 {
+		t.Errorf("verify --json with a broken daily counter before the horizon: got %v; want it drifted from the rollup's 15", v)
 	}
 }
 

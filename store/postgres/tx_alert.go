@@ -24,7 +24,7 @@ import (
 // threshold) stays.
 const qLogAlerts = `INSERT INTO alerts (` + sqlrow.AlertInsertCols + `)
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::integer[], $8::bigint[],
-		$9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[])
+		$9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[], $14::text[], $15::text[])
 	ON CONFLICT DO NOTHING`
 
 func (t *tx) LogAlerts(ctx context.Context, as []budget.Alert) error {
@@ -46,7 +46,8 @@ func (t *tx) LogAlerts(ctx context.Context, as []budget.Alert) error {
 		return cmp.Or(strings.Compare(a.LimitID, b.LimitID), strings.Compare(a.Subject, b.Subject),
 			a.WindowStart.Compare(b.WindowStart), cmp.Compare(a.Threshold, b.Threshold))
 	})
-	ids, lids, levels, owners, subs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	ids, lids, levels, owners, subs, kinds := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	metrics := make([]string, n)
 	starts, thr, used, maxes, ats, fc, ex, next := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n),
 		make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	for j, i := range order {
@@ -55,8 +56,9 @@ func (t *tx) LogAlerts(ctx context.Context, as []budget.Alert) error {
 		starts[j], thr[j], used[j], maxes[j] = ns(a.WindowStart), int64(a.Threshold), a.Used, a.Max
 		// Its first try is due at once (as sqlrow.AlertArgs).
 		ats[j], fc[j], ex[j], next[j] = ns(a.At), a.ForecastUsed, ns(a.ExhaustsAt), ns(a.At)
+		kinds[j], metrics[j] = string(cmp.Or(a.Kind, budget.AlertThreshold)), string(a.Metric)
 	}
-	if _, err := t.tx.ExecContext(ctx, qLogAlerts, ids, lids, levels, owners, subs, starts, thr, used, maxes, ats, fc, ex, next); err != nil {
+	if _, err := t.tx.ExecContext(ctx, qLogAlerts, ids, lids, levels, owners, subs, starts, thr, used, maxes, ats, fc, ex, next, kinds, metrics); err != nil {
 		return fmt.Errorf("log alerts: %w", err)
 	}
 	return nil

@@ -13,6 +13,7 @@ func init() {
 		suiteCase{"AlertsLoggedOncePerThreshold", testAlertsOnce},
 		suiteCase{"AlertsFromTwoProcessesOnce", testAlertsTwoProcesses},
 		suiteCase{"AlertDeliveryClaims", testAlertClaims},
+		suiteCase{"AlertExhaustedOncePerWindow", testAlertExhausted},
 	)
 }
 
@@ -56,6 +57,7 @@ func testAlertsOnce(t *testing.T, newDB NewDB) {
 	}
 	a := as[0]
 	if a.Threshold != 50 || a.Used != 500 || a.Max != 1000 || a.Level != budget.LevelKey || a.Owner != "k" ||
+		a.Kind != budget.AlertThreshold || a.Metric != budget.MetricTokens ||
 		!a.At.Equal(c.Now()) || !a.WindowStart.Equal(T0) || !a.DeliveredAt.IsZero() {
 		t.Fatalf("alert = %+v; want threshold 50 at used 500 of 1000, now, window %v, undelivered", a, T0)
 	}
@@ -160,4 +162,110 @@ func testAlertClaims(t *testing.T, newDB NewDB) {
 	if d := []time.Duration{budget.AlertRetryDelay(1), budget.AlertRetryDelay(2), budget.AlertRetryDelay(9), budget.AlertRetryDelay(50)}; d[0] != time.Second || d[1] != 2*time.Second || d[2] != 256*time.Second || d[3] != 5*time.Minute {
 		t.Fatalf("retry delays %v; want 1s, 2s, 256s, then at most 5m", d)
 	}
+}
+
+// exhausted are the AlertExhausted alerts of limit id.
+func exhausted(t *testing.T, tr *budget.Tracker, id string) []budget.Alert {
+	t.Helper()
+	as, err := tr.Alerts(ctx, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []budget.Alert
+	for _, a := range as {
+		if a.LimitID == id && a.Kind == budget.AlertExhausted {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// The first retryable refusal of a reservation by a limit with thresholds
+// logs an exhausted alert, once per window; a check, a refusal waiting
+// cannot lift and a limit without thresholds log none.
+func testAlertExhausted(t *testing.T, newDB NewDB) {
+	tr, c, _ := setup(t, newDB)
+	l := SetLimit(t, tr, budget.LimitSpec{Key: "k", Window: "1h", Alerts: &[]int{100}}, 100)
+	quiet := SetLimit(t, tr, budget.LimitSpec{Key: "q", Window: "1h"}, 100)
+	req := func(k string, n int64) budget.Request {
+		return budget.Request{Key: k, Provider: "p", Model: "m", Estimate: tokens(n)}
+	}
+	if _, err := tr.Reserve(ctx, req("k", 90), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Reserve(ctx, req("q", 90), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := tr.Check(ctx, req("k", 20)); err != nil || d.Allowed {
+		t.Fatalf("Check = %+v, %v; want refused", d, err)
+	}
+	if got := exhausted(t, tr, l.ID); len(got) != 0 {
+		t.Fatalf("alerts after a refused check: %+v; want none (check is read-only)", got)
+	}
+	// An estimate above the whole limit waits for nothing: not exhausted.
+	if _, err := tr.Reserve(ctx, req("k", 101), time.Minute); !isExceeded(err) {
+		t.Fatalf("Reserve(101 of 100) = %v; want refused", err)
+	}
+	if got := exhausted(t, tr, l.ID); len(got) != 0 {
+		t.Fatalf("alerts after an oversized estimate: %+v; want none", got)
+	}
+	c.Advance(time.Minute)
+	for range 3 {
+		if _, err := tr.Reserve(ctx, req("k", 20), time.Minute); !isExceeded(err) {
+			t.Fatalf("Reserve(20 after 90 of 100) = %v; want refused", err)
+		}
+	}
+	if _, err := tr.Reserve(ctx, req("q", 20), time.Minute); !isExceeded(err) {
+		t.Fatalf("Reserve(q) = %v; want refused", err)
+	}
+	if got := exhausted(t, tr, quiet.ID); len(got) != 0 {
+		t.Fatalf("alerts of a limit without thresholds: %+v; want none", got)
+	}
+	got := exhausted(t, tr, l.ID)
+	if len(got) != 1 {
+		t.Fatalf("exhausted alerts after three refusals: %+v; want one", got)
+	}
+	a := got[0]
+	if a.Threshold != 0 || a.Used != 90 || a.Max != 100 || !a.WindowStart.Equal(T0) || !a.At.Equal(c.Now()) ||
+		a.Level != budget.LevelKey || a.Owner != "k" || !a.DeliveredAt.IsZero() || a.Metric != budget.MetricTokens {
+		t.Fatalf("exhausted alert = %+v; want threshold 0, 90 held of 100 tokens, window %v, now, undelivered", a, T0)
+	}
+	if th := thresholds(t, tr, l.ID); len(th) != 1 || th[0] != 1 {
+		t.Fatalf("alerts by threshold = %v; want only the exhausted one (reservations cross no threshold)", th)
+	}
+	// It is delivered like the others.
+	claimed, err := tr.ClaimAlerts(ctx, "A", time.Minute, 10)
+	if err != nil || len(claimed) != 1 || claimed[0].ID != a.ID || claimed[0].Kind != budget.AlertExhausted {
+		t.Fatalf("ClaimAlerts = %+v, %v; want the exhausted alert", claimed, err)
+	}
+	// A limit with room for the smallest output is not exhausted when
+	// another limit refuses.
+	roomy := SetLimit(t, tr, budget.LimitSpec{Key: "f", Window: "1h", Alerts: &[]int{100}}, 1000)
+	SetLimit(t, tr, budget.LimitSpec{Key: "f", Metric: "input", Window: "1h"}, 100)
+	if _, err := tr.Reserve(ctx, budget.Request{Key: "f", Provider: "p", Model: "m", Estimate: budget.Estimate{Input: 95}}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.ReserveWith(ctx, budget.Request{Key: "f", Provider: "p", Model: "m", Estimate: budget.Estimate{Input: 10, Output: 900}},
+		budget.ReserveOptions{TTL: time.Minute, MinOutput: 1}); !isExceeded(err) {
+		t.Fatalf("ReserveWith(input 10 after 95 of 100) = %v; want refused", err)
+	}
+	if got := exhausted(t, tr, roomy.ID); len(got) != 0 {
+		t.Fatalf("exhausted alerts of a limit with room for the smallest output: %+v; want none", got)
+	}
+	// The next window runs out anew.
+	c.Set(T0.Add(time.Hour))
+	if _, err := tr.Reserve(ctx, req("k", 100), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Reserve(ctx, req("k", 1), time.Minute); !isExceeded(err) {
+		t.Fatalf("Reserve(1 after 100 of 100) = %v; want refused", err)
+	}
+	if got := exhausted(t, tr, l.ID); len(got) != 2 || !got[0].WindowStart.Equal(T0.Add(time.Hour)) {
+		t.Fatalf("exhausted alerts after the next window ran out: %+v; want a second one for it", got)
+	}
+}
+
+func isExceeded(err error) bool {
+	var ex *budget.ExceededError
+	return errors.As(err, &ex)
 }

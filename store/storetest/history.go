@@ -18,6 +18,7 @@ func init() {
 		suiteCase{"ReportMatchesTheHistory", testReportMatches},
 		suiteCase{"PruneKeepsReportsAndCounters", testPrune},
 		suiteCase{"PruneRefusesWhatStillNeedsEvents", testPruneRefusals},
+		suiteCase{"VerifyAfterPruneChecksWhatRollupsCanSay", testVerifyAfterPrune},
 		suiteCase{"DefinitionsAndHistoryMoveToAFreshDatabase", testMoveDatabase},
 	)
 }
@@ -338,4 +339,28 @@ func first[T any](s []T) any {
 		return nil
 	}
 	return s[0]
+}
+
+// After a prune, a counter of a window wholly before the horizon is
+// checked against the rollups when the window is whole UTC days, and
+// otherwise counted not checkable, never drifted.
+func testVerifyAfterPrune(t *testing.T, newDB NewDB) {
+	tr, _, _ := setup(t, newDB)
+	SetLimit(t, tr, budget.LimitSpec{Key: "k", Window: "1h"}, 1000)
+	// Its two pruned windows are whole UTC days: the rollups check them.
+	SetLimit(t, tr, budget.LimitSpec{Key: "k", Window: "daily"}, 1000)
+	d1, d2 := budget.Day(T0).AddDate(0, 0, -9), budget.Day(T0).AddDate(0, 0, -8)
+	RecordSync(t, tr, ev("e1", "k", "p", "m", 15, 0, d1.Add(90*time.Minute)), ev("e2", "k", "p", "m", 7, 0, d2.Add(2*time.Hour)))
+	RecordSync(t, tr, ev("e3", "k", "p", "m", 5, 0, T0)) // the current windows keep their events
+	if _, err := tr.Prune(ctx, budget.Day(T0).AddDate(0, 0, -2)); err != nil {
+		t.Fatal(err)
+	}
+	noDrift(t, tr)
+	res, err := tr.VerifyCounters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Drifted) != 0 || res.NotCheckable != 2 {
+		t.Fatalf("VerifyCounters after the prune = %+v; want no drift and the 2 pruned hourly windows not checkable", res)
+	}
 }
