@@ -353,7 +353,7 @@ func TestFitOutput(t *testing.T) {
 		{"unsplit part counts as other", []budget.Status{win("a", out, 1000, 600, 0, time.Hour)}, budget.Estimate{Tokens: 100, Output: 4096}, 16, true, 300},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := budget.FitOutput(tc.statuses, tc.est, tc.min)
+			got, ok := budget.FitOutput(tc.statuses, tc.est, tc.min, nil)
 			if ok != tc.ok {
 				t.Fatalf("FitOutput ok = %v; want %v (got %+v)", ok, tc.ok, got)
 			}

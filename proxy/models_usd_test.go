@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -79,5 +80,53 @@ func TestProxyDollarBreach(t *testing.T) {
 	}
 	if h := r.header.Get("X-Ratelimit-Limit-Tokens"); h != "" {
 		t.Errorf("dollar breach sent X-Ratelimit-Limit-Tokens %q; want none", h)
+	}
+}
+
+// A request without max_tokens is admitted with the largest output a
+// dollar limit leaves room for: a per-user $0.10 daily limit on gpt-4o
+// ($2.50/$10 per million) lets alice spend the whole $0.10, each request
+// capped at what is left, rather than refusing her once less than the
+// default max output ($0.04) is left.
+func TestProxyCapFitsDollarLimit(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []proxy.Mode{proxy.ModeReserve, proxy.ModeCheck} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			caps := make(chan float64, 16)
+			upstream := func(w http.ResponseWriter, r *http.Request) {
+				var body map[string]any
+				json.NewDecoder(r.Body).Decode(&body)
+				c, _ := body["max_completion_tokens"].(float64)
+				caps <- c
+				writeJSON(w, http.StatusOK, chatUsageJSON(1000, 2000)) // $0.0225
+			}
+			e := newEnv(t, envOptions{mode: mode}, upstream)
+			ctx := context.Background()
+			max := int64(100_000) // $0.10
+			l, _, err := e.db.SetLimit(ctx, budget.LimitSpec{Key: "team", Scope: "user", ScopeValue: "*", Metric: "usd", Window: "daily", Max: &max})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.db.SetPrices(ctx, budget.PriceSpec{Provider: "openai", Model: "gpt-4o", Input: "2.5", Output: "10"}); err != nil {
+				t.Fatal(err)
+			}
+			body := `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}` // 5 input tokens: 13 micro-dollars
+			// Used 0, 22500, 45000, 67500, 90000: the room left less the
+			// input, at $10 per million output tokens.
+			for i, want := range []float64{4096, 4096, 4096, 3248, 998} {
+				r := e.do("/v1/chat/completions", body, proxy.UserHeader, "alice")
+				if r.status != http.StatusOK {
+					t.Fatalf("request %d: %d %s; want 200 with a cap of %v", i+1, r.status, r.body, want)
+				}
+				if got := <-caps; got != want {
+					t.Fatalf("request %d sent max_completion_tokens %v; want %v", i+1, got, want)
+				}
+			}
+			r := e.do("/v1/chat/completions", body, proxy.UserHeader, "alice")
+			if r.status != http.StatusTooManyRequests || !strings.Contains(r.header.Get("X-Tokenbudget-Limit"), l.ID) {
+				t.Fatalf("after $0.1125 used: %d %s; want 429 by %s", r.status, r.body, l.ID)
+			}
+		})
 	}
 }
