@@ -108,6 +108,13 @@ type Decision struct {
 	Allowed bool
 	// Breach is the most restrictive exceeded limit, or nil.
 	Breach *Breach
+	// Until is the exceeded limit whose reset decides when the request
+	// could pass: the last to reset of those that do (a window that
+	// resets, leases that expire), ties to the more restrictive; nil when
+	// none does. Its RetryAfterSeconds is its own wait, which is Breach's,
+	// the longest; a refusal that tells a client when to retry names it,
+	// or the wait and the limit named disagree.
+	Until *Breach
 	// Parked is set while the request's provider refuses work.
 	Parked *Parked
 	// Limits holds every applicable enabled limit, in listing order.
@@ -137,8 +144,8 @@ const MaxConcurrentWait = 5 * time.Second
 // reach the same answer.
 func Decide(statuses []Status, est Estimate, now time.Time) Decision {
 	d := Decision{Allowed: true, Limits: statuses, Estimate: est}
-	var best *Status
-	var bestRem, wait int64
+	var best, until *Status
+	var bestRem, untilRem, wait int64
 	retryable := true
 	for i := range statuses {
 		s := &statuses[i]
@@ -161,12 +168,15 @@ func Decide(statuses []Status, est Estimate, now time.Time) Decision {
 			retryable = false
 			continue // no reset to wait for
 		}
-		if w := s.wait(now); w > wait {
-			wait = w
+		if w := s.wait(now); until == nil || w > wait || w == wait && moreRestrictive(s, rem, until, untilRem) {
+			wait, until, untilRem = w, s, rem
 		}
 	}
 	if best != nil {
 		d.Breach = &Breach{Status: *best, RetryAfterSeconds: wait, Retryable: retryable}
+	}
+	if until != nil {
+		d.Until = &Breach{Status: *until, RetryAfterSeconds: wait, Retryable: retryable}
 	}
 	return d
 }

@@ -391,3 +391,22 @@ func TestDecideAcrossMetrics(t *testing.T) {
 		}
 	}
 }
+
+// Decision.Until is the breach whose reset the request waits for (the
+// latest), while Breach keeps the contract's ranking; a breach that has
+// room does not count, and a limit that never resets is not waited for.
+func TestDecideUntil(t *testing.T) {
+	hourly := win("h", budget.MetricTokens, 100, 90, 0, time.Hour)
+	daily := win("d", budget.MetricTokens, 10000, 9980, 0, 6*time.Hour)
+	roomy := win("r", budget.MetricTokens, 1000000, 0, 0, 24*time.Hour)
+	d := budget.Decide([]budget.Status{hourly, daily, roomy}, budget.Estimate{Input: 56}, decideNow)
+	if d.Breach == nil || d.Breach.Limit.ID != "h" || d.Breach.RetryAfterSeconds != 6*3600 {
+		t.Fatalf("Breach = %+v; want h (less room), waiting 6h", d.Breach)
+	}
+	if d.Until == nil || d.Until.Limit.ID != "d" || d.Until.RetryAfterSeconds != 6*3600 || d.Until.Used != 9980 {
+		t.Fatalf("Until = %+v; want d, the later reset, with its own status", d.Until)
+	}
+	if d := budget.Decide([]budget.Status{roomy}, budget.Estimate{Input: 56}, decideNow); d.Until != nil {
+		t.Fatalf("Until of an allowed decision = %+v; want nil", d.Until)
+	}
+}

@@ -172,8 +172,17 @@ func tooLongToWait(retry int64, maxWait time.Duration) bool {
 // limit that never resets (window once) has no reset to announce: no
 // reset_at, no x-ratelimit-reset-*, and no Retry-After unless another
 // breached limit has a wait.
+//
+// A request that waiting lets through is told of the limit it waits for
+// (Decision.Until), not the contract's most restrictive breach: Retry-After
+// is that limit's reset, so the message, reset_at and x-ratelimit-* must
+// be that limit's too, or a client told "resets in an hour" is asked to
+// wait a month. One that no wait helps keeps the ranking's breach.
 func exceededError(h http.Header, f Format, d *budget.Decision, est budget.Estimate, now time.Time, maxWait time.Duration) apiError {
 	b := d.Breach
+	if b != nil && b.Retryable && d.Until != nil {
+		b = d.Until
+	}
 	setRateLimitHeaders(h, d.Limits, budget.Estimate{}, now, false)
 	if b == nil { // cannot happen: a refusal without a breach or a park
 		return simpleError(f, http.StatusTooManyRequests, CodeBudgetExceeded, "token budget exceeded")
