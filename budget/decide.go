@@ -277,6 +277,13 @@ func FitOutput(statuses []Status, est Estimate, minOutput int64, price *Price) (
 	return fit, true
 }
 
+// MaxOutput is the largest output, at most est.Output, that est with it
+// would cost at most amount at price p, its other parts unchanged; -1
+// when not even no output does (the input alone costs more).
+func (p *Price) MaxOutput(est Estimate, amount int64) int64 {
+	return fitUSD(p, est, amount, 0, est.Output)
+}
+
 // fitUSD is the largest output in [lo, hi] whose estimate costs at most
 // room at price p, or lo-1 when not even lo does. The cost rounds up per
 // estimate, so it is searched for rather than divided out: the answer is

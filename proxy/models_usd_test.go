@@ -130,3 +130,45 @@ func TestProxyCapFitsDollarLimit(t *testing.T) {
 		})
 	}
 }
+
+// A dollar refusal states the priced estimate (message and JSON), and one
+// whose estimate alone is over the limit says so, with the max_tokens that
+// would fit, rather than blaming another limit that does not refuse it.
+func TestProxyDollarRefusalEstimate(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []proxy.Mode{proxy.ModeReserve, proxy.ModeCheck} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, envOptions{mode: mode}, okUpstream)
+			ctx := context.Background()
+			max := int64(100) // $0.0001
+			l, _, err := e.db.SetLimit(ctx, budget.LimitSpec{Key: "team", Metric: "usd", Window: "monthly", Max: &max})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.limit("", "", "tokens", "1h", 1_000_000) // a roomy token limit: it refuses nothing
+			if _, err := e.db.SetPrices(ctx, budget.PriceSpec{Provider: "openai", Model: "gpt-4o", Input: "2.5", Output: "10"}); err != nil {
+				t.Fatal(err)
+			}
+			// 6 input at $2.50/M + 100 output at $10/M: $0.001015; 8 output
+			// tokens ($0.000095) are the most that fit $0.0001.
+			r := e.do("/v1/chat/completions", chatBody("gpt-4o", 100, false))
+			eo := errorObject(t, r.body)
+			msg, _ := eo["message"].(string)
+			if r.status != http.StatusTooManyRequests || r.header.Get("X-Should-Retry") != "false" {
+				t.Fatalf("status %d x-should-retry %q; want 429 false\n%s", r.status, r.header.Get("X-Should-Retry"), r.body)
+			}
+			for _, want := range []string{"needs about $0.001015", "more than the limit itself", "max_tokens", "at most 8 output tokens"} {
+				if !strings.Contains(msg, want) {
+					t.Errorf("message %q lacks %q", msg, want)
+				}
+			}
+			if strings.Contains(msg, "another limit") {
+				t.Errorf("message %q blames another limit; none refuses", msg)
+			}
+			if lim, _ := eo["limit"].(map[string]any); lim["id"] != l.ID || lim["estimate"] != 1015.0 {
+				t.Errorf("error.limit = %v; want %s with estimate 1015 micro-dollars", lim, l.ID)
+			}
+		})
+	}
+}

@@ -235,11 +235,11 @@ func exceededError(h http.Header, f Format, d *budget.Decision, est budget.Estim
 	fmt.Fprintf(&msg, " of limit %s; this request needs about %s", amount(b.Max), amount(e))
 	switch {
 	case e > b.Max:
-		msg.WriteString(", more than the limit itself: lower max_tokens or shorten the prompt")
+		msg.WriteString(", more than the limit itself: " + fitHint(b.Max, l.Metric, est, d.Price))
 	case never:
 		msg.WriteString("; this limit never resets (a prepaid balance): ask the gateway's operator to raise it")
 	case !b.Retryable:
-		msg.WriteString("; " + cannotWait(d.Limits, est))
+		msg.WriteString("; " + cannotWait(d.Limits, est, d.Price))
 	case l.Window.Kind == budget.NoWindow:
 		fmt.Fprintf(&msg, "; retry in %ds", b.RetryAfterSeconds)
 	default:
@@ -274,11 +274,11 @@ func whose(l *budget.Limit) string {
 // cannotWait says why no wait helps a refusal whose most restrictive
 // breach could be waited out: another limit it breaches is smaller than
 // the estimate, or never resets.
-func cannotWait(limits []budget.Status, est budget.Estimate) string {
+func cannotWait(limits []budget.Status, est budget.Estimate, price *budget.Price) string {
 	for i := range limits {
 		s := &limits[i]
 		if est.Amount(s.Limit.Metric) > s.Max {
-			return "it needs more than " + whose(&s.Limit) + " itself: lower max_tokens or shorten the prompt"
+			return "it needs more than " + whose(&s.Limit) + " itself: " + fitHint(s.Max, s.Limit.Metric, est, price)
 		}
 	}
 	for i := range limits {
@@ -290,6 +290,35 @@ func cannotWait(limits []budget.Status, est budget.Estimate) string {
 		}
 	}
 	return "waiting does not help: another limit refuses it too"
+}
+
+// fitHint says what would make est fit a limit of metric m and size max
+// that the estimate alone exceeds: the output that fits it with this
+// prompt (dollars at price, the price the estimate was priced at), or,
+// when the prompt alone is over it or output does not count, a shorter
+// prompt.
+func fitHint(max int64, m budget.Metric, est budget.Estimate, price *budget.Price) string {
+	var out int64
+	switch m {
+	case budget.MetricTokens, budget.MetricOutput:
+		out = max - (est.Amount(m) - est.Output)
+	case budget.MetricUSD:
+		if price == nil { // cannot happen: an unpriced request is refused as such
+			return "lower max_tokens or shorten the prompt"
+		}
+		out = price.MaxOutput(est, max)
+	case budget.MetricInput:
+		return "shorten the prompt"
+	default: // a requests or concurrent limit of 0 admits nothing
+		return "ask the gateway's operator to raise it"
+	}
+	if est.Output == 0 {
+		return "shorten the prompt"
+	}
+	if out < 1 {
+		return "shorten the prompt: it alone is more than the limit"
+	}
+	return fmt.Sprintf("lower max_tokens (at most %d output tokens fit it with this prompt) or shorten the prompt", out)
 }
 
 // parkedError builds the answer to a request for a parked provider: 429,
