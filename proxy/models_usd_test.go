@@ -172,3 +172,48 @@ func TestProxyDollarRefusalEstimate(t *testing.T) {
 		})
 	}
 }
+
+// Dollar limits stay out of the token rate-limit fields: RateLimit-Policy
+// and RateLimit carry no qu="tokens" entry in micro-dollars, and the
+// x-ratelimit-*-tokens fields are the token limit's even when the dollar
+// limit has less room, on a success and on a dollar refusal.
+func TestProxyRateLimitHeadersLeaveOutDollars(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []proxy.Mode{proxy.ModeReserve, proxy.ModeCheck} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, envOptions{mode: mode}, okUpstream)
+			ctx := context.Background()
+			max := int64(1100) // $0.0011: one request of $0.000515 fits, with room for a second
+			usd, _, err := e.db.SetLimit(ctx, budget.LimitSpec{Key: "team", Metric: "usd", Window: "monthly", Max: &max})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tok := e.limit("", "", "tokens", "1h", 1_000_000)
+			if _, err := e.db.SetPrices(ctx, budget.PriceSpec{Provider: "openai", Model: "gpt-4o", Input: "2.5", Output: "10"}); err != nil {
+				t.Fatal(err)
+			}
+			check := func(what string, r response) {
+				t.Helper()
+				for _, k := range []string{"Ratelimit-Policy", "Ratelimit"} {
+					if v := r.header.Get(k); strings.Contains(v, usd.ID) || !strings.Contains(v, tok) {
+						t.Errorf("%s: %s %q; want the token limit %s only, not the dollar limit %s", what, k, v, tok, usd.ID)
+					}
+				}
+				if v := r.header.Get("X-Ratelimit-Limit-Tokens"); v != "" && v != "1000000" {
+					t.Errorf("%s: X-Ratelimit-Limit-Tokens %q; want the token limit's 1000000 (or none)", what, v)
+				}
+			}
+			r := e.do("/v1/chat/completions", chatBody("gpt-4o", 50, false)) // $0.000515
+			if r.status != http.StatusOK || r.header.Get("X-Ratelimit-Limit-Tokens") != "1000000" {
+				t.Fatalf("success: %d, X-Ratelimit-Limit-Tokens %q; want 200 with the token limit's\n%s", r.status, r.header.Get("X-Ratelimit-Limit-Tokens"), r.body)
+			}
+			check("success", r)
+			r = e.do("/v1/chat/completions", chatBody("gpt-4o", 500, false)) // $0.005015
+			if r.status != http.StatusTooManyRequests {
+				t.Fatalf("refusal: %d; want 429\n%s", r.status, r.body)
+			}
+			check("refusal", r)
+		})
+	}
+}

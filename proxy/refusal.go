@@ -359,7 +359,8 @@ func setLimitHeaders(h http.Header, m budget.Metric, limit, remaining int64, res
 }
 
 // setRateLimitHeaders sets the headers of the applicable limits: the IETF
-// RateLimit-Policy and RateLimit fields for every one, and, when success is
+// RateLimit-Policy and RateLimit fields for every one but dollar limits,
+// and, when success is
 // true, OpenAI's x-ratelimit-*-tokens (and -requests) for the token (and
 // requests) limit with the least room left. Remaining is limit - used -
 // reserved - sub, clamped at 0, of the limit in force (Status.Max): sub is
@@ -388,6 +389,10 @@ func setRateLimitHeaders(h http.Header, limits []budget.Status, sub budget.Estim
 		}
 		unit := "tokens"
 		switch s.Limit.Metric {
+		case budget.MetricUSD:
+			// Micro-dollars are no token quota (the fields have no dollar
+			// unit): the dollar limit is named in the refusal body instead.
+			continue
 		case budget.MetricRequests:
 			unit = "requests"
 			if req == nil || rem < reqRem {
@@ -413,8 +418,10 @@ func setRateLimitHeaders(h http.Header, limits []budget.Status, sub budget.Estim
 			fmt.Fprintf(&state, ";t=%d", ceilSeconds(reset))
 		}
 	}
-	h.Set("RateLimit-Policy", policy.String())
-	h.Set("RateLimit", state.String())
+	if policy.Len() > 0 {
+		h.Set("RateLimit-Policy", policy.String())
+		h.Set("RateLimit", state.String())
+	}
 	if !success {
 		return
 	}
