@@ -31,8 +31,10 @@ func TestProxyNormalisesModels(t *testing.T) {
 	}
 }
 
-// A dollar budget with no price for the requested model refuses with 429,
-// unpriced_model, never retried, before any upstream call.
+// A dollar budget with no price for the requested model is a gateway
+// configuration error, not a rate limit: 403 unpriced_model in the API's
+// permission-error shape (an SDK's PermissionDeniedError, never retried),
+// x-should-retry: false, before any upstream call.
 func TestProxyUnpricedModel(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []proxy.Mode{proxy.ModeReserve, proxy.ModeCheck} {
@@ -48,8 +50,18 @@ func TestProxyUnpricedModel(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := e.do("/v1/chat/completions", chatBody("o9-mystery", 10, false))
-			if r.status != http.StatusTooManyRequests || r.header.Get("X-Should-Retry") != "false" || errorObject(t, r.body)["code"] != proxy.CodeUnpriced {
-				t.Fatalf("unpriced model: %d %q %s; want 429 unpriced_model, not retried", r.status, r.header.Get("X-Should-Retry"), r.body)
+			eo := errorObject(t, r.body)
+			if r.status != http.StatusForbidden || r.header.Get("X-Should-Retry") != "false" || eo["code"] != proxy.CodeUnpriced ||
+				eo["type"] != "invalid_request_error" || r.header.Get("Retry-After") != "" {
+				t.Fatalf("unpriced model: %d %q %s; want 403 invalid_request_error unpriced_model, not retried, no Retry-After", r.status, r.header.Get("X-Should-Retry"), r.body)
+			}
+			// Anthropic's shape: permission_error.
+			r = e.send("/v1/messages", `{"model":"claude-mystery","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`, "X-Api-Key", e.secret)
+			e.wait(1)
+			v := jsonBody(t, r.body)
+			ao, _ := v["error"].(map[string]any)
+			if r.status != http.StatusForbidden || r.header.Get("X-Should-Retry") != "false" || ao["type"] != "permission_error" || ao["code"] != proxy.CodeUnpriced {
+				t.Fatalf("unpriced model on /v1/messages: %d %q %s; want 403 permission_error unpriced_model", r.status, r.header.Get("X-Should-Retry"), r.body)
 			}
 			if n := e.hits.Load(); n != 0 {
 				t.Fatalf("upstream called %d times; want 0", n)

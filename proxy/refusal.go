@@ -26,7 +26,7 @@ const (
 	CodeTimeout        = "request_timeout"  // the request body came too slowly (408)
 	CodeUpstreamTime   = "upstream_timeout" // no upstream response headers in time (504)
 	CodeNoBudget       = "no_budget"        // no limit applies and the gateway requires one (403)
-	CodeUnpriced       = "unpriced_model"   // a dollar limit applies and the model has no price (429)
+	CodeUnpriced       = "unpriced_model"   // a dollar limit applies and the model has no price (403)
 )
 
 // Headers naming the limit that bound a request (see setMatchedHeaders).
@@ -478,11 +478,15 @@ func ceilSeconds(d time.Duration) int64 {
 }
 
 // unpricedError refuses a request for a model with no price while a
-// dollar limit applies: 429 that no retry helps until a price is set.
+// dollar limit applies. It is the gateway's configuration that is missing,
+// not room: 403 in the API's permission-error shape (the SDKs raise
+// PermissionDeniedError and never retry it), x-should-retry: false, and no
+// Retry-After, as no wait helps until a price is set.
 func unpricedError(h http.Header, f Format, provider, model string) apiError {
-	h.Set("x-should-retry", "false")
-	return simpleError(f, http.StatusTooManyRequests, CodeUnpriced,
-		fmt.Sprintf("model %q of provider %q has no price and a dollar budget applies: set one with 'budget price set'", clipName(model), provider))
+	h.Set("X-Should-Retry", "false")
+	return simpleError(f, http.StatusForbidden, CodeUnpriced,
+		fmt.Sprintf("model %q of provider %q has no price and a dollar budget applies, so its cost cannot be counted: "+
+			"ask the gateway's operator to set one ('budget price set') or use a priced model", clipName(model), provider))
 }
 
 // clipName shortens a client-chosen name for a message.
