@@ -218,17 +218,24 @@ func exceededError(h http.Header, f Format, d *budget.Decision, est budget.Estim
 		r := b.ResetAt.UTC().Format(time.RFC3339)
 		det.ResetAt = &r
 	}
-	// A dollar limit speaks dollars (its JSON fields stay micro-dollars).
-	amount, what := func(v int64) string { return strconv.FormatInt(v, 10) }, "token"
-	if l.Metric == budget.MetricUSD {
-		amount, what = func(v int64) string { return "$" + budget.FormatUSD(v) }, "dollar"
+	// A dollar limit's JSON fields stay micro-dollars; its message speaks
+	// dollars, and a requests or concurrent one of requests: "token
+	// budget" would send a client looking at its prompt.
+	amount, what := func(v int64) string { return strconv.FormatInt(v, 10) }, "token budget"
+	switch l.Metric {
+	case budget.MetricUSD:
+		amount, what = func(v int64) string { return "$" + budget.FormatUSD(v) }, "dollar budget"
+	case budget.MetricRequests:
+		what = "request limit"
+	case budget.MetricConcurrent:
+		what = "concurrent request limit"
 	}
 	per := string(l.Metric) + " per " + win
 	if never {
 		per = string(l.Metric) + ", never resets"
 	}
 	var msg strings.Builder
-	fmt.Fprintf(&msg, "%s budget exceeded: %s (scope %s, %s) used %s", what, whose(l), l.ScopeString(), per, amount(b.Used))
+	fmt.Fprintf(&msg, "%s exceeded: %s (scope %s, %s) used %s", what, whose(l), l.ScopeString(), per, amount(b.Used))
 	if b.Reserved > 0 {
 		fmt.Fprintf(&msg, " + reserved %s", amount(b.Reserved))
 	}

@@ -237,3 +237,18 @@ func TestRefusalNamesTheLimitItWaitsFor(t *testing.T) {
 		})
 	}
 }
+
+// A requests-per-minute refusal speaks of requests, not tokens.
+func TestRequestLimitRefusalMessage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{mode: proxy.ModeReserve, clock: true}, okUpstream)
+	id := e.limit("", "", "requests", "1m", 1)
+	if r := e.do("/v1/chat/completions", chatBody("gpt-4o", 10, false)); r.status != http.StatusOK {
+		t.Fatalf("first request: %d %s", r.status, r.body)
+	}
+	r := e.do("/v1/chat/completions", chatBody("gpt-4o", 10, false))
+	msg, _ := errorObject(t, r.body)["message"].(string)
+	if r.status != http.StatusTooManyRequests || !strings.HasPrefix(msg, "request limit exceeded: key team limit "+id) || strings.Contains(msg, "token") {
+		t.Fatalf("requests refusal: %d %q; want 429 \"request limit exceeded: key team limit %s ...\" without tokens", r.status, msg, id)
+	}
+}
