@@ -410,3 +410,41 @@ func TestDecideUntil(t *testing.T) {
 		t.Fatalf("Until of an allowed decision = %+v; want nil", d.Until)
 	}
 }
+
+// FitOutput fits a usd limit at the price given: the dollars left after
+// the input's cost buy the output, rounded as EstimateCost rounds, and the
+// fit holds its repriced dollars.
+func TestFitOutputDollars(t *testing.T) {
+	p, err := budget.PriceSpec{Provider: "openai", Model: "gpt-4o", Input: "2.5", Output: "10"}.Parse(decideNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	est := budget.Estimate{Input: 100, Output: 4096}
+	est.USD = p.EstimateCost(est) // 41210
+	for _, tc := range []struct {
+		name    string
+		used    int64
+		ok      bool
+		out, us int64
+	}{
+		{"room for all of it", 0, true, 4096, 41_210},
+		{"room after the input", 82_420, true, 1733, 17_580},
+		{"a micro-dollar short of the next token", 82_429, true, 1732, 17_570},
+		{"exactly the floor", 100_000 - 410, true, 16, 410},
+		{"below the floor", 100_000 - 409, false, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := []budget.Status{win("u", budget.MetricUSD, 100_000, tc.used, 0, time.Hour), win("t", budget.MetricTokens, 1_000_000, 0, 0, time.Hour)}
+			got, ok := budget.FitOutput(st, est, 16, &p)
+			if ok != tc.ok || ok && (got.Output != tc.out || got.USD != tc.us || got.Input != 100) {
+				t.Fatalf("FitOutput = %+v, %v; want output %d, %d micro-dollars, ok %v", got, ok, tc.out, tc.us, tc.ok)
+			}
+			if !ok && got != est {
+				t.Errorf("refused FitOutput changed the estimate: %+v", got)
+			}
+		})
+	}
+	if _, ok := budget.FitOutput([]budget.Status{win("u", budget.MetricUSD, 100_000, 90_000, 0, time.Hour)}, est, 16, nil); ok {
+		t.Error("FitOutput of a usd limit without a price fitted; want refused (the request is unpriced)")
+	}
+}
