@@ -729,8 +729,10 @@ func (b *batch) reserve(ctx context.Context, tx Tx, o *op) error {
 		sorted[i], sw[i] = statuses[j], wins[j]
 	}
 	statuses = sorted
+	var price *Price
 	if hasUSD(ls) {
-		if !priceEstimate(b.prices, statuses, req.Provider, model, at, &req.Estimate) {
+		var ok bool
+		if price, ok = priceEstimate(b.prices, statuses, req.Provider, model, at, &req.Estimate); !ok {
 			d := Decide(statuses, req.Estimate, at)
 			d.Allowed, d.Unpriced = false, &Unpriced{Provider: req.Provider, Model: req.Model}
 			o.out.err = &UnpricedError{Provider: req.Provider, Model: req.Model, Decision: d}
@@ -738,8 +740,9 @@ func (b *batch) reserve(ctx context.Context, tx Tx, o *op) error {
 		}
 	}
 	if d := Decide(statuses, req.Estimate, at); !d.Allowed {
-		fit, ok := FitOutput(statuses, req.Estimate, o.minOut)
+		fit, ok := FitOutput(statuses, req.Estimate, o.minOut, price)
 		if !ok {
+			d.Price = price
 			o.out.err = &ExceededError{Decision: d}
 			o.out.exhausted = exhaustedOf(&d, req.Estimate, o.minOut, at)
 			return nil

@@ -62,19 +62,22 @@ func (t *Tracker) check(ctx context.Context, req Request, now time.Time, clock i
 		statuses = append(statuses, st)
 	}
 	var unpriced *Unpriced
+	var price *Price
 	for i := range statuses {
 		if statuses[i].Limit.Metric == MetricUSD {
 			table, err := t.pricesAt(ctx, clock)
 			if err != nil {
 				return Decision{}, err
 			}
-			if !priceEstimate(table, statuses, req.Provider, model, now, &req.Estimate) {
+			var ok bool
+			if price, ok = priceEstimate(table, statuses, req.Provider, model, now, &req.Estimate); !ok {
 				unpriced = &Unpriced{Provider: req.Provider, Model: req.Model}
 			}
 			break
 		}
 	}
 	d := Decide(statuses, req.Estimate, now)
+	d.Price = price
 	if unpriced != nil {
 		d.Allowed, d.Unpriced = false, unpriced
 	}

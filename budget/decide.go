@@ -108,6 +108,13 @@ type Decision struct {
 	Allowed bool
 	// Breach is the most restrictive exceeded limit, or nil.
 	Breach *Breach
+	// Until is the exceeded limit whose reset decides when the request
+	// could pass: the last to reset of those that do (a window that
+	// resets, leases that expire), ties to the more restrictive; nil when
+	// none does. Its RetryAfterSeconds is its own wait, which is Breach's,
+	// the longest; a refusal that tells a client when to retry names it,
+	// or the wait and the limit named disagree.
+	Until *Breach
 	// Parked is set while the request's provider refuses work.
 	Parked *Parked
 	// Limits holds every applicable enabled limit, in listing order.
@@ -115,6 +122,12 @@ type Decision struct {
 	// Unpriced is set when a usd limit applies and no price matches the
 	// request's provider and model: admitting it would count it at $0.
 	Unpriced *Unpriced
+	// Estimate is the estimate decided on, its USD priced when a usd limit
+	// applies: what a refusal says the request needs.
+	Estimate Estimate
+	// Price is the price Estimate.USD was priced at (nil when no usd limit
+	// applies), for FitOutput on these statuses.
+	Price *Price
 }
 
 // Unpriced names a request's model that has no price while a usd limit
@@ -130,9 +143,9 @@ const MaxConcurrentWait = 5 * time.Second
 // limits. It is pure, so the Tracker's cache path and a store transaction
 // reach the same answer.
 func Decide(statuses []Status, est Estimate, now time.Time) Decision {
-	d := Decision{Allowed: true, Limits: statuses}
-	var best *Status
-	var bestRem, wait int64
+	d := Decision{Allowed: true, Limits: statuses, Estimate: est}
+	var best, until *Status
+	var bestRem, untilRem, wait int64
 	retryable := true
 	for i := range statuses {
 		s := &statuses[i]
@@ -155,12 +168,15 @@ func Decide(statuses []Status, est Estimate, now time.Time) Decision {
 			retryable = false
 			continue // no reset to wait for
 		}
-		if w := s.wait(now); w > wait {
-			wait = w
+		if w := s.wait(now); until == nil || w > wait || w == wait && moreRestrictive(s, rem, until, untilRem) {
+			wait, until, untilRem = w, s, rem
 		}
 	}
 	if best != nil {
 		d.Breach = &Breach{Status: *best, RetryAfterSeconds: wait, Retryable: retryable}
+	}
+	if until != nil {
+		d.Until = &Breach{Status: *until, RetryAfterSeconds: wait, Retryable: retryable}
 	}
 	return d
 }
@@ -224,28 +240,70 @@ func (d Decision) Err() error {
 // FitOutput shrinks the output part of est to the largest value at least
 // minOutput that every status counting output has room for, the other
 // parts unchanged, and reports whether the result fits every status (so
-// Decide allows it). minOutput 0, or an estimate without an output part
-// above minOutput, never fits less than est.
-func FitOutput(statuses []Status, est Estimate, minOutput int64) (Estimate, bool) {
+// Decide allows it). A usd status counts output at price (the price the
+// estimate was priced at, nil when no usd limit applies): the fit is
+// priced as EstimateCost prices it, so the dollars it holds are the
+// dollars it was fitted to. minOutput 0, or an estimate without an output
+// part above minOutput, never fits less than est.
+func FitOutput(statuses []Status, est Estimate, minOutput int64, price *Price) (Estimate, bool) {
 	if minOutput <= 0 || est.Output <= minOutput {
 		return est, false
 	}
 	out := est.Output
 	for i := range statuses {
 		s := &statuses[i]
-		if s.Limit.Metric != MetricTokens && s.Limit.Metric != MetricOutput {
-			continue
+		switch s.Limit.Metric {
+		case MetricTokens, MetricOutput:
+			other := s.Max - s.Used - s.Reserved - (est.Amount(s.Limit.Metric) - est.Output)
+			out = min(out, other)
+		case MetricUSD:
+			if price == nil {
+				return est, false // unpriced: refused whatever the output
+			}
+			out = min(out, fitUSD(price, est, s.Max-s.Used-s.Reserved, minOutput, out))
 		}
-		other := s.Max - s.Used - s.Reserved - (est.Amount(s.Limit.Metric) - est.Output)
-		out = min(out, other)
 	}
 	if out < minOutput {
 		return est, false
 	}
 	fit := est
 	fit.Output = out
+	if price != nil {
+		fit.USD = price.EstimateCost(fit)
+	}
 	if !Decide(statuses, fit, time.Time{}).Allowed {
 		return est, false // a limit the output cannot help (input, requests, leases)
 	}
 	return fit, true
+}
+
+// MaxOutput is the largest output, at most est.Output, that est with it
+// would cost at most amount at price p, its other parts unchanged; -1
+// when not even no output does (the input alone costs more).
+func (p *Price) MaxOutput(est Estimate, amount int64) int64 {
+	return fitUSD(p, est, amount, 0, est.Output)
+}
+
+// fitUSD is the largest output in [lo, hi] whose estimate costs at most
+// room at price p, or lo-1 when not even lo does. The cost rounds up per
+// estimate, so it is searched for rather than divided out: the answer is
+// exact at any price.
+func fitUSD(p *Price, est Estimate, room, lo, hi int64) int64 {
+	cost := func(out int64) int64 {
+		e := est
+		e.Output = out
+		return p.EstimateCost(e)
+	}
+	if cost(lo) > room {
+		return lo - 1
+	}
+	for lo < hi { // invariant: cost(lo) <= room
+		mid := lo + (hi-lo+1)/2
+		if cost(mid) <= room {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo
 }

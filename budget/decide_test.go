@@ -353,7 +353,7 @@ func TestFitOutput(t *testing.T) {
 		{"unsplit part counts as other", []budget.Status{win("a", out, 1000, 600, 0, time.Hour)}, budget.Estimate{Tokens: 100, Output: 4096}, 16, true, 300},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := budget.FitOutput(tc.statuses, tc.est, tc.min)
+			got, ok := budget.FitOutput(tc.statuses, tc.est, tc.min, nil)
 			if ok != tc.ok {
 				t.Fatalf("FitOutput ok = %v; want %v (got %+v)", ok, tc.ok, got)
 			}
@@ -389,5 +389,62 @@ func TestDecideAcrossMetrics(t *testing.T) {
 		if d.Allowed || d.Breach == nil || d.Breach.Limit.ID != tc.want {
 			t.Errorf("estimate %+v: breach %+v; want %s", tc.est, d.Breach, tc.want)
 		}
+	}
+}
+
+// Decision.Until is the breach whose reset the request waits for (the
+// latest), while Breach keeps the contract's ranking; a breach that has
+// room does not count, and a limit that never resets is not waited for.
+func TestDecideUntil(t *testing.T) {
+	hourly := win("h", budget.MetricTokens, 100, 90, 0, time.Hour)
+	daily := win("d", budget.MetricTokens, 10000, 9980, 0, 6*time.Hour)
+	roomy := win("r", budget.MetricTokens, 1000000, 0, 0, 24*time.Hour)
+	d := budget.Decide([]budget.Status{hourly, daily, roomy}, budget.Estimate{Input: 56}, decideNow)
+	if d.Breach == nil || d.Breach.Limit.ID != "h" || d.Breach.RetryAfterSeconds != 6*3600 {
+		t.Fatalf("Breach = %+v; want h (less room), waiting 6h", d.Breach)
+	}
+	if d.Until == nil || d.Until.Limit.ID != "d" || d.Until.RetryAfterSeconds != 6*3600 || d.Until.Used != 9980 {
+		t.Fatalf("Until = %+v; want d, the later reset, with its own status", d.Until)
+	}
+	if d := budget.Decide([]budget.Status{roomy}, budget.Estimate{Input: 56}, decideNow); d.Until != nil {
+		t.Fatalf("Until of an allowed decision = %+v; want nil", d.Until)
+	}
+}
+
+// FitOutput fits a usd limit at the price given: the dollars left after
+// the input's cost buy the output, rounded as EstimateCost rounds, and the
+// fit holds its repriced dollars.
+func TestFitOutputDollars(t *testing.T) {
+	p, err := budget.PriceSpec{Provider: "openai", Model: "gpt-4o", Input: "2.5", Output: "10"}.Parse(decideNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	est := budget.Estimate{Input: 100, Output: 4096}
+	est.USD = p.EstimateCost(est) // 41210
+	for _, tc := range []struct {
+		name    string
+		used    int64
+		ok      bool
+		out, us int64
+	}{
+		{"room for all of it", 0, true, 4096, 41_210},
+		{"room after the input", 82_420, true, 1733, 17_580},
+		{"a micro-dollar short of the next token", 82_429, true, 1732, 17_570},
+		{"exactly the floor", 100_000 - 410, true, 16, 410},
+		{"below the floor", 100_000 - 409, false, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := []budget.Status{win("u", budget.MetricUSD, 100_000, tc.used, 0, time.Hour), win("t", budget.MetricTokens, 1_000_000, 0, 0, time.Hour)}
+			got, ok := budget.FitOutput(st, est, 16, &p)
+			if ok != tc.ok || ok && (got.Output != tc.out || got.USD != tc.us || got.Input != 100) {
+				t.Fatalf("FitOutput = %+v, %v; want output %d, %d micro-dollars, ok %v", got, ok, tc.out, tc.us, tc.ok)
+			}
+			if !ok && got != est {
+				t.Errorf("refused FitOutput changed the estimate: %+v", got)
+			}
+		})
+	}
+	if _, ok := budget.FitOutput([]budget.Status{win("u", budget.MetricUSD, 100_000, 90_000, 0, time.Hour)}, est, 16, nil); ok {
+		t.Error("FitOutput of a usd limit without a price fitted; want refused (the request is unpriced)")
 	}
 }

@@ -62,22 +62,22 @@ func (t *Tracker) writerPrices(ctx context.Context, tx Tx) (*Prices, error) {
 }
 
 // priceEstimate fills est.USD when a usd limit is among statuses: the
-// estimate priced at the price in force at at. ok is false when a usd
-// limit applies and no price matches: the request must be refused, as it
-// would count $0.
-func priceEstimate(table *Prices, statuses []Status, provider, model string, at time.Time, est *Estimate) (ok bool) {
+// estimate priced at the price in force at at, which it returns (nil when
+// no usd limit applies). ok is false when a usd limit applies and no price
+// matches: the request must be refused, as it would count $0.
+func priceEstimate(table *Prices, statuses []Status, provider, model string, at time.Time, est *Estimate) (price *Price, ok bool) {
 	for i := range statuses {
 		if statuses[i].Limit.Metric != MetricUSD {
 			continue
 		}
 		p := table.Lookup(provider, model, at)
 		if p == nil {
-			return false
+			return nil, false
 		}
 		est.USD = p.EstimateCost(*est)
-		return true
+		return p, true
 	}
-	return true
+	return nil, true
 }
 
 // hasUSD reports whether a usd limit is among ls.

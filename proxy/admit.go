@@ -27,17 +27,18 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request, f Format, req
 			m.admitError(w, r, f, err)
 			return nil, false
 		}
-		est := req.Estimate
+		// Decided on: its dollars priced, which a refusal states.
+		est := d.Estimate
 		if !d.Allowed && minOutput > 0 {
 			// The same rule as reserve mode's MinOutput, on the statuses
 			// Check read: only a budget refusal can be helped by a
 			// smaller output (not a park, nor anything else Err names).
 			var ee *budget.ExceededError
 			if errors.As(d.Err(), &ee) {
-				if fit, ok := budget.FitOutput(d.Limits, req.Estimate, minOutput); ok {
+				if fit, ok := budget.FitOutput(d.Limits, d.Estimate, minOutput, d.Price); ok {
 					req.Estimate, d.Allowed, d.Breach = fit, true, nil
 				} else {
-					d, est = atFloor(d, req.Estimate, minOutput, now)
+					d, est = atFloor(d, d.Estimate, minOutput, now)
 				}
 			}
 		}
@@ -85,7 +86,7 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request, f Format, req
 			m.writeRefusal(w, r, f, unpricedError(w.Header(), f, ue.Provider, ue.Model), usdLimit(ue.Decision.Limits))
 		case errors.As(err, &ee):
 			now := m.t.Now()
-			d, est := ee.Decision, req.Estimate
+			d, est := ee.Decision, ee.Decision.Estimate
 			if minOutput > 0 {
 				d, est = atFloor(d, est, minOutput, now)
 			}
@@ -118,11 +119,14 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request, f Format, req
 func atFloor(d budget.Decision, est budget.Estimate, minOutput int64, now time.Time) (budget.Decision, budget.Estimate) {
 	floor := est
 	floor.Output = min(est.Output, minOutput)
+	if d.Price != nil {
+		floor.USD = d.Price.EstimateCost(floor)
+	}
 	fd := budget.Decide(d.Limits, floor, now)
 	if fd.Allowed || fd.Breach == nil {
 		return d, est // cannot happen: FitOutput found no room for the floor
 	}
-	fd.Parked = d.Parked
+	fd.Parked, fd.Price = d.Parked, d.Price
 	return fd, floor
 }
 

@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -30,8 +31,10 @@ func TestProxyNormalisesModels(t *testing.T) {
 	}
 }
 
-// A dollar budget with no price for the requested model refuses with 429,
-// unpriced_model, never retried, before any upstream call.
+// A dollar budget with no price for the requested model is a gateway
+// configuration error, not a rate limit: 403 unpriced_model in the API's
+// permission-error shape (an SDK's PermissionDeniedError, never retried),
+// x-should-retry: false, before any upstream call.
 func TestProxyUnpricedModel(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []proxy.Mode{proxy.ModeReserve, proxy.ModeCheck} {
@@ -47,8 +50,18 @@ func TestProxyUnpricedModel(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := e.do("/v1/chat/completions", chatBody("o9-mystery", 10, false))
-			if r.status != http.StatusTooManyRequests || r.header.Get("X-Should-Retry") != "false" || errorObject(t, r.body)["code"] != proxy.CodeUnpriced {
-				t.Fatalf("unpriced model: %d %q %s; want 429 unpriced_model, not retried", r.status, r.header.Get("X-Should-Retry"), r.body)
+			eo := errorObject(t, r.body)
+			if r.status != http.StatusForbidden || r.header.Get("X-Should-Retry") != "false" || eo["code"] != proxy.CodeUnpriced ||
+				eo["type"] != "invalid_request_error" || r.header.Get("Retry-After") != "" {
+				t.Fatalf("unpriced model: %d %q %s; want 403 invalid_request_error unpriced_model, not retried, no Retry-After", r.status, r.header.Get("X-Should-Retry"), r.body)
+			}
+			// Anthropic's shape: permission_error.
+			r = e.send("/v1/messages", `{"model":"claude-mystery","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`, "X-Api-Key", e.secret)
+			e.wait(1)
+			v := jsonBody(t, r.body)
+			ao, _ := v["error"].(map[string]any)
+			if r.status != http.StatusForbidden || r.header.Get("X-Should-Retry") != "false" || ao["type"] != "permission_error" || ao["code"] != proxy.CodeUnpriced {
+				t.Fatalf("unpriced model on /v1/messages: %d %q %s; want 403 permission_error unpriced_model", r.status, r.header.Get("X-Should-Retry"), r.body)
 			}
 			if n := e.hits.Load(); n != 0 {
 				t.Fatalf("upstream called %d times; want 0", n)
@@ -79,5 +92,140 @@ func TestProxyDollarBreach(t *testing.T) {
 	}
 	if h := r.header.Get("X-Ratelimit-Limit-Tokens"); h != "" {
 		t.Errorf("dollar breach sent X-Ratelimit-Limit-Tokens %q; want none", h)
+	}
+}
+
+// A request without max_tokens is admitted with the largest output a
+// dollar limit leaves room for: a per-user $0.10 daily limit on gpt-4o
+// ($2.50/$10 per million) lets alice spend the whole $0.10, each request
+// capped at what is left, rather than refusing her once less than the
+// default max output ($0.04) is left.
+func TestProxyCapFitsDollarLimit(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []proxy.Mode{proxy.ModeReserve, proxy.ModeCheck} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			caps := make(chan float64, 16)
+			upstream := func(w http.ResponseWriter, r *http.Request) {
+				var body map[string]any
+				json.NewDecoder(r.Body).Decode(&body)
+				c, _ := body["max_completion_tokens"].(float64)
+				caps <- c
+				writeJSON(w, http.StatusOK, chatUsageJSON(1000, 2000)) // $0.0225
+			}
+			e := newEnv(t, envOptions{mode: mode}, upstream)
+			ctx := context.Background()
+			max := int64(100_000) // $0.10
+			l, _, err := e.db.SetLimit(ctx, budget.LimitSpec{Key: "team", Scope: "user", ScopeValue: "*", Metric: "usd", Window: "daily", Max: &max})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.db.SetPrices(ctx, budget.PriceSpec{Provider: "openai", Model: "gpt-4o", Input: "2.5", Output: "10"}); err != nil {
+				t.Fatal(err)
+			}
+			body := `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}` // 5 input tokens: 13 micro-dollars
+			// Used 0, 22500, 45000, 67500, 90000: the room left less the
+			// input, at $10 per million output tokens.
+			for i, want := range []float64{4096, 4096, 4096, 3248, 998} {
+				r := e.do("/v1/chat/completions", body, proxy.UserHeader, "alice")
+				if r.status != http.StatusOK {
+					t.Fatalf("request %d: %d %s; want 200 with a cap of %v", i+1, r.status, r.body, want)
+				}
+				if got := <-caps; got != want {
+					t.Fatalf("request %d sent max_completion_tokens %v; want %v", i+1, got, want)
+				}
+			}
+			r := e.do("/v1/chat/completions", body, proxy.UserHeader, "alice")
+			if r.status != http.StatusTooManyRequests || !strings.Contains(r.header.Get("X-Tokenbudget-Limit"), l.ID) {
+				t.Fatalf("after $0.1125 used: %d %s; want 429 by %s", r.status, r.body, l.ID)
+			}
+		})
+	}
+}
+
+// A dollar refusal states the priced estimate (message and JSON), and one
+// whose estimate alone is over the limit says so, with the max_tokens that
+// would fit, rather than blaming another limit that does not refuse it.
+func TestProxyDollarRefusalEstimate(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []proxy.Mode{proxy.ModeReserve, proxy.ModeCheck} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, envOptions{mode: mode}, okUpstream)
+			ctx := context.Background()
+			max := int64(100) // $0.0001
+			l, _, err := e.db.SetLimit(ctx, budget.LimitSpec{Key: "team", Metric: "usd", Window: "monthly", Max: &max})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.limit("", "", "tokens", "1h", 1_000_000) // a roomy token limit: it refuses nothing
+			if _, err := e.db.SetPrices(ctx, budget.PriceSpec{Provider: "openai", Model: "gpt-4o", Input: "2.5", Output: "10"}); err != nil {
+				t.Fatal(err)
+			}
+			// 6 input at $2.50/M + 100 output at $10/M: $0.001015; 8 output
+			// tokens ($0.000095) are the most that fit $0.0001.
+			r := e.do("/v1/chat/completions", chatBody("gpt-4o", 100, false))
+			eo := errorObject(t, r.body)
+			msg, _ := eo["message"].(string)
+			if r.status != http.StatusTooManyRequests || r.header.Get("X-Should-Retry") != "false" {
+				t.Fatalf("status %d x-should-retry %q; want 429 false\n%s", r.status, r.header.Get("X-Should-Retry"), r.body)
+			}
+			for _, want := range []string{"needs about $0.001015", "more than the limit itself", "max_tokens", "at most 8 output tokens"} {
+				if !strings.Contains(msg, want) {
+					t.Errorf("message %q lacks %q", msg, want)
+				}
+			}
+			if strings.Contains(msg, "another limit") {
+				t.Errorf("message %q blames another limit; none refuses", msg)
+			}
+			if lim, _ := eo["limit"].(map[string]any); lim["id"] != l.ID || lim["estimate"] != 1015.0 {
+				t.Errorf("error.limit = %v; want %s with estimate 1015 micro-dollars", lim, l.ID)
+			}
+		})
+	}
+}
+
+// Dollar limits stay out of the token rate-limit fields: RateLimit-Policy
+// and RateLimit carry no qu="tokens" entry in micro-dollars, and the
+// x-ratelimit-*-tokens fields are the token limit's even when the dollar
+// limit has less room, on a success and on a dollar refusal.
+func TestProxyRateLimitHeadersLeaveOutDollars(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []proxy.Mode{proxy.ModeReserve, proxy.ModeCheck} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, envOptions{mode: mode}, okUpstream)
+			ctx := context.Background()
+			max := int64(1100) // $0.0011: one request of $0.000515 fits, with room for a second
+			usd, _, err := e.db.SetLimit(ctx, budget.LimitSpec{Key: "team", Metric: "usd", Window: "monthly", Max: &max})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tok := e.limit("", "", "tokens", "1h", 1_000_000)
+			if _, err := e.db.SetPrices(ctx, budget.PriceSpec{Provider: "openai", Model: "gpt-4o", Input: "2.5", Output: "10"}); err != nil {
+				t.Fatal(err)
+			}
+			check := func(what string, r response) {
+				t.Helper()
+				for _, k := range []string{"Ratelimit-Policy", "Ratelimit"} {
+					if v := r.header.Get(k); strings.Contains(v, usd.ID) || !strings.Contains(v, tok) {
+						t.Errorf("%s: %s %q; want the token limit %s only, not the dollar limit %s", what, k, v, tok, usd.ID)
+					}
+				}
+				if v := r.header.Get("X-Ratelimit-Limit-Tokens"); v != "" && v != "1000000" {
+					t.Errorf("%s: X-Ratelimit-Limit-Tokens %q; want the token limit's 1000000 (or none)", what, v)
+				}
+			}
+			r := e.do("/v1/chat/completions", chatBody("gpt-4o", 50, false)) // $0.000515
+			if r.status != http.StatusOK || r.header.Get("X-Ratelimit-Limit-Tokens") != "1000000" {
+				t.Fatalf("success: %d, X-Ratelimit-Limit-Tokens %q; want 200 with the token limit's\n%s", r.status, r.header.Get("X-Ratelimit-Limit-Tokens"), r.body)
+			}
+			check("success", r)
+			r = e.do("/v1/chat/completions", chatBody("gpt-4o", 500, false)) // $0.005015
+			if r.status != http.StatusTooManyRequests {
+				t.Fatalf("refusal: %d; want 429\n%s", r.status, r.body)
+			}
+			check("refusal", r)
+		})
 	}
 }

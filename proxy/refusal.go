@@ -26,7 +26,7 @@ const (
 	CodeTimeout        = "request_timeout"  // the request body came too slowly (408)
 	CodeUpstreamTime   = "upstream_timeout" // no upstream response headers in time (504)
 	CodeNoBudget       = "no_budget"        // no limit applies and the gateway requires one (403)
-	CodeUnpriced       = "unpriced_model"   // a dollar limit applies and the model has no price (429)
+	CodeUnpriced       = "unpriced_model"   // a dollar limit applies and the model has no price (403)
 )
 
 // Headers naming the limit that bound a request (see setMatchedHeaders).
@@ -172,8 +172,17 @@ func tooLongToWait(retry int64, maxWait time.Duration) bool {
 // limit that never resets (window once) has no reset to announce: no
 // reset_at, no x-ratelimit-reset-*, and no Retry-After unless another
 // breached limit has a wait.
+//
+// A request that waiting lets through is told of the limit it waits for
+// (Decision.Until), not the contract's most restrictive breach: Retry-After
+// is that limit's reset, so the message, reset_at and x-ratelimit-* must
+// be that limit's too, or a client told "resets in an hour" is asked to
+// wait a month. One that no wait helps keeps the ranking's breach.
 func exceededError(h http.Header, f Format, d *budget.Decision, est budget.Estimate, now time.Time, maxWait time.Duration) apiError {
 	b := d.Breach
+	if b != nil && b.Retryable && d.Until != nil {
+		b = d.Until
+	}
 	setRateLimitHeaders(h, d.Limits, budget.Estimate{}, now, false)
 	if b == nil { // cannot happen: a refusal without a breach or a park
 		return simpleError(f, http.StatusTooManyRequests, CodeBudgetExceeded, "token budget exceeded")
@@ -209,28 +218,35 @@ func exceededError(h http.Header, f Format, d *budget.Decision, est budget.Estim
 		r := b.ResetAt.UTC().Format(time.RFC3339)
 		det.ResetAt = &r
 	}
-	// A dollar limit speaks dollars (its JSON fields stay micro-dollars).
-	amount, what := func(v int64) string { return strconv.FormatInt(v, 10) }, "token"
-	if l.Metric == budget.MetricUSD {
-		amount, what = func(v int64) string { return "$" + budget.FormatUSD(v) }, "dollar"
+	// A dollar limit's JSON fields stay micro-dollars; its message speaks
+	// dollars, and a requests or concurrent one of requests: "token
+	// budget" would send a client looking at its prompt.
+	amount, what := func(v int64) string { return strconv.FormatInt(v, 10) }, "token budget"
+	switch l.Metric {
+	case budget.MetricUSD:
+		amount, what = func(v int64) string { return "$" + budget.FormatUSD(v) }, "dollar budget"
+	case budget.MetricRequests:
+		what = "request limit"
+	case budget.MetricConcurrent:
+		what = "concurrent request limit"
 	}
 	per := string(l.Metric) + " per " + win
 	if never {
 		per = string(l.Metric) + ", never resets"
 	}
 	var msg strings.Builder
-	fmt.Fprintf(&msg, "%s budget exceeded: %s (scope %s, %s) used %s", what, whose(l), l.ScopeString(), per, amount(b.Used))
+	fmt.Fprintf(&msg, "%s exceeded: %s (scope %s, %s) used %s", what, whose(l), l.ScopeString(), per, amount(b.Used))
 	if b.Reserved > 0 {
 		fmt.Fprintf(&msg, " + reserved %s", amount(b.Reserved))
 	}
 	fmt.Fprintf(&msg, " of limit %s; this request needs about %s", amount(b.Max), amount(e))
 	switch {
 	case e > b.Max:
-		msg.WriteString(", more than the limit itself: lower max_tokens or shorten the prompt")
+		msg.WriteString(", more than the limit itself: " + fitHint(b.Max, l.Metric, est, d.Price))
 	case never:
 		msg.WriteString("; this limit never resets (a prepaid balance): ask the gateway's operator to raise it")
 	case !b.Retryable:
-		msg.WriteString("; " + cannotWait(d.Limits, est))
+		msg.WriteString("; " + cannotWait(d.Limits, est, d.Price))
 	case l.Window.Kind == budget.NoWindow:
 		fmt.Fprintf(&msg, "; retry in %ds", b.RetryAfterSeconds)
 	default:
@@ -265,11 +281,11 @@ func whose(l *budget.Limit) string {
 // cannotWait says why no wait helps a refusal whose most restrictive
 // breach could be waited out: another limit it breaches is smaller than
 // the estimate, or never resets.
-func cannotWait(limits []budget.Status, est budget.Estimate) string {
+func cannotWait(limits []budget.Status, est budget.Estimate, price *budget.Price) string {
 	for i := range limits {
 		s := &limits[i]
 		if est.Amount(s.Limit.Metric) > s.Max {
-			return "it needs more than " + whose(&s.Limit) + " itself: lower max_tokens or shorten the prompt"
+			return "it needs more than " + whose(&s.Limit) + " itself: " + fitHint(s.Max, s.Limit.Metric, est, price)
 		}
 	}
 	for i := range limits {
@@ -281,6 +297,35 @@ func cannotWait(limits []budget.Status, est budget.Estimate) string {
 		}
 	}
 	return "waiting does not help: another limit refuses it too"
+}
+
+// fitHint says what would make est fit a limit of metric m and size max
+// that the estimate alone exceeds: the output that fits it with this
+// prompt (dollars at price, the price the estimate was priced at), or,
+// when the prompt alone is over it or output does not count, a shorter
+// prompt.
+func fitHint(max int64, m budget.Metric, est budget.Estimate, price *budget.Price) string {
+	var out int64
+	switch m {
+	case budget.MetricTokens, budget.MetricOutput:
+		out = max - (est.Amount(m) - est.Output)
+	case budget.MetricUSD:
+		if price == nil { // cannot happen: an unpriced request is refused as such
+			return "lower max_tokens or shorten the prompt"
+		}
+		out = price.MaxOutput(est, max)
+	case budget.MetricInput:
+		return "shorten the prompt"
+	default: // a requests or concurrent limit of 0 admits nothing
+		return "ask the gateway's operator to raise it"
+	}
+	if est.Output == 0 {
+		return "shorten the prompt"
+	}
+	if out < 1 {
+		return "shorten the prompt: it alone is more than the limit"
+	}
+	return fmt.Sprintf("lower max_tokens (at most %d output tokens fit it with this prompt) or shorten the prompt", out)
 }
 
 // parkedError builds the answer to a request for a parked provider: 429,
@@ -321,7 +366,8 @@ func setLimitHeaders(h http.Header, m budget.Metric, limit, remaining int64, res
 }
 
 // setRateLimitHeaders sets the headers of the applicable limits: the IETF
-// RateLimit-Policy and RateLimit fields for every one, and, when success is
+// RateLimit-Policy and RateLimit fields for every one but dollar limits,
+// and, when success is
 // true, OpenAI's x-ratelimit-*-tokens (and -requests) for the token (and
 // requests) limit with the least room left. Remaining is limit - used -
 // reserved - sub, clamped at 0, of the limit in force (Status.Max): sub is
@@ -350,6 +396,10 @@ func setRateLimitHeaders(h http.Header, limits []budget.Status, sub budget.Estim
 		}
 		unit := "tokens"
 		switch s.Limit.Metric {
+		case budget.MetricUSD:
+			// Micro-dollars are no token quota (the fields have no dollar
+			// unit): the dollar limit is named in the refusal body instead.
+			continue
 		case budget.MetricRequests:
 			unit = "requests"
 			if req == nil || rem < reqRem {
@@ -375,8 +425,10 @@ func setRateLimitHeaders(h http.Header, limits []budget.Status, sub budget.Estim
 			fmt.Fprintf(&state, ";t=%d", ceilSeconds(reset))
 		}
 	}
-	h.Set("RateLimit-Policy", policy.String())
-	h.Set("RateLimit", state.String())
+	if policy.Len() > 0 {
+		h.Set("RateLimit-Policy", policy.String())
+		h.Set("RateLimit", state.String())
+	}
 	if !success {
 		return
 	}
@@ -433,11 +485,15 @@ func ceilSeconds(d time.Duration) int64 {
 }
 
 // unpricedError refuses a request for a model with no price while a
-// dollar limit applies: 429 that no retry helps until a price is set.
+// dollar limit applies. It is the gateway's configuration that is missing,
+// not room: 403 in the API's permission-error shape (the SDKs raise
+// PermissionDeniedError and never retry it), x-should-retry: false, and no
+// Retry-After, as no wait helps until a price is set.
 func unpricedError(h http.Header, f Format, provider, model string) apiError {
-	h.Set("x-should-retry", "false")
-	return simpleError(f, http.StatusTooManyRequests, CodeUnpriced,
-		fmt.Sprintf("model %q of provider %q has no price and a dollar budget applies: set one with 'budget price set'", clipName(model), provider))
+	h.Set("X-Should-Retry", "false")
+	return simpleError(f, http.StatusForbidden, CodeUnpriced,
+		fmt.Sprintf("model %q of provider %q has no price and a dollar budget applies, so its cost cannot be counted: "+
+			"ask the gateway's operator to set one ('budget price set') or use a priced model", clipName(model), provider))
 }
 
 // clipName shortens a client-chosen name for a message.

@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -182,5 +183,72 @@ func TestRequireLimits(t *testing.T) {
 				t.Errorf("gpt-4o with a default limit: status %d; want 200\n%s", r.status, r.body)
 			}
 		})
+	}
+}
+
+// A refusal names the limit whose reset decides when the request could
+// pass: of an hourly limit with less room and a daily one that is full
+// too, waiting for the hour does not help, so the message, reset_at,
+// Retry-After and the x-ratelimit-* fields all speak of the daily one.
+func TestRefusalNamesTheLimitItWaitsFor(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []proxy.Mode{proxy.ModeReserve, proxy.ModeCheck} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, envOptions{mode: mode, clock: true}, okUpstream)
+			hourly := e.limit("", "", "tokens", "1h", 100)
+			daily := e.limit("", "", "tokens", "daily", 10000)
+			ctx := context.Background()
+			// hourly: 90 of 100; daily: 9980 of 10000. The estimate of 56
+			// leaves hourly 46 short and daily 36: the ranking's breach is
+			// the hourly limit, but the request waits for midnight.
+			if _, err := e.db.RecordSync(ctx, budget.Usage{Key: "team", Provider: "openai", Model: "gpt-4o", Input: 9890, At: testNow.Add(-2 * time.Hour)},
+				budget.Usage{Key: "team", Provider: "openai", Model: "gpt-4o", Input: 90, At: testNow}); err != nil {
+				t.Fatal(err)
+			}
+			d, err := e.db.CheckAt(ctx, budget.Request{Key: "team", Provider: "openai", Model: "gpt-4o", Estimate: budget.Estimate{Input: 6, Output: 50}}, testNow)
+			if err != nil || d.Breach == nil || d.Breach.Limit.ID != hourly {
+				t.Fatalf("Check = %+v, %v; want the contract's breach, the hourly limit %s", d.Breach, err, hourly)
+			}
+			r := e.do("/v1/chat/completions", chatBody("gpt-4o", 50, false))
+			if r.status != http.StatusTooManyRequests {
+				t.Fatalf("status %d; want 429\n%s", r.status, r.body)
+			}
+			for k, want := range map[string]string{
+				"Retry-After":                  "54000",
+				"X-Ratelimit-Limit-Tokens":     "10000",
+				"X-Ratelimit-Remaining-Tokens": "20",
+				"X-Ratelimit-Reset-Tokens":     "15h0m0s",
+				"X-Tokenbudget-Limit":          daily,
+			} {
+				if got := r.header.Get(k); got != want {
+					t.Errorf("%s: got %q; want %q", k, got, want)
+				}
+			}
+			eo := errorObject(t, r.body)
+			msg, _ := eo["message"].(string)
+			if !strings.Contains(msg, daily) || strings.Contains(msg, hourly) || !strings.Contains(msg, "resets at 2026-03-03T00:00:00Z (in 15h0m0s)") {
+				t.Errorf("message %q; want it to name the daily limit %s and its reset", msg, daily)
+			}
+			lim, _ := eo["limit"].(map[string]any)
+			if lim["id"] != daily || lim["reset_at"] != "2026-03-03T00:00:00Z" || lim["retry_after_seconds"] != 54000.0 || lim["used"] != 9980.0 {
+				t.Errorf("error.limit: got %v; want the daily limit's", lim)
+			}
+		})
+	}
+}
+
+// A requests-per-minute refusal speaks of requests, not tokens.
+func TestRequestLimitRefusalMessage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{mode: proxy.ModeReserve, clock: true}, okUpstream)
+	id := e.limit("", "", "requests", "1m", 1)
+	if r := e.do("/v1/chat/completions", chatBody("gpt-4o", 10, false)); r.status != http.StatusOK {
+		t.Fatalf("first request: %d %s", r.status, r.body)
+	}
+	r := e.do("/v1/chat/completions", chatBody("gpt-4o", 10, false))
+	msg, _ := errorObject(t, r.body)["message"].(string)
+	if r.status != http.StatusTooManyRequests || !strings.HasPrefix(msg, "request limit exceeded: key team limit "+id) || strings.Contains(msg, "token") {
+		t.Fatalf("requests refusal: %d %q; want 429 \"request limit exceeded: key team limit %s ...\" without tokens", r.status, msg, id)
 	}
 }

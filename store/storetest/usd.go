@@ -12,6 +12,7 @@ func init() {
 	extra = append(extra,
 		suiteCase{"DollarBudgets", testDollarBudgets},
 		suiteCase{"DollarReservationsExact", testDollarReservationsExact},
+		suiteCase{"FlexibleOutputFitsDollars", testFlexibleOutputFitsDollars},
 	)
 }
 
@@ -100,5 +101,34 @@ func testDollarReservationsExact(t *testing.T, newDB NewDB) {
 	_, res := Used(t, a, req, T0, l.ID)
 	if n := admitted(rs); n != 13 || res != 13*75_000 {
 		t.Fatalf("admitted %d holding %d micro-dollars; want exactly 13 ($0.975 of $1.00)", n, res)
+	}
+}
+
+// A flexible reservation (MinOutput) shrinks its output to the dollars
+// left too, priced at the model's output rate after its input's cost:
+// with $0.10 and gpt-4o ($2.50 in, $10 out per million), two requests of
+// 100 input + 4096 output ($0.04121 each) fit whole, the third gets the
+// 1733 output tokens the $0.01758 left buys, and a fourth is refused.
+func testFlexibleOutputFitsDollars(t *testing.T, newDB NewDB) {
+	tr, _, _ := setup(t, newDB)
+	setPrice(t, tr, "openai", "gpt-4o", "2.50", "10", T0.Add(-time.Hour), nil)
+	l := SetLimit(t, tr, budget.LimitSpec{Key: "k", Metric: "usd", Window: "daily"}, 100_000)
+	req := budget.Request{Key: "k", Provider: "openai", Model: "gpt-4o", Estimate: budget.Estimate{Input: 100, Output: 4096}}
+	opts := budget.ReserveOptions{TTL: time.Minute, MinOutput: 16}
+	for i, want := range []struct{ out, usd int64 }{{4096, 41_210}, {4096, 41_210}, {1733, 17_580}} {
+		r, err := tr.ReserveWith(ctx, req, opts)
+		if err != nil {
+			t.Fatalf("reservation %d: %v; want admitted with output %d", i+1, err, want.out)
+		}
+		if r.Estimate.Output != want.out || r.Estimate.USD != want.usd || r.Estimate.Input != 100 {
+			t.Fatalf("reservation %d holds %+v; want input 100, output %d, %d micro-dollars", i+1, r.Estimate, want.out, want.usd)
+		}
+	}
+	if _, res := Used(t, tr, req, T0, l.ID); res != 100_000 {
+		t.Fatalf("reserved %d micro-dollars; want all 100000", res)
+	}
+	var ex *budget.ExceededError
+	if _, err := tr.ReserveWith(ctx, req, opts); !errors.As(err, &ex) || ex.Decision.Breach.Limit.ID != l.ID {
+		t.Fatalf("a fourth reservation = %v; want refused by the usd limit", err)
 	}
 }
