@@ -47,7 +47,12 @@
 //     Anthropic-shaped body (code token_budget_exceeded, or provider_parked:
 //     429, 503 when overloaded); x-should-retry: false when it can never fit
 //     or its wait is over MaxClientWait (60s), so SDKs do not sleep until a
-//     window resets. A budget refusal names the level whose limit refused
+//     window resets. Retry-After, the x-ratelimit-* fields, the message and
+//     reset_at all come from the limit whose reset lets the request pass
+//     (budget.Decision.Until); dollar limits stay out of the token fields. A
+//     model without a price under a dollar limit (unpriced_model) is a
+//     configuration error, not a rate limit: 403 in the API's permission
+//     shape with x-should-retry: false. A budget refusal names the level whose limit refused
 //     ("team eng limit lim_...", and level and owner in its limit object)
 //     and counts the limit in force (raises included, budget.Status.Max);
 //     a limit that never resets (window once) announces no reset: no
