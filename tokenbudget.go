@@ -24,7 +24,8 @@ var SQLiteSchema string
 // Options configure Open. The zero value opens an existing SQLite file with
 // budget.DefaultConfig.
 type Options struct {
-	// Create makes a missing SQLite database (mode 0600). (Optional.)
+	// Create makes a missing SQLite database (mode 0600), and gives an empty
+	// file the schema; without it a missing or empty file is refused. (Optional.)
 	Create bool
 	// Durable fsyncs every commit (synchronous=FULL) and makes Record wait
 	// for the commit holding its event. (Optional.)

@@ -3,6 +3,7 @@ package budget
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -32,6 +33,9 @@ type LimitSpec struct {
 	// Alerts are the thresholds (percent; see Limit.Alerts); nil leaves
 	// them as they are, empty removes them.
 	Alerts *[]int
+	// MustExist makes the spec an update only: ErrNotFound when no limit
+	// has ID, so a limit removed since a caller read it is not recreated.
+	MustExist bool
 }
 
 // Validate checks the spec as SetLimit will, without a store, so a tool can
@@ -145,6 +149,9 @@ func (t *Tracker) SetLimit(ctx context.Context, s LimitSpec) (Limit, bool, error
 		cur := byID
 		if cur == nil {
 			cur = same
+		}
+		if cur == nil && s.MustExist {
+			return fmt.Errorf("limit %q: %w", want.ID, ErrNotFound)
 		}
 		if cur == nil {
 			if s.Max == nil {

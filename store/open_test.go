@@ -51,11 +51,22 @@ func TestOpenRefusesBadFiles(t *testing.T) {
 func TestSchemaVersions(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "budget.db")
-	// An empty version-0 file is migrated to the current schema.
+	// An empty version-0 file is refused without Create (it is what a
+	// killed copy leaves; a read-only tool must not write a schema into
+	// it), and migrated to the current schema with it.
 	if err := os.WriteFile(path, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	db, err := store.Open(ctx, path, tokenbudget.SQLiteSchema, store.Options{})
+	if db, err := store.Open(ctx, path, tokenbudget.SQLiteSchema, store.Options{}); err == nil || !strings.Contains(err.Error(), path) {
+		if db != nil {
+			db.Close()
+		}
+		t.Fatalf("Open(empty file) without Create: got %v; want an error naming %s", err, path)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Size() != 0 {
+		t.Fatalf("the empty file after a refused Open: %v, %v; want it still empty", fi, err)
+	}
+	db, err := store.Open(ctx, path, tokenbudget.SQLiteSchema, store.Options{Create: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,8 +34,9 @@ const SchemaVersion = 11
 
 // Options configure Open. The zero value is usable.
 type Options struct {
-	// Create makes a missing database file (mode 0600). Without it a missing
-	// file is an error naming the path. (Optional; default false.)
+	// Create makes a missing database file (mode 0600), and gives an empty
+	// one the schema. Without it a missing or empty file is an error naming
+	// the path. (Optional; default false.)
 	Create bool
 	// Durable selects synchronous=FULL: a commit is fsynced before it
 	// returns. The default, NORMAL in WAL mode, survives a process crash but
@@ -141,7 +142,7 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 	for _, q := range hotStatements {
 		db.ws.pending.Store(q, struct{}{})
 	}
-	err = db.migrate(ctx, schema)
+	err = db.migrate(ctx, schema, opts.Create)
 	if err != nil && !opts.Create && cannotInit(err) {
 		// A read-only directory (or file) where SQLite cannot create the
 		// WAL index: nobody can write this file through that path, so it
@@ -152,7 +153,7 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 			return nil, fmt.Errorf("open %s: %w", path, err)
 		}
 		r = db.r
-		err = db.migrate(ctx, schema)
+		err = db.migrate(ctx, schema, opts.Create)
 	}
 	if err != nil {
 		db.Close()
@@ -443,7 +444,11 @@ type migration struct {
 	fn  func(context.Context, *sqlx.Tx) error
 }
 
-func (db *DB) migrate(ctx context.Context, schema string) error {
+// migrate brings the schema to this build's version. Without create, a
+// file without any schema is refused rather than initialised: only a tool
+// that adds state may turn a file into a database, and an empty file is
+// most likely what a killed copy or backup left.
+func (db *DB) migrate(ctx context.Context, schema string, create bool) error {
 	steps := migrations(schema)
 	var v, objects int
 	err := db.View(ctx, func(t budget.Tx) error {
@@ -462,6 +467,8 @@ func (db *DB) migrate(ctx context.Context, schema string) error {
 		return nil
 	case v == 0 && objects > 0:
 		return fmt.Errorf("open %s: not a tokenbudget database (it already holds %d tables or indexes of another application)", db.path, objects)
+	case v == 0 && !create:
+		return fmt.Errorf("open %s: not a tokenbudget database: the file is empty (a killed copy or backup leaves such a file); only a command that adds state creates a database", db.path)
 	}
 	return db.run(ctx, db.w, false, func(t budget.Tx) error {
 		x := t.(*tx).tx

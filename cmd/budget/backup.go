@@ -18,7 +18,9 @@ Writes a consistent copy of the SQLite database to FILE, a new file (mode
 holds every write committed before the backup began, including those still
 in the write-ahead log, which a plain cp of the database file misses; it is
 fsynced before the command returns, and 'budget verify --db FILE' passes on
-it. FILE must not exist: a backup never overwrites (exit 2). Takes no write
+it. The copy is written to a temporary file beside FILE and moved into
+place once complete, so a killed or failed backup never leaves a file at
+FILE. FILE must not exist: a backup never overwrites (exit 2). Takes no write
 lock and writes nothing to the database.
 
 To restore: stop every process using the database, replace the database

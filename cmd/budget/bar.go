@@ -269,14 +269,16 @@ func sum(xs []int) int {
 	return n
 }
 
-// shortAmount is amountText in at most 7 runes: an amount of 10,000 or
-// more in thousands, millions... with one decimal ("12.3k", "9.5M"),
-// dollars from $1,000 likewise ("$2.5k"), and below that in cents.
+// shortAmount is amountText shortened: an amount of 10,000 or more in
+// thousands, millions... with one decimal ("12.3k", "9.5M"), dollars from
+// $1,000 likewise ("$2.5k"). Dollars below that keep amountText's
+// precision, as every other inspect view shows them: rounded to cents, a
+// small nonzero amount would read $0.00.
 func shortAmount(l *budget.Limit, v int64) string {
 	if l.Metric == budget.MetricUSD {
 		d := float64(v) / 1e6
 		if d < 1000 {
-			return fmt.Sprintf("$%.2f", d)
+			return amountText(l, v)
 		}
 		return "$" + siText(d)
 	}

@@ -114,7 +114,7 @@ func (m *Main) runExport(ctx context.Context, args []string) (err error) {
 			if !u.NoPrice {
 				cost = itoa(u.Cost)
 			}
-			cw.Write([]string{u.RequestID, u.Key, u.Provider, u.Model, u.User, u.Team, u.Org, itoa(u.Input), itoa(u.Output),
+			writeCSVRecord(cw, []string{u.RequestID, u.Key, u.Provider, u.Model, u.User, u.Team, u.Org, itoa(u.Input), itoa(u.Output),
 				itoa(u.Reasoning), itoa(u.CacheRead), itoa(u.CacheWrite), u.At.UTC().Format(time.RFC3339Nano), cost})
 			return cw.Error()
 		}

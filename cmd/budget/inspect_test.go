@@ -297,3 +297,22 @@ func TestBarCells(t *testing.T) {
 		}
 	}
 }
+
+// TestInspectDollarPrecision: a small nonzero dollar amount reads the same
+// in every inspect view, never $0.00, even where the bars' second line is
+// too wide and amounts are shortened.
+func TestInspectDollarPrecision(t *testing.T) {
+	t.Parallel()
+	db := tempDB(t)
+	mustRun(t, 0, "price", "set", "--db", db, "--provider", "openai", "--model", "gpt-4o", "--input", "2.5", "--output", "10")
+	mustRun(t, 0, "limit", "set", "--db", db, "--key", "k", "--metric", "usd", "--limit", "0.10", "--window", "daily", "--id", "usd")
+	// A huge token limit makes the bars' amounts too wide: they are shortened.
+	mustRun(t, 0, "limit", "set", "--db", db, "--key", "k", "--limit", "900000000000000", "--window", "monthly", "--id", "tokens")
+	mustRun(t, 0, "record", "--db", db, "--key", "k", "--provider", "openai", "--model", "gpt-4o", "--input", "49", "--at", testNow.Format(time.RFC3339))
+	for _, view := range [][]string{{}, {"--wide"}} {
+		out := mustRun(t, 0, append([]string{"inspect", "--db", db, "--key", "k"}, view...)...).stdout
+		if !strings.Contains(out, "$0.000123") || strings.Contains(out, "$0.00/") {
+			t.Errorf("inspect %q: got\n%s\nwant the $0.000123 used (49 tokens at $2.50/M), never $0.00", view, out)
+		}
+	}
+}

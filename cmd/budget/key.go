@@ -1,12 +1,15 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/tokenbudget/tokenbudget"
 	"github.com/tokenbudget/tokenbudget/budget"
 	"github.com/tokenbudget/tokenbudget/gatekey"
 	"github.com/tokenbudget/tokenbudget/proxy"
@@ -113,6 +116,9 @@ func (m *Main) runKeyAdd(ctx context.Context, args []string) (err error) {
 	}
 	secret, err := add(ctx, db.KeyStore(), name, now)
 	if err != nil {
+		if !*reuse && errors.Is(err, budget.ErrInvalid) && revokedKey(ctx, db.KeyStore(), name) {
+			return budget.Invalid("name", name, "a revoked key has this name; give --reuse to take it again (its limits and their windows stay)")
+		}
 		return err
 	}
 	if placed.Name != "" {
@@ -135,6 +141,32 @@ func (m *Main) runKeyAdd(ctx context.Context, args []string) (err error) {
 	return err
 }
 
+// revokedKey reports whether the gateway key name exists and is revoked.
+// Only for a message: a failed lookup is "no".
+func revokedKey(ctx context.Context, s proxy.KeyStore, name string) bool {
+	keys, err := s.ListKeys(ctx)
+	if err != nil {
+		return false
+	}
+	i := slices.IndexFunc(keys, func(k gatekey.Key) bool { return k.Name == name })
+	return i >= 0 && !keys[i].RevokedAt.IsZero()
+}
+
+// keyTeams maps each key placed in a team to the team.
+func keyTeams(ctx context.Context, db *tokenbudget.DB) (map[string]string, error) {
+	ts, err := db.Teams(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]string{}
+	for _, t := range ts {
+		for _, k := range t.Keys {
+			m[k] = t.Name
+		}
+	}
+	return m, nil
+}
+
 // keyName reads the one NAME argument and validates it.
 func keyName(cmd string, pos []string) (string, error) {
 	switch len(pos) {
@@ -150,11 +182,11 @@ func keyName(cmd string, pos []string) (string, error) {
 
 const keyLsHelp = `usage: budget key ls [--at T] [--json]
 
-Lists the gateway keys by name: when each was created, its state at --at
+Lists the gateway keys by name: its team ("-" for none), when each was created, its state at --at
 (default now): active, rotating (its previous secret still works, until
 the time shown), or revoked; and when it was last used, to within a
 minute (a proxy records a key's use at most once a minute). Secrets are
-never shown. With --json prints {"keys": [{"name", "created_at",
+never shown. With --json prints {"keys": [{"name", "team", "created_at",
 "revoked", "state", "revoked_at", "rotating_until", "last_used_at"}]}
 (times null when they do not apply).
 
@@ -163,6 +195,7 @@ never shown. With --json prints {"keys": [{"name", "created_at",
 // keyJSON is a gateway key in 'key ls --json'.
 type keyJSON struct {
 	Name          string  `json:"name"`
+	Team          *string `json:"team"` // null: in no team
 	CreatedAt     string  `json:"created_at"`
 	Revoked       bool    `json:"revoked"`
 	State         string  `json:"state"` // active, rotating or revoked
@@ -208,6 +241,10 @@ func (m *Main) runKeyLs(ctx context.Context, args []string) (err error) {
 	if err != nil {
 		return err
 	}
+	teams, err := keyTeams(ctx, db)
+	if err != nil {
+		return err
+	}
 	if *asJSON {
 		out := make([]keyJSON, len(keys))
 		for i := range keys {
@@ -215,6 +252,9 @@ func (m *Main) runKeyLs(ctx context.Context, args []string) (err error) {
 			state, until := keyState(k, now)
 			out[i] = keyJSON{Name: k.Name, CreatedAt: ts(k.CreatedAt), Revoked: !k.RevokedAt.IsZero(), State: state,
 				RevokedAt: tsp(k.RevokedAt), RotatingUntil: tsp(until), LastUsedAt: tsp(k.LastUsedAt)}
+			if t, ok := teams[k.Name]; ok {
+				out[i].Team = &t
+			}
 		}
 		return writeJSON(m.Stdout, struct {
 			Keys []keyJSON `json:"keys"`
@@ -225,14 +265,14 @@ func (m *Main) runKeyLs(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	w := newTable(m.Stdout)
-	fmt.Fprintln(w, "NAME\tCREATED AT\tSTATE\tLAST USED\tREVOKED AT")
+	fmt.Fprintln(w, "NAME\tTEAM\tCREATED AT\tSTATE\tLAST USED\tREVOKED AT")
 	for i := range keys {
 		k := &keys[i]
 		state, until := keyState(k, now)
 		if state == "rotating" {
 			state = "rotating until " + ts(until)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", k.Name, ts(k.CreatedAt), state, tsText(k.LastUsedAt), tsText(k.RevokedAt))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", k.Name, cmp.Or(teams[k.Name], "-"), ts(k.CreatedAt), state, tsText(k.LastUsedAt), tsText(k.RevokedAt))
 	}
 	return w.Flush()
 }

@@ -88,7 +88,7 @@ func TestKeyCommands(t *testing.T) {
 	}
 }
 
-var keyFields = []string{"name", "created_at", "revoked", "state", "revoked_at", "rotating_until", "last_used_at"}
+var keyFields = []string{"name", "team", "created_at", "revoked", "state", "revoked_at", "rotating_until", "last_used_at"}
 
 // lookupAt opens db and looks secret up as a proxy would at now: the key's
 // name, or the error.
@@ -209,3 +209,31 @@ func TestKeyReuse(t *testing.T) {
 		t.Errorf("--reuse of a new name: %q", r.stdout)
 	}
 }
+
+// TestKeyLsTeamAndReuseHint: key ls shows each key's team (JSON "team",
+// null for none), and key add of a revoked key's name says --reuse takes it.
+func TestKeyLsTeamAndReuseHint(t *testing.T) {
+	t.Parallel()
+	db := tempDB(t)
+	mustRun(t, 0, "team", "set", "--db", db, "eng")
+	mustRun(t, 0, "key", "add", "--db", db, "app", "--team", "eng")
+	mustRun(t, 0, "key", "add", "--db", db, "solo")
+	out := mustRun(t, 0, "key", "ls", "--db", db).stdout
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[0], "TEAM") || !strings.Contains(lines[1], "eng") || strings.Contains(lines[2], "eng") {
+		t.Errorf("key ls: got\n%s\nwant a TEAM column with eng for app only", out)
+	}
+	ks := decode(t, mustRun(t, 0, "key", "ls", "--db", db, "--json").stdout)["keys"].([]any)
+	if a, s := ks[0].(map[string]any), ks[1].(map[string]any); a["team"] != "eng" || s["team"] != nil || !hasKey(s, "team") {
+		t.Errorf("key ls --json: got %v; want team eng for app, null for solo", ks)
+	}
+	mustRun(t, 0, "key", "revoke", "--db", db, "solo")
+	if r := mustRun(t, 2, "key", "add", "--db", db, "solo"); !strings.Contains(r.stderr, "solo") || !strings.Contains(r.stderr, "--reuse") {
+		t.Errorf("key add of a revoked name: stderr %q; want it to suggest --reuse", r.stderr)
+	}
+	if r := mustRun(t, 2, "key", "add", "--db", db, "app"); strings.Contains(r.stderr, "--reuse") {
+		t.Errorf("key add of a live name: stderr %q; want no --reuse hint (reuse refuses a live key)", r.stderr)
+	}
+}
+
+func hasKey(m map[string]any, k string) bool { _, ok := m[k]; return ok }

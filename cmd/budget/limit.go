@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -47,7 +48,9 @@ const limitSetHelp = `usage: budget limit set (--key K | --team T | --org O | --
 
 Creates a limit, or updates the one with the same owner, scope, value,
 metric and window (or the one --id names). An update changes only the
-attributes whose flags are given. --window is 1m, 1h, 1.5h (whole seconds),
+attributes whose flags are given. With --id and no owner flag, the limit
+with that id is updated (exit 4 when there is none); --limit is then read
+in its metric's unit. --window is 1m, 1h, 1.5h (whole seconds),
 daily, weekly, monthly, or once: a window that never resets, from the
 limit's creation on (a prepaid balance, topped up with 'budget limit
 raise'); concurrent limits take none. A model --value is matched normalised
@@ -111,7 +114,10 @@ func (m *Main) runLimitSet(ctx context.Context, args []string) (err error) {
 	if set["tz"] {
 		spec.Timezone = tz
 	}
-	if set["limit"] {
+	// --id alone addresses a stored limit: its identity and its unit are
+	// known only once it is read.
+	byID := set["id"] && !set["key"] && !set["team"] && !set["org"] && !set["default"]
+	if set["limit"] && !byID {
 		max, err := parseLimit(*metric, *maxText)
 		if err != nil {
 			return err
@@ -132,6 +138,9 @@ func (m *Main) runLimitSet(ctx context.Context, args []string) (err error) {
 		spec.Enabled = ptr(!*disabled)
 	case set["enabled"]:
 		spec.Enabled = ptr(*enabled)
+	}
+	if byID {
+		return m.limitSetByID(ctx, *dsn, spec, set, *maxText, *resetTime, *tz, *asJSON)
 	}
 	// Validate before opening, so bad input creates nothing.
 	if err := spec.Validate(); err != nil {
@@ -159,6 +168,88 @@ func (m *Main) runLimitSet(ctx context.Context, args []string) (err error) {
 		m.warnNoGatewayKey(ctx, db.KeyStore(), l.Key)
 	}
 	if *asJSON {
+		return writeJSON(m.Stdout, jsonview.LimitOf(&l, m.Now()))
+	}
+	_, err = fmt.Fprintln(m.Stdout, l.ID)
+	return err
+}
+
+// limitSetByID updates the limit spec.ID names, changing only the
+// attributes whose flags were given (set). Everything that can be checked
+// without the limit is checked before the database is opened; the amount,
+// whose unit is the stored limit's metric, after reading it but still
+// before any write. An unknown id is not found (exit 4) and creates
+// nothing, not even a missing database file.
+func (m *Main) limitSetByID(ctx context.Context, dsn string, spec budget.LimitSpec, set map[string]bool, maxText, resetTime, tz string, asJSON bool) (err error) {
+	id := strings.TrimSpace(spec.ID)
+	if id == "" {
+		return budget.Invalid("id", spec.ID, "must not be empty")
+	}
+	if set["limit"] {
+		if _, err := strconv.ParseInt(strings.TrimSpace(maxText), 10, 64); err != nil {
+			if _, uerr := budget.ParseUSD("limit", maxText); uerr != nil {
+				return budget.Invalid("limit", maxText, "want an amount greater than 0 (dollars for a usd limit, else a whole number)")
+			}
+		}
+	}
+	if set["metric"] {
+		if _, err := budget.ParseMetric(spec.Metric); err != nil {
+			return err
+		}
+	}
+	if set["window"] {
+		if _, err := budget.ParseWindow(spec.Window, resetTime, tz); err != nil {
+			return err
+		}
+	}
+	if sqliteMissing(dsn) {
+		return fmt.Errorf("limit %q: %w", id, budget.ErrNotFound)
+	}
+	db, err := m.openDB(ctx, dsn, dbOptions{})
+	if err != nil {
+		return err
+	}
+	defer closeDB(ctx, db, &err)
+	ls, err := db.Limits(ctx, "")
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(ls, func(l budget.Limit) bool { return l.ID == id })
+	if i < 0 {
+		return fmt.Errorf("limit %q: %w", id, budget.ErrNotFound)
+	}
+	cur := &ls[i]
+	// The stored identity fills what was not given; what was given and
+	// differs is refused by SetLimit as another limit's identity.
+	spec.Key, spec.Team, spec.Org, spec.Default = cur.Key, cur.Team, cur.Org, cur.IsDefault()
+	if !set["scope"] {
+		spec.Scope, spec.ScopeValue = string(cur.Scope), cur.ScopeValue
+	}
+	if !set["value"] && set["scope"] {
+		spec.ScopeValue = cur.ScopeValue
+	}
+	if !set["metric"] {
+		spec.Metric = string(cur.Metric)
+	}
+	if !set["window"] {
+		spec.Window = cur.Window.String()
+		if cur.Window.Kind == budget.NoWindow {
+			spec.Window = ""
+		}
+	}
+	if set["limit"] {
+		max, err := parseLimit(spec.Metric, maxText)
+		if err != nil {
+			return err
+		}
+		spec.Max = &max
+	}
+	spec.MustExist = true
+	l, _, err := db.SetLimit(ctx, spec)
+	if err != nil {
+		return err
+	}
+	if asJSON {
 		return writeJSON(m.Stdout, jsonview.LimitOf(&l, m.Now()))
 	}
 	_, err = fmt.Fprintln(m.Stdout, l.ID)

@@ -224,3 +224,74 @@ func TestLimitRm(t *testing.T) {
 	mustRun(t, 2, "limit", "rm", "--db", db, "a", "b")
 	mustRun(t, 2, "limit", "rm", "--db", db, " ")
 }
+
+// TestLimitSetByIDOnly: --id alone addresses a stored limit: only the
+// flags given change, the amount is read in the stored limit's metric
+// (dollars for a usd limit), the counters stay, and an unknown id exits 4
+// and writes nothing.
+func TestLimitSetByIDOnly(t *testing.T) {
+	t.Parallel()
+	db := tempDB(t)
+	mustRun(t, 0, "team", "set", "--db", db, "ops")
+	mustRun(t, 0, "limit", "set", "--db", db, "--team", "ops", "--metric", "usd", "--limit", "1.50", "--window", "daily",
+		"--tz", "Europe/Paris", "--alert", "50,100", "--id", "ops-usd")
+	mustRun(t, 0, "limit", "set", "--db", db, "--key", "demo", "--scope", "model", "--value", "gpt-4o", "--limit", "100",
+		"--window", "1h", "--id", "hour")
+	mustRun(t, 0, "record", "--db", db, "--key", "demo", "--provider", "openai", "--model", "gpt-4o", "--input", "60", "--output", "10",
+		"--request-id", "r1", "--at", "2026-03-02T11:30:00Z")
+	usedOf := func(id string) any {
+		t.Helper()
+		v := decode(t, mustRun(t, 0, "check", "--db", db, "--key", "demo", "--provider", "openai", "--model", "gpt-4o",
+			"--at", "2026-03-02T11:45:00Z", "--json").stdout)
+		for _, l := range v["limits"].([]any) {
+			if l := l.(map[string]any); l["id"] == id {
+				return l["used"]
+			}
+		}
+		return nil
+	}
+	if got := usedOf("hour"); got != 70.0 {
+		t.Fatalf("before the update: used %v; want 70", got)
+	}
+
+	v := decode(t, mustRun(t, 0, "limit", "set", "--db", db, "--id", "ops-usd", "--limit", "2.25", "--json").stdout)
+	if v["limit"] != 2_250_000.0 || v["level"] != "team" || v["owner"] != "ops" || v["metric"] != "usd" || v["window"] != "daily" ||
+		v["timezone"] != "Europe/Paris" || v["enabled"] != true || len(v["alerts"].([]any)) != 2 {
+		t.Errorf("--id ops-usd --limit 2.25: got %v; want $2.25, everything else kept", v)
+	}
+	v = decode(t, mustRun(t, 0, "limit", "set", "--db", db, "--id", "hour", "--limit", "500", "--json").stdout)
+	if v["limit"] != 500.0 || v["key"] != "demo" || v["scope"] != "model" || v["scope_value"] != "gpt-4o" || v["window"] != "1h" {
+		t.Errorf("--id hour --limit 500: got %v", v)
+	}
+	if got := usedOf("hour"); got != 70.0 {
+		t.Errorf("after a new max: used %v; want the counters kept (70)", got)
+	}
+	v = decode(t, mustRun(t, 0, "limit", "set", "--db", db, "--id", "hour", "--disabled", "--json").stdout)
+	if v["limit"] != 500.0 || v["enabled"] != false {
+		t.Errorf("--id hour --disabled: got %v", v)
+	}
+
+	before := mustRun(t, 0, "limit", "ls", "--db", db, "--json").stdout
+	for _, tc := range []struct {
+		args         []string
+		code         int
+		field, value string
+	}{
+		{[]string{"--id", "nope", "--limit", "5"}, 4, "nope", "nope"},
+		{[]string{"--id", "ops-usd", "--limit", "1.2345678"}, 2, "limit", "1.2345678"},
+		{[]string{"--id", "hour", "--limit", "1.5"}, 2, "limit", "1.5"},
+		{[]string{"--id", "hour", "--limit", "5", "--window", "daily"}, 2, "id", "hour"},
+	} {
+		r := run(t, append([]string{"limit", "set", "--db", db}, tc.args...)...)
+		if r.code != tc.code || !strings.Contains(r.stderr, tc.field) || !strings.Contains(r.stderr, tc.value) {
+			t.Errorf("limit set %q: got %v; want exit %d naming %s %s", tc.args, r, tc.code, tc.field, tc.value)
+		}
+	}
+	if after := mustRun(t, 0, "limit", "ls", "--db", db, "--json").stdout; after != before {
+		t.Errorf("refused updates changed the limits:\nbefore %s\nafter %s", before, after)
+	}
+	fresh := tempDB(t)
+	if r := run(t, "limit", "set", "--db", fresh, "--id", "nope", "--limit", "5"); r.code != 4 || exists(fresh) {
+		t.Errorf("--id on a missing database: got %v (created %v); want exit 4, no file", r, exists(fresh))
+	}
+}

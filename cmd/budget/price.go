@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -182,11 +184,13 @@ const priceImportHelp = `usage: budget price import FILE|-
 Adds or replaces the prices of FILE (- reads stdin), all or nothing: every
 entry is validated before anything is written. JSON: {"prices": [{"provider",
 "model", "from", "input", "output", "cache_read", "cache_write",
-"reasoning"}]} (prices as numbers or strings of dollars per million tokens;
+"reasoning"}]}, or that array alone (prices as numbers or strings of dollars per million tokens;
 from, cache_read, cache_write and reasoning optional; unknown fields are
 invalid). CSV: a header naming those columns (provider, model, input and
-output required), then one price per line. The format is told by the first
-character: '{' is JSON. Prints how many prices it stored.
+output required), then one price per line. A FILE named *.json, or whose
+first character is '{' or '[', is JSON; anything else is CSV. Errors name
+the entry (prices[i] in JSON, the line in CSV), the field and the value.
+Prints how many prices it stored.
 
 `
 
@@ -209,7 +213,7 @@ func (m *Main) runPriceImport(ctx context.Context, args []string) (err error) {
 	if err != nil {
 		return err
 	}
-	specs, err := parsePriceFile(data, m.Now())
+	specs, err := parsePriceFile(pos[0], data, m.Now())
 	if err != nil {
 		return err
 	}
@@ -226,30 +230,49 @@ func (m *Main) runPriceImport(ctx context.Context, args []string) (err error) {
 	return err
 }
 
+// priceFields are the fields of a price entry, for errors.
+const priceFields = "provider, model, from, input, output, cache_read, cache_write, reasoning"
+
+// priceEntry is one price of a JSON price file.
+type priceEntry struct {
+	Provider   string       `json:"provider"`
+	Model      string       `json:"model"`
+	From       string       `json:"from"`
+	Input      json.Number  `json:"input"`
+	Output     json.Number  `json:"output"`
+	CacheRead  *json.Number `json:"cache_read"`
+	CacheWrite *json.Number `json:"cache_write"`
+	Reasoning  *json.Number `json:"reasoning"`
+}
+
 // parsePriceFile reads a JSON or CSV price file and validates every entry.
-func parsePriceFile(data []byte, now time.Time) ([]budget.PriceSpec, error) {
+// A file named *.json, or whose content starts with { or [, is JSON:
+// {"prices": [...]} or a bare array of prices. Errors name the entry: the
+// JSON index (prices[i]) or the CSV line.
+func parsePriceFile(name string, data []byte, now time.Time) ([]budget.PriceSpec, error) {
 	var specs []budget.PriceSpec
-	if t := bytes.TrimSpace(data); len(t) > 0 && t[0] == '{' {
-		dec := json.NewDecoder(bytes.NewReader(t))
-		dec.DisallowUnknownFields()
-		dec.UseNumber()
-		var f struct {
-			Prices []struct {
-				Provider   string       `json:"provider"`
-				Model      string       `json:"model"`
-				From       string       `json:"from"`
-				Input      json.Number  `json:"input"`
-				Output     json.Number  `json:"output"`
-				CacheRead  *json.Number `json:"cache_read"`
-				CacheWrite *json.Number `json:"cache_write"`
-				Reasoning  *json.Number `json:"reasoning"`
-			} `json:"prices"`
-		}
-		if err := dec.Decode(&f); err != nil {
-			if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-				return nil, budget.Invalid("field", strings.Trim(name, `"`), "unknown; want provider, model, from, input, output, cache_read, cache_write, reasoning")
+	var where []string // each spec's entry, for errors
+	var froms []string // each spec's from as written, for errors
+	t := bytes.TrimSpace(data)
+	if strings.EqualFold(filepath.Ext(name), ".json") || len(t) > 0 && (t[0] == '{' || t[0] == '[') {
+		var raw []json.RawMessage
+		if len(t) > 0 && t[0] == '[' {
+			if err := json.Unmarshal(t, &raw); err != nil {
+				return nil, budget.Invalid("json", "", err.Error())
 			}
-			return nil, budget.Invalid("json", "", err.Error())
+		} else {
+			dec := json.NewDecoder(bytes.NewReader(t))
+			dec.DisallowUnknownFields()
+			var f struct {
+				Prices []json.RawMessage `json:"prices"`
+			}
+			if err := dec.Decode(&f); err != nil {
+				if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+					return nil, budget.Invalid("field", strings.Trim(field, `"`), `unknown; want {"prices": [...]} or an array of prices`)
+				}
+				return nil, budget.Invalid("json", "", err.Error())
+			}
+			raw = f.Prices
 		}
 		str := func(n *json.Number) *string {
 			if n == nil {
@@ -258,31 +281,48 @@ func parsePriceFile(data []byte, now time.Time) ([]budget.PriceSpec, error) {
 			s := string(*n)
 			return &s
 		}
-		for _, p := range f.Prices {
+		for i, r := range raw {
+			at := fmt.Sprintf("prices[%d]", i)
+			dec := json.NewDecoder(bytes.NewReader(r))
+			dec.DisallowUnknownFields()
+			dec.UseNumber()
+			var p priceEntry
+			if err := dec.Decode(&p); err != nil {
+				return nil, fmt.Errorf("%s: %w", at, priceJSONError(err))
+			}
 			specs = append(specs, budget.PriceSpec{Provider: p.Provider, Model: p.Model, Input: string(p.Input), Output: string(p.Output),
 				CacheRead: str(p.CacheRead), CacheWrite: str(p.CacheWrite), Reason: str(p.Reasoning), From: fromText(p.From)})
+			where, froms = append(where, at), append(froms, p.From)
 		}
 	} else {
 		r := csv.NewReader(bytes.NewReader(data))
 		r.TrimLeadingSpace = true
-		rows, err := r.ReadAll()
+		header, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return nil, budget.Invalid("csv", "", "empty: want a header line")
+		}
 		if err != nil {
 			return nil, budget.Invalid("csv", "", err.Error())
 		}
-		if len(rows) == 0 {
-			return nil, budget.Invalid("csv", "", "empty: want a header line")
-		}
 		col := map[string]int{}
-		for i, h := range rows[0] {
+		for i, h := range header {
 			h = strings.TrimSpace(h)
 			switch h {
 			case "provider", "model", "from", "input", "output", "cache_read", "cache_write", "reasoning":
 				col[h] = i
 			default:
-				return nil, budget.Invalid("field", h, "unknown; want provider, model, from, input, output, cache_read, cache_write, reasoning")
+				return nil, budget.Invalid("field", h, "unknown; want "+priceFields)
 			}
 		}
-		for _, row := range rows[1:] {
+		for {
+			row, err := r.Read()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return nil, budget.Invalid("csv", "", err.Error())
+			}
+			line, _ := r.FieldPos(0)
 			get := func(name string) (string, bool) {
 				i, ok := col[name]
 				if !ok || i >= len(row) || strings.TrimSpace(row[i]) == "" {
@@ -301,10 +341,10 @@ func parsePriceFile(data []byte, now time.Time) ([]budget.PriceSpec, error) {
 			s.Model, _ = get("model")
 			s.Input, _ = get("input")
 			s.Output, _ = get("output")
-			if v, ok := get("from"); ok {
-				s.From = fromText(v)
-			}
+			from, _ := get("from")
+			s.From = fromText(from)
 			specs = append(specs, s)
+			where, froms = append(where, fmt.Sprintf("line %d", line)), append(froms, from)
 		}
 	}
 	if len(specs) == 0 {
@@ -312,13 +352,25 @@ func parsePriceFile(data []byte, now time.Time) ([]budget.PriceSpec, error) {
 	}
 	for i, s := range specs {
 		if !s.From.IsZero() && s.From.Equal(badFrom) {
-			return nil, fmt.Errorf("price %d: %w", i+1, budget.Invalid("from", "", "want an RFC3339 time"))
+			return nil, fmt.Errorf("%s: %w", where[i], budget.Invalid("from", froms[i], "want an RFC3339 time such as 2026-03-02T09:00:00Z"))
 		}
 		if _, err := s.Parse(now); err != nil {
-			return nil, fmt.Errorf("price %d: %w", i+1, err)
+			return nil, fmt.Errorf("%s: %w", where[i], err)
 		}
 	}
 	return specs, nil
+}
+
+// priceJSONError is a JSON price entry's decoding error naming the field.
+func priceJSONError(err error) error {
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &te):
+		return budget.Invalid(te.Field, te.Value, "want a number for prices, a string for names and from")
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return budget.Invalid("field", strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`), "unknown; want "+priceFields)
+	}
+	return budget.Invalid("json", "", err.Error())
 }
 
 // badFrom marks a from that did not parse (fromText), so validation names it.

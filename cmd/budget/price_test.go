@@ -82,3 +82,49 @@ func TestPriceBadInput(t *testing.T) {
 		t.Error("bad input created the database")
 	}
 }
+
+// TestPriceFileErrors: a bad price file's error names the entry (the CSV
+// line, the JSON index), the field and the value; a .json file holding a
+// bare array is read as JSON; nothing is written.
+func TestPriceFileErrors(t *testing.T) {
+	t.Parallel()
+	db := tempDB(t)
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, body string
+		want       []string // all in stderr
+	}{
+		{"from.csv", "provider,model,input,output,from\np,m,1,1,\np,n,1,1,yesterday\n", []string{"line 3", "from", `"yesterday"`}},
+		{"input.csv", "provider,model,input,output\np,m,1,1\np,n,1,1\np,o,-1,1\n", []string{"line 4", "input", "-1"}},
+		{"from.json", `{"prices":[{"provider":"p","model":"m","input":1,"output":1},{"provider":"p","model":"n","input":1,"output":1,"from":"soon"}]}`,
+			[]string{"prices[1]", "from", `"soon"`}},
+		{"type.json", `{"prices":[{"provider":"p","model":"m","input":1,"output":1},{"provider":"p","model":"n","input":true,"output":1}]}`,
+			[]string{"prices[1]", "input"}},
+		{"unknown.json", `{"prices":[{"provider":"p","model":"m","input":1,"output":1,"currency":"eur"}]}`, []string{"prices[0]", "currency"}},
+		{"array.json", `[{"provider":"p","model":"m","input":1,"output":1},{"provider":"","model":"n","input":1,"output":1}]`,
+			[]string{"prices[1]", "provider"}},
+	} {
+		file := filepath.Join(dir, tc.name)
+		if err := os.WriteFile(file, []byte(tc.body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		r := run(t, "price", "import", "--db", db, file)
+		ok := r.code == 2
+		for _, w := range tc.want {
+			ok = ok && strings.Contains(r.stderr, w)
+		}
+		if !ok {
+			t.Errorf("price import %s: got %v; want exit 2 naming %q", tc.name, r, tc.want)
+		}
+	}
+	if exists(db) {
+		t.Error("bad price files created the database")
+	}
+	arr := filepath.Join(dir, "prices.json")
+	if err := os.WriteFile(arr, []byte(`[{"provider":"openai","model":"gpt-4o","input":2.5,"output":10}]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := mustRun(t, 0, "price", "import", "--db", db, arr); r.stdout != "stored 1 prices\n" {
+		t.Errorf("price import of a JSON array: got %v", r)
+	}
+}

@@ -171,7 +171,7 @@ func writeReportCSV(w io.Writer, by []budget.Dim, rows []budget.ReportRow) error
 			rec = append(rec, itoa(n))
 		}
 		usd, _ := usdText(&r.Totals)
-		if err := cw.Write(append(rec, usd)); err != nil {
+		if err := writeCSVRecord(cw, append(rec, usd)); err != nil {
 			return err
 		}
 	}
