@@ -725,14 +725,6 @@ func (db *DB) stmt(ctx context.Context, t *sqlx.Tx, query string) *sqlx.Stmt {
 	return db.ws.get(ctx, t, query)
 }
 
-// query runs a read in t, through its prepared statement when it has one.
-func (db *DB) query(ctx context.Context, t *sqlx.Tx, query string, args ...any) (*sqlx.Rows, error) {
-	if st := db.stmt(ctx, t, query); st != nil {
-		return st.QueryxContext(ctx, args...)
-	}
-	return t.QueryxContext(ctx, query, args...)
-}
-
 // exec runs query in t, through its prepared statement when it has one.
 func (db *DB) exec(ctx context.Context, t *sqlx.Tx, query string, args ...any) (int64, error) {
 	var res interface{ RowsAffected() (int64, error) }
