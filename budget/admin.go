@@ -266,17 +266,47 @@ type Report struct {
 // rollovers and the parked providers. It reads one snapshot and writes
 // nothing.
 func (t *Tracker) Inspect(ctx context.Context, key string, at time.Time, rollovers int) (Report, error) {
-	return t.inspect(ctx, LevelKey, key, at, rollovers)
+	return t.inspect(ctx, LevelKey, key, at, rollovers, false)
 }
 
 // InspectOwned is Inspect of one team's (LevelTeam) or organisation's
 // (LevelOrg) own limits, with their usage; an invalid-input error naming
 // the field when it does not exist.
 func (t *Tracker) InspectOwned(ctx context.Context, level Level, owner string, at time.Time, rollovers int) (Report, error) {
-	return t.inspect(ctx, level, owner, at, rollovers)
+	return t.inspect(ctx, level, owner, at, rollovers, false)
 }
 
-func (t *Tracker) inspect(ctx context.Context, level Level, owner string, at time.Time, rollovers int) (Report, error) {
+// InspectBefore is Inspect (level LevelKey, owner the key or "") or
+// InspectOwned as of a past instant at: each window's usage is what the
+// history holds of it up to at, where a counter holds the whole window's
+// (usage after at included). It reads the history once per limit, so the
+// live views (at now) use Inspect. A window before the prune horizon is
+// summed from the rollups (SumUsage).
+func (t *Tracker) InspectBefore(ctx context.Context, level Level, owner string, at time.Time, rollovers int) (Report, error) {
+	return t.inspect(ctx, level, owner, at, rollovers, true)
+}
+
+// usageBefore sets each window limit's Used to the history's usage of
+// its window up to at (an event at at included, as a check at at counts
+// it): a counter holds the whole window's usage, and an inspect of a past
+// instant must not count what came after it. Holds are left as the store
+// has them at at (live then).
+func usageBefore(ctx context.Context, tx Tx, sts []Status, at time.Time) error {
+	for i := range sts {
+		st := &sts[i]
+		if st.Limit.Metric == MetricConcurrent || st.WindowStart.IsZero() {
+			continue
+		}
+		used, err := tx.SumUsage(ctx, &st.Limit, st.WindowStart, at.Add(time.Nanosecond))
+		if err != nil {
+			return err
+		}
+		st.Used = used
+	}
+	return nil
+}
+
+func (t *Tracker) inspect(ctx context.Context, level Level, owner string, at time.Time, rollovers int, past bool) (Report, error) {
 	r := Report{At: at}
 	err := t.store.View(ctx, func(tx Tx) error {
 		var ls []Limit
@@ -312,6 +342,11 @@ func (t *Tracker) inspect(ctx context.Context, level Level, owner string, at tim
 		sortLimits(ls)
 		if r.Limits, err = storedStatuses(ctx, tx, ls, at); err != nil {
 			return err
+		}
+		if past {
+			if err := usageBefore(ctx, tx, r.Limits, at); err != nil {
+				return err
+			}
 		}
 		r.Forecasts = make([]*Forecast, len(r.Limits))
 		if err := forecasts(ctx, tx, r.Limits, at, r.Forecasts); err != nil {

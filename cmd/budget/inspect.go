@@ -13,7 +13,8 @@ import (
 const inspectHelp = `usage: budget inspect [--key K | --team T | --org O] [--at T] [--rollovers N] [--wide | --json]
 
 Shows every limit, disabled ones too, in the window holding --at (default
-now), then the newest rollovers (default 20) and the parked providers.
+now; a given --at counts only the window's usage up to it, read from the
+history), then the newest rollovers (default 20) and the parked providers.
 Writes nothing. Without a flag it shows every limit but the defaults (they
 have no usage of their own); --key K shows what applies to K: its own
 limits, its team's and its org's, and the defaults with K's usage; --team T
@@ -80,9 +81,12 @@ func (m *Main) runInspect(ctx context.Context, args []string) (err error) {
 	}
 	defer closeDB(ctx, db, &err)
 	var r budget.Report
-	if level == budget.LevelKey {
+	switch {
+	case visited(fs)["at"]: // a past instant: count only what came before it
+		r, err = db.InspectBefore(ctx, level, owner, now, *n)
+	case level == budget.LevelKey:
 		r, err = db.Inspect(ctx, owner, now, *n)
-	} else {
+	default:
 		r, err = db.InspectOwned(ctx, level, owner, now, *n)
 	}
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -313,6 +314,25 @@ func TestInspectDollarPrecision(t *testing.T) {
 		out := mustRun(t, 0, append([]string{"inspect", "--db", db, "--key", "k"}, view...)...).stdout
 		if !strings.Contains(out, "$0.000123") || strings.Contains(out, "$0.00/") {
 			t.Errorf("inspect %q: got\n%s\nwant the $0.000123 used (49 tokens at $2.50/M), never $0.00", view, out)
+		}
+	}
+}
+
+// TestInspectAtCountsUpToAt: inspect --at T shows the window's usage up
+// to T, not usage recorded later in the same window.
+func TestInspectAtCountsUpToAt(t *testing.T) {
+	t.Parallel()
+	db := tempDB(t)
+	mustRun(t, 0, "limit", "set", "--db", db, "--key", "k", "--limit", "1000", "--window", "daily", "--id", "day")
+	for i, at := range []string{"2026-03-02T09:00:00Z", "2026-03-02T10:00:00Z", "2026-03-02T15:00:00Z"} {
+		mustRun(t, 0, "record", "--db", db, "--key", "k", "--provider", "openai", "--model", "m", "--input", strconv.Itoa(10*(i+1)),
+			"--request-id", "r"+strconv.Itoa(i), "--at", at)
+	}
+	for at, want := range map[string]float64{"2026-03-02T10:00:00Z": 30, "2026-03-02T12:00:00Z": 30, "2026-03-02T16:00:00Z": 60, "2026-03-02T08:00:00Z": 0} {
+		v := decode(t, mustRun(t, 0, "inspect", "--db", db, "--key", "k", "--at", at, "--json").stdout)
+		ls := v["limits"].([]any)
+		if len(ls) != 1 || ls[0].(map[string]any)["used"] != want {
+			t.Errorf("inspect --at %s: limits %v; want used %v", at, ls, want)
 		}
 	}
 }
