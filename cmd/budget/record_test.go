@@ -32,8 +32,9 @@ func TestRecord(t *testing.T) {
 	}
 
 	// tokens = input + output + reasoning, each once; output = output +
-	// reasoning. The event without --at happened at testNow, the same day.
-	day, out, req := usedAt(t, db, "day", "2026-03-02T10:00:00Z"), usedAt(t, db, "out", "2026-03-02T10:00:00Z"), usedAt(t, db, "req", "2026-03-02T10:00:00Z")
+	// reasoning. The event without --at happened at testNow (12:00), the
+	// same day; inspect --at counts what came up to its instant.
+	day, out, req := usedAt(t, db, "day", "2026-03-02T23:00:00Z"), usedAt(t, db, "out", "2026-03-02T23:00:00Z"), usedAt(t, db, "req", "2026-03-02T23:00:00Z")
 	if day != 375 || out != 70 || req != 2 {
 		t.Errorf("used on 2026-03-02: got day %v, out %v, req %v; want 375, 70, 2", day, out, req)
 	}
