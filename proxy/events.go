@@ -92,7 +92,7 @@ func (p *StreamParser) anthropic(data []byte) {
 	}
 	a := p.anth
 	for i, c := range [...]count{u.InputTokens, u.CacheRead, u.CacheCreation, u.OutputTokens} {
-		if c.ok {
+		if c.OK {
 			a[i] = c
 		}
 	}

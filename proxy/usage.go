@@ -3,11 +3,10 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/proxy/internal/wire"
 )
 
 // Format is the API family of a route: it decides where a response reports
@@ -67,54 +66,15 @@ func (f Format) Provider() string {
 	return ""
 }
 
-// Tokens is the usage a response reports, already mapped to the tracker's
-// counting rules (contract section 1): Input counts every prompt token,
-// cached or not, with CacheRead and CacheWrite a breakdown inside it; Output
-// counts generated tokens other than reasoning; Reasoning is separate.
-type Tokens struct {
-	// Model is the model name the response reports (often a dated name such
-	// as "gpt-4.1-2025-04-14"); informational only, limits match the
-	// request's model.
-	Model      string
-	Input      int64
-	Output     int64
-	Reasoning  int64
-	CacheRead  int64
-	CacheWrite int64
-}
-
-// Billable is Input + Output + Reasoning: every token once.
-func (t Tokens) Billable() int64 { return t.Input + t.Output + t.Reasoning }
-
-// Fill copies the five token counts into u; it leaves u's model and every
-// other field alone.
-func (t Tokens) Fill(u *budget.Usage) {
-	u.Input, u.Output, u.Reasoning = t.Input, t.Output, t.Reasoning
-	u.CacheRead, u.CacheWrite = t.CacheRead, t.CacheWrite
-}
+// Tokens is the usage a response reports, mapped to the tracker's counting
+// rules; see wire.Tokens.
+type Tokens = wire.Tokens
 
 // errCount reports a token count that is not an integer from 0 to 2^53-1.
-var errCount = errors.New("token count is not an integer from 0 to 2^53-1")
+var errCount = wire.ErrCount
 
-// count is one optional token count of a usage object. It decodes without
-// allocating and tells an absent or null count from 0.
-type count struct {
-	v  int64
-	ok bool
-}
-
-func (c *count) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		*c = count{}
-		return nil
-	}
-	v, err := strconv.ParseInt(string(b), 10, 64)
-	if err != nil || v < 0 || v > budget.MaxTokens {
-		return errCount
-	}
-	*c = count{v, true}
-	return nil
-}
+// count is one optional token count of a usage object.
+type count = wire.Count
 
 type details struct {
 	Cached    count `json:"cached_tokens"`
@@ -148,10 +108,10 @@ func (u *usage) tokens(f Format) (t Tokens, found bool, err error) {
 		t, found = openAITokens(u.InputTokens, u.OutputTokens, u.InputDetails.Cached, u.OutputDetails.Reasoning, u.TotalTokens)
 	case OpenAIEmbeddings:
 		in := u.PromptTokens
-		if !in.ok {
+		if !in.OK {
 			in = u.TotalTokens
 		}
-		t, found = Tokens{Input: in.v}, in.ok
+		t, found = Tokens{Input: in.V}, in.OK
 	case AnthropicMessages:
 		t, found = anthropicTokens(u.InputTokens, u.CacheRead, u.CacheCreation, u.OutputTokens)
 	}
@@ -169,16 +129,16 @@ func (u *usage) tokens(f Format) (t Tokens, found bool, err error) {
 // and equals prompt + completion + reasoning with reasoning > 0, the
 // completion count is taken as excluding reasoning.
 func openAITokens(prompt, completion, cached, reasoning, total count) (Tokens, bool) {
-	if !prompt.ok && !completion.ok {
+	if !prompt.OK && !completion.OK {
 		return Tokens{}, false
 	}
-	t := Tokens{Input: prompt.v, CacheRead: min(cached.v, prompt.v)}
-	r := reasoning.v
-	if r > 0 && total.ok && total.v == prompt.v+completion.v+r {
-		t.Output, t.Reasoning = completion.v, r
+	t := Tokens{Input: prompt.V, CacheRead: min(cached.V, prompt.V)}
+	r := reasoning.V
+	if r > 0 && total.OK && total.V == prompt.V+completion.V+r {
+		t.Output, t.Reasoning = completion.V, r
 	} else {
-		r = min(r, completion.v)
-		t.Output, t.Reasoning = completion.v-r, r
+		r = min(r, completion.V)
+		t.Output, t.Reasoning = completion.V-r, r
 	}
 	return t, true
 }
@@ -187,14 +147,14 @@ func openAITokens(prompt, completion, cached, reasoning, total count) (Tokens, b
 // reads and writes, so Input is their sum; output_tokens includes thinking,
 // which Anthropic does not report apart, so it is all Output.
 func anthropicTokens(in, read, write, out count) (Tokens, bool) {
-	if !in.ok && !out.ok {
+	if !in.OK && !out.OK {
 		return Tokens{}, false
 	}
 	return Tokens{
-		Input:      in.v + read.v + write.v,
-		Output:     out.v,
-		CacheRead:  read.v,
-		CacheWrite: write.v,
+		Input:      in.V + read.V + write.V,
+		Output:     out.V,
+		CacheRead:  read.V,
+		CacheWrite: write.V,
 	}, true
 }
 
