@@ -15,7 +15,7 @@ import (
 
 	tokenbudget "github.com/tokenbudget/tokenbudget"
 	"github.com/tokenbudget/tokenbudget/budget"
-	"github.com/tokenbudget/tokenbudget/store"
+	sqlitestore "github.com/tokenbudget/tokenbudget/store/sqlite"
 	"github.com/tokenbudget/tokenbudget/store/storetest"
 )
 
@@ -154,15 +154,15 @@ func (s *countingStmt) QueryContext(ctx context.Context, args []driver.NamedValu
 }
 
 // openCountingStore opens a fresh SQLite store (WAL, synchronous=NORMAL)
-// through the counting driver. store.Options needs a field naming the
+// through the counting driver. sqlitestore.Options needs a field naming the
 // database/sql driver Open uses (Driver string; default "sqlite"): it is
 // set by reflection so this file compiles before that field exists, and
 // the benchmark skips until it does.
-func openCountingStore(b testing.TB) *store.DB {
+func openCountingStore(b testing.TB) *sqlitestore.DB {
 	b.Helper()
 	registerCountingDriver()
-	opts := store.Options{Create: true, Driver: countingDriverName}
-	s, err := store.Open(context.Background(), filepath.Join(b.TempDir(), "stmts.db"), tokenbudget.SQLiteSchema, opts)
+	opts := sqlitestore.Options{Create: true, Driver: countingDriverName}
+	s, err := sqlitestore.Open(context.Background(), filepath.Join(b.TempDir(), "stmts.db"), tokenbudget.SQLiteSchema, opts)
 	if err != nil {
 		b.Fatal(err)
 	}

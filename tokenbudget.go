@@ -12,11 +12,11 @@ import (
 	"strings"
 
 	"github.com/tokenbudget/tokenbudget/budget"
-	"github.com/tokenbudget/tokenbudget/store"
+	"github.com/tokenbudget/tokenbudget/store/sqlite"
 	"github.com/tokenbudget/tokenbudget/store/postgres"
 )
 
-// SQLiteSchema is the current SQLite schema, applied by store.Open.
+// SQLiteSchema is the current SQLite schema, applied by sqlite.Open.
 //
 //go:embed schema.sql
 var SQLiteSchema string
@@ -54,7 +54,7 @@ func OpenStore(ctx context.Context, dsn string, opts Options) (budget.Store, err
 	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
 		return postgres.Open(ctx, dsn, postgres.Options{})
 	}
-	return store.Open(ctx, dsn, SQLiteSchema, store.Options{Create: opts.Create, Durable: opts.Durable})
+	return sqlite.Open(ctx, dsn, SQLiteSchema, sqlite.Options{Create: opts.Create, Durable: opts.Durable})
 }
 
 // Open opens the database named by dsn and starts a Tracker on it.

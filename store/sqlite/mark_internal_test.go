@@ -1,4 +1,4 @@
-package store
+package sqlite
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 // current after another writer on the same handle changed the store.
 func TestMarkCountsACommitBeforeItReturns(t *testing.T) {
 	ctx := context.Background()
-	schema, err := os.ReadFile("../schema.sql") // the root package embeds it; it imports this one
+	schema, err := os.ReadFile("../../schema.sql") // the root package embeds it; it imports this one
 	if err != nil {
 		t.Fatal(err)
 	}

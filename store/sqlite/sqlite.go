@@ -1,4 +1,4 @@
-// Package store implements budget.Store on SQLite through sqlx and the pure-Go
+// Package sqlite implements budget.Store on SQLite through sqlx and the pure-Go
 // modernc.org/sqlite driver.
 //
 // A DB is safe for concurrent use. Writes go through one connection whose
@@ -6,7 +6,7 @@
 // processes sharing the file queue on the lock instead of failing on an
 // upgrade; SQLITE_BUSY is retried, never returned. Reads use a separate pool
 // of query-only connections in WAL mode and never wait for the writer.
-package store
+package sqlite
 
 import (
 	"context"

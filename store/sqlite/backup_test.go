@@ -1,4 +1,4 @@
-package store_test
+package sqlite_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 
 	tokenbudget "github.com/tokenbudget/tokenbudget"
 	"github.com/tokenbudget/tokenbudget/budget"
-	"github.com/tokenbudget/tokenbudget/store"
+	"github.com/tokenbudget/tokenbudget/store/sqlite"
 )
 
 // recordN writes n events of key k synchronously: each is committed when
@@ -49,7 +49,7 @@ func usageRows(t testing.TB, path string) int {
 func checkCopy(t *testing.T, path string) {
 	t.Helper()
 	ctx := context.Background()
-	s, err := store.Open(ctx, path, tokenbudget.SQLiteSchema, store.Options{})
+	s, err := sqlite.Open(ctx, path, tokenbudget.SQLiteSchema, sqlite.Options{})
 	if err != nil {
 		t.Fatalf("open the backup: %v", err)
 	}

@@ -1,4 +1,4 @@
-package store_test
+package sqlite_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 
 	tokenbudget "github.com/tokenbudget/tokenbudget"
 	"github.com/tokenbudget/tokenbudget/budget"
-	"github.com/tokenbudget/tokenbudget/store"
+	"github.com/tokenbudget/tokenbudget/store/sqlite"
 	"github.com/tokenbudget/tokenbudget/store/storetest"
 )
 
@@ -15,9 +15,9 @@ import (
 func newSQLite(t testing.TB) func() budget.Store {
 	path := filepath.Join(t.TempDir(), "budget.db")
 	return func() budget.Store {
-		db, err := store.Open(context.Background(), path, tokenbudget.SQLiteSchema, store.Options{Create: true})
+		db, err := sqlite.Open(context.Background(), path, tokenbudget.SQLiteSchema, sqlite.Options{Create: true})
 		if err != nil {
-			t.Fatalf("store.Open: %v", err)
+			t.Fatalf("sqlite.Open: %v", err)
 		}
 		t.Cleanup(func() { db.Close() })
 		return db

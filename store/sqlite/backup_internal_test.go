@@ -1,4 +1,4 @@
-package store
+package sqlite
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 // vacuumInto.)
 func TestBackupDiskFullLeavesNothing(t *testing.T) {
 	ctx := context.Background()
-	schema, err := os.ReadFile("../schema.sql") // the root package embeds it; it imports this one
+	schema, err := os.ReadFile("../../schema.sql") // the root package embeds it; it imports this one
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package store_test
+package sqlite_test
 
 import (
 	"bytes"
@@ -12,7 +12,7 @@ import (
 
 	tokenbudget "github.com/tokenbudget/tokenbudget"
 	"github.com/tokenbudget/tokenbudget/budget"
-	"github.com/tokenbudget/tokenbudget/store"
+	"github.com/tokenbudget/tokenbudget/store/sqlite"
 )
 
 func TestOpenRefusesBadFiles(t *testing.T) {
@@ -23,7 +23,7 @@ func TestOpenRefusesBadFiles(t *testing.T) {
 	if err := os.WriteFile(notDB, content, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := store.Open(ctx, notDB, tokenbudget.SQLiteSchema, store.Options{Create: true})
+	_, err := sqlite.Open(ctx, notDB, tokenbudget.SQLiteSchema, sqlite.Options{Create: true})
 	if err == nil || !strings.Contains(err.Error(), "not a SQLite database") {
 		t.Fatalf("Open(text file) = %v; want a not-a-database error", err)
 	}
@@ -31,14 +31,14 @@ func TestOpenRefusesBadFiles(t *testing.T) {
 		t.Fatalf("the refused file changed: %q", got)
 	}
 	missing := filepath.Join(dir, "missing.db")
-	if _, err := store.Open(ctx, missing, tokenbudget.SQLiteSchema, store.Options{}); err == nil || !strings.Contains(err.Error(), missing) {
+	if _, err := sqlite.Open(ctx, missing, tokenbudget.SQLiteSchema, sqlite.Options{}); err == nil || !strings.Contains(err.Error(), missing) {
 		t.Fatalf("Open(missing) = %v; want an error naming the path", err)
 	}
 	if _, err := os.Stat(missing); !errors.Is(err, os.ErrNotExist) {
 		t.Fatal("Open without Create created the file")
 	}
 	created := filepath.Join(dir, "new.db")
-	db, err := store.Open(ctx, created, tokenbudget.SQLiteSchema, store.Options{Create: true})
+	db, err := sqlite.Open(ctx, created, tokenbudget.SQLiteSchema, sqlite.Options{Create: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestSchemaVersions(t *testing.T) {
 	if err := os.WriteFile(path, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if db, err := store.Open(ctx, path, tokenbudget.SQLiteSchema, store.Options{}); err == nil || !strings.Contains(err.Error(), path) {
+	if db, err := sqlite.Open(ctx, path, tokenbudget.SQLiteSchema, sqlite.Options{}); err == nil || !strings.Contains(err.Error(), path) {
 		if db != nil {
 			db.Close()
 		}
@@ -66,7 +66,7 @@ func TestSchemaVersions(t *testing.T) {
 	if fi, err := os.Stat(path); err != nil || fi.Size() != 0 {
 		t.Fatalf("the empty file after a refused Open: %v, %v; want it still empty", fi, err)
 	}
-	db, err := store.Open(ctx, path, tokenbudget.SQLiteSchema, store.Options{Create: true})
+	db, err := sqlite.Open(ctx, path, tokenbudget.SQLiteSchema, sqlite.Options{Create: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,16 +78,16 @@ func TestSchemaVersions(t *testing.T) {
 		t.Fatalf("migrated schema unusable: %v", err)
 	}
 	// Stamp a newer version: this build must refuse it.
-	raw, err := store.Open(ctx, path, tokenbudget.SQLiteSchema, store.Options{})
+	raw, err := sqlite.Open(ctx, path, tokenbudget.SQLiteSchema, sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := raw.SetUserVersion(ctx, store.SchemaVersion+1); err != nil {
+	if err := raw.SetUserVersion(ctx, sqlite.SchemaVersion+1); err != nil {
 		t.Fatal(err)
 	}
 	raw.Close()
 	db.Close()
-	_, err = store.Open(ctx, path, tokenbudget.SQLiteSchema, store.Options{})
+	_, err = sqlite.Open(ctx, path, tokenbudget.SQLiteSchema, sqlite.Options{})
 	if !errors.Is(err, budget.ErrSchemaTooNew) {
 		t.Fatalf("Open(newer schema) = %v; want ErrSchemaTooNew", err)
 	}
@@ -105,7 +105,7 @@ func TestOpenLeavesForeignDatabasesAlone(t *testing.T) {
 	}
 	raw.Close()
 	before, _ := os.ReadFile(path)
-	_, err = store.Open(ctx, path, tokenbudget.SQLiteSchema, store.Options{Create: true})
+	_, err = sqlite.Open(ctx, path, tokenbudget.SQLiteSchema, sqlite.Options{Create: true})
 	if err == nil || !strings.Contains(err.Error(), "not a tokenbudget database") {
 		t.Fatalf("Open(another application's database) = %v; want refused", err)
 	}

@@ -1,4 +1,4 @@
-package store_test
+package sqlite_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 
 	tokenbudget "github.com/tokenbudget/tokenbudget"
 	"github.com/tokenbudget/tokenbudget/budget"
-	"github.com/tokenbudget/tokenbudget/store"
+	"github.com/tokenbudget/tokenbudget/store/sqlite"
 	"github.com/tokenbudget/tokenbudget/store/storetest"
 )
 
@@ -18,7 +18,7 @@ func TestMain(m *testing.M) { storetest.Main(m, openSQLite) }
 
 // openSQLite opens path, creating the database when missing.
 func openSQLite(ctx context.Context, path string) (budget.Store, error) {
-	return store.Open(ctx, path, tokenbudget.SQLiteSchema, store.Options{Create: true})
+	return sqlite.Open(ctx, path, tokenbudget.SQLiteSchema, sqlite.Options{Create: true})
 }
 
 // TestProcesses runs OS processes on one SQLite file.
@@ -54,7 +54,7 @@ func TestReadsDoNotWaitForTheWriteLock(t *testing.T) {
 	// a 1s busy timeout, waiting for the lock would fail the context.
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	ro, err := store.Open(cctx, path, tokenbudget.SQLiteSchema, store.Options{BusyTimeout: time.Second})
+	ro, err := sqlite.Open(cctx, path, tokenbudget.SQLiteSchema, sqlite.Options{BusyTimeout: time.Second})
 	if err != nil {
 		t.Fatalf("Open while another process writes = %v; want no wait for the write lock", err)
 	}

@@ -1,4 +1,4 @@
-package store_test
+package sqlite_test
 
 import (
 	"context"
@@ -12,19 +12,19 @@ import (
 
 	tokenbudget "github.com/tokenbudget/tokenbudget"
 	"github.com/tokenbudget/tokenbudget/budget"
-	"github.com/tokenbudget/tokenbudget/store"
+	"github.com/tokenbudget/tokenbudget/store/sqlite"
 )
 
 // stress turns the bounded loops of the race tests into timed ones:
 //
-//	go test -race -run 'NeverDoubleCounts|CountersReacquired' ./store/ -stress
+//	go test -race -run 'NeverDoubleCounts|CountersReacquired' ./store/sqlite/ -stress
 var stress = flag.Bool("stress", false, "run the race tests' loops for longer (timed)")
 
 // openStore opens (creating) the SQLite database at path; it is closed by
 // t.Cleanup.
-func openStore(t testing.TB, path string) *store.DB {
+func openStore(t testing.TB, path string) *sqlite.DB {
 	t.Helper()
-	s, err := store.Open(context.Background(), path, tokenbudget.SQLiteSchema, store.Options{Create: true})
+	s, err := sqlite.Open(context.Background(), path, tokenbudget.SQLiteSchema, sqlite.Options{Create: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,6 +39,9 @@ func newTracker(t testing.TB, s budget.Store, mod func(*budget.Config)) *budget.
 	t.Helper()
 	cfg := budget.DefaultConfig()
 	cfg.SweepInterval = -1
+	// Failure tests wait for the writer's retries: capped low, they take
+	// milliseconds rather than the default's seconds.
+	cfg.MaxRetryBackoff = 20 * time.Millisecond
 	if mod != nil {
 		mod(&cfg)
 	}

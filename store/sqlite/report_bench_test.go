@@ -1,4 +1,4 @@
-package store
+package sqlite
 
 import (
 	"context"
@@ -20,10 +20,10 @@ import (
 // same way). The history is written by SQL, then its rollups built by the
 // statement schema 9's migration uses.
 //
-//	go test -run '^$' -bench Report -benchtime 5x -count 5 ./store/
+//	go test -run '^$' -bench Report -benchtime 5x -count 5 ./store/sqlite/
 func BenchmarkReport(b *testing.B) {
 	ctx := context.Background()
-	schema, err := os.ReadFile("../schema.sql") // the root package embeds it; it imports this one
+	schema, err := os.ReadFile("../../schema.sql") // the root package embeds it; it imports this one
 	if err != nil {
 		b.Fatal(err)
 	}
