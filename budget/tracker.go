@@ -25,6 +25,7 @@ const (
 	DefaultSweepInterval    = 15 * time.Second
 	DefaultParkRetryAfter   = 60 * time.Second
 	DefaultMaxProbeBackoff  = 10 * time.Minute
+	DefaultMaxRetryBackoff  = 5 * time.Second
 )
 
 // Config tunes a Tracker. Start from DefaultConfig; zero sizes and
@@ -61,6 +62,10 @@ type Config struct {
 	// FlushFailures is how many failed attempts at a batch make Flush
 	// return the error; the writer keeps retrying. (Optional; default 5.)
 	FlushFailures int
+	// MaxRetryBackoff caps the writer's wait between attempts at a batch
+	// that failed (it starts at 10ms and doubles). Tests of failures lower
+	// it so that they do not wait out real seconds. (Optional; default 5s.)
+	MaxRetryBackoff time.Duration
 	// OnError is called from the writer goroutine for every failed write.
 	// (Optional.)
 	OnError func(error)
@@ -122,6 +127,7 @@ func (c *Config) fill() {
 	defd(&c.SettledRetention, DefaultSettledRetention)
 	defd(&c.ParkRetryAfter, DefaultParkRetryAfter)
 	defd(&c.MaxProbeBackoff, DefaultMaxProbeBackoff)
+	defd(&c.MaxRetryBackoff, DefaultMaxRetryBackoff)
 	if c.SweepInterval == 0 {
 		c.SweepInterval = DefaultSweepInterval
 	}

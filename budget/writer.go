@@ -139,7 +139,7 @@ func (t *Tracker) process(ops []*op) bool {
 	m := &t.w.mem
 	var b *batch
 	dups := make(map[string]bool)
-	backoff := 10 * time.Millisecond
+	backoff := min(10*time.Millisecond, t.cfg.MaxRetryBackoff)
 	conflicts := 0
 	// prev is the last try that failed after sending all its writes: the
 	// server may have committed it (a connection cut after COMMIT), so the
@@ -216,7 +216,7 @@ func (t *Tracker) process(ops []*op) bool {
 			t.abandon(ops, sums, err)
 			return false
 		}
-		backoff = min(2*backoff, 5*time.Second)
+		backoff = min(2*backoff, t.cfg.MaxRetryBackoff)
 	}
 	t.settle(b, sums)
 	if b == prev {
