@@ -23,7 +23,7 @@ func TestMockUpstream(t *testing.T) {
 		stream     bool
 		want       proxy.Tokens
 	}{
-		{"/v1/chat/completions", `{"model":"gpt-4o",` + msgs + `}`, false, proxy.Tokens{Model: "gpt-4o-2026-01-01", Input: 7, Output: 25}},
+		{"/v1/chat/completions", `{"model":"gpt-4o",` + msgs + `}`, false, proxy.Tokens{Model: "gpt-4o-2026-01-01", Input: 7, Output: 25, ServiceTier: "default"}},
 		{"/v1/chat/completions", `{"model":"gpt-4o","max_tokens":5,"stream":true,"stream_options":{"include_usage":true},` + msgs + `}`, true,
 			proxy.Tokens{Model: "gpt-4o-2026-01-01", Input: 7, Output: 5}},
 		{"/v1/responses", `{"model":"o4","input":"hello there"}`, false, proxy.Tokens{Model: "o4-2026-01-01", Input: 6, Output: 25}},

@@ -19,12 +19,20 @@ func addSeeds(f *testing.F, add func(data []byte, format Format)) {
 	if err != nil || len(files) == 0 {
 		f.Fatalf("no captures: %v", err)
 	}
+	more, err := filepath.Glob(filepath.Join(providerCapturesDir, "*"))
+	if err != nil || len(more) == 0 {
+		f.Fatalf("no provider captures: %v", err)
+	}
+	files = append(files, more...)
 	formats := map[string]Format{}
 	for _, c := range captures {
 		formats[c.file] = c.format
 	}
+	for _, c := range providerCaptures {
+		formats[c.file] = c.format
+	}
 	for _, file := range files {
-		if filepath.Ext(file) == ".md" {
+		if filepath.Ext(file) == ".md" || filepath.Base(file) == "providers" {
 			continue
 		}
 		data, err := os.ReadFile(file)
