@@ -393,6 +393,9 @@ func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 		m.budget(x, r)
 		return
 	}
+	if r.URL.Path == countTokensPath && m.countTokens(x, r, next) {
+		return
+	}
 	route, ok := m.cfg.Routes[r.URL.Path]
 	if !ok {
 		m.outcome(w, OutcomeNotFound)

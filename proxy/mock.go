@@ -43,6 +43,10 @@ func (mu *MockUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f, ok := FormatForPath(r.URL.Path)
+	countTokens := r.URL.Path == countTokensPath
+	if countTokens {
+		f, ok = AnthropicMessages, true
+	}
 	if !ok {
 		writeError(w, Unknown, simpleError(Unknown, http.StatusNotFound, CodeNotFound, "mock upstream: no route "+r.URL.Path))
 		return
@@ -82,6 +86,11 @@ func (mu *MockUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.in = max(1, c.in)
+	if countTokens {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"input_tokens":%d}`+"\n", c.in)
+		return
+	}
 	c.words = mockReply
 	c.finish = "stop"
 	if ri.MaxOutput > 0 && ri.MaxOutput < int64(len(c.words)) {

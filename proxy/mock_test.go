@@ -81,6 +81,16 @@ func TestMockUpstream(t *testing.T) {
 	if resp, _ := http.Post(srv.URL+"/v1/models", "application/json", nil); resp.StatusCode != 404 {
 		t.Errorf("unknown path: %d", resp.StatusCode)
 	}
+	// count_tokens answers the input count a Messages call would report.
+	resp, err = http.Post(srv.URL+"/v1/messages/count_tokens", "application/json", strings.NewReader(`{"model":"claude",`+msgs+`}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || strings.TrimSpace(string(b)) != `{"input_tokens":7}` {
+		t.Errorf("count_tokens: %d %s", resp.StatusCode, b)
+	}
 }
 
 // TestMockThroughProxy: the mock's streamed chat, behind the proxy, is
