@@ -21,7 +21,7 @@ func (p *StreamParser) dispatch(data []byte) {
 		final = p.format != OpenAIResponses // chat: the usage chunk is the last
 	)
 	switch p.format {
-	case OpenAIChat, OpenAIEmbeddings:
+	case OpenAIChat, OpenAIEmbeddings, OpenAIImages: // images: image_generation.completed
 		var e body
 		if err := json.Unmarshal(data, &e); err != nil {
 			p.fail(fmt.Errorf("proxy: %v event: %w", p.format, err))

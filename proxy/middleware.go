@@ -82,12 +82,12 @@ type Route struct {
 	Provider string
 }
 
-// DefaultRoutes maps the four API paths to their formats, each with the
+// DefaultRoutes maps the five API paths to their formats, each with the
 // provider provider, or its family's default (openai, anthropic) when
 // provider is "".
 func DefaultRoutes(provider string) map[string]Route {
-	routes := make(map[string]Route, 4)
-	for _, f := range []Format{OpenAIChat, OpenAIResponses, OpenAIEmbeddings, AnthropicMessages} {
+	routes := make(map[string]Route, 5)
+	for _, f := range []Format{OpenAIChat, OpenAIResponses, OpenAIEmbeddings, AnthropicMessages, OpenAIImages} {
 		p := provider
 		if p == "" {
 			p = f.Provider()
@@ -108,6 +108,8 @@ func (f Format) Path() string {
 		return "/v1/embeddings"
 	case AnthropicMessages:
 		return "/v1/messages"
+	case OpenAIImages:
+		return "/v1/images/generations"
 	}
 	return ""
 }

@@ -42,6 +42,9 @@ var providerCaptures = []providerCapture{
 	{file: "azure-chat-json-2.json", format: OpenAIChat, want: Tokens{Model: "gpt-5-nano-2025-08-07", Input: 208, Output: 219 - 192, Reasoning: 192}},
 	{file: "azure-chat-json-4.json", format: OpenAIChat, want: Tokens{Model: "gpt-4.1-mini-2025-04-14", Input: 16, Output: 22}},
 	{file: "azure-chat-stream-2.txt", format: OpenAIChat, none: true},
+	// gpt-image-1: input_tokens = text + image input tokens; output_tokens are image tokens.
+	{file: "openai-images-json-2.json", format: OpenAIImages, want: Tokens{Input: 239, Output: 1056}},
+	{file: "openai-images-json-4.json", format: OpenAIImages, want: Tokens{Input: 478, Output: 8320}},
 }
 
 // readProviderCapture returns a capture's bytes as the wire carries them:
@@ -161,5 +164,47 @@ func TestOpenAICompatibleUsageShapes(t *testing.T) {
 	p.Write([]byte(`data: {"type":"response.completed","response":` + resp + "}\n\n"))
 	if got, _ := p.Result(); got != want {
 		t.Errorf("responses stream: %+v, want %+v", got, want)
+	}
+}
+
+// TestImagesStream: a streamed image generation is charged by its
+// image_generation.completed event's usage.
+func TestImagesStream(t *testing.T) {
+	p := NewStreamParser(OpenAIImages)
+	p.Write([]byte(`data: {"type":"image_generation.partial_image","b64_json":"iVBO","partial_image_index":0}` + "\n\n"))
+	if _, found := p.Result(); found {
+		t.Fatal("usage found in a partial image")
+	}
+	p.Write([]byte(`data: {"type":"image_generation.completed","b64_json":"iVBO","usage":{"input_tokens":50,"input_tokens_details":{"image_tokens":40,"text_tokens":10},"output_tokens":272,"total_tokens":322}}` + "\n\n"))
+	if got, found := p.Result(); !found || !p.Final() || got != (Tokens{Input: 50, Output: 272}) {
+		t.Errorf("got %+v found %v final %v", got, found, p.Final())
+	}
+}
+
+// TestImagesEstimate: an image request is estimated at its prompt's text
+// and, per image, the output tokens gpt-image models bill for its quality
+// and size; an unknown or "auto" one at the largest.
+func TestImagesEstimate(t *testing.T) {
+	for _, c := range []struct {
+		body string
+		want int64 // output estimate
+	}{
+		{`{"model":"gpt-image-1","prompt":"a cat wearing a hat","n":2,"quality":"high","size":"1024x1024"}`, 2 * 4160},
+		{`{"model":"gpt-image-1","prompt":"a cat wearing a hat","quality":"medium","size":"1024x1024"}`, 1056},
+		{`{"model":"gpt-image-1","prompt":"a cat wearing a hat","quality":"low","size":"1536x1024"}`, 400},
+		{`{"model":"gpt-image-1","prompt":"a cat wearing a hat"}`, 6240},
+		{`{"model":"gpt-image-1","prompt":"a cat wearing a hat","quality":"auto","size":"auto","n":3}`, 3 * 6240},
+	} {
+		ri, err := ParseRequest(OpenAIImages, []byte(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		est := ri.Estimate(OpenAIImages, DefaultMaxOutput, DefaultImageTokens)
+		if est.Input != 5 || est.Output != c.want || ri.Model != "gpt-image-1" {
+			t.Errorf("%s: estimate %+v model %q; want input 5 output %d", c.body, est, ri.Model, c.want)
+		}
+	}
+	if f, ok := FormatForPath("/v1/images/generations"); !ok || f != OpenAIImages || f.Provider() != "openai" || f.Path() != "/v1/images/generations" {
+		t.Errorf("FormatForPath: %v %v", f, ok)
 	}
 }

@@ -20,6 +20,7 @@ const (
 	OpenAIResponses          // POST /v1/responses
 	OpenAIEmbeddings         // POST /v1/embeddings
 	AnthropicMessages        // POST /v1/messages
+	OpenAIImages             // POST /v1/images/generations
 )
 
 // FormatForPath returns the Format of a request path (URL.Path, without
@@ -35,6 +36,8 @@ func FormatForPath(path string) (Format, bool) {
 		return OpenAIEmbeddings, true
 	case "/v1/messages":
 		return AnthropicMessages, true
+	case "/v1/images/generations":
+		return OpenAIImages, true
 	}
 	return Unknown, false
 }
@@ -50,6 +53,8 @@ func (f Format) String() string {
 		return "openai-embeddings"
 	case AnthropicMessages:
 		return "anthropic-messages"
+	case OpenAIImages:
+		return "openai-images"
 	}
 	return "unknown"
 }
@@ -58,7 +63,7 @@ func (f Format) String() string {
 // or "anthropic" ("" for Unknown).
 func (f Format) Provider() string {
 	switch f {
-	case OpenAIChat, OpenAIResponses, OpenAIEmbeddings:
+	case OpenAIChat, OpenAIResponses, OpenAIEmbeddings, OpenAIImages:
 		return "openai"
 	case AnthropicMessages:
 		return "anthropic"
@@ -131,6 +136,10 @@ func (u *usage) tokens(f Format) (t Tokens, found bool, err error) {
 		t, found = Tokens{Input: in.V}, in.OK
 	case AnthropicMessages:
 		t, found = anthropicTokens(u.InputTokens, u.CacheRead, u.CacheCreation, u.OutputTokens)
+	case OpenAIImages:
+		// gpt-image usage: input_tokens are the prompt's text and image
+		// tokens, output_tokens the generated image tokens; no reasoning.
+		t, found = openAITokens(u.InputTokens, u.OutputTokens, u.InputDetails.Cached, count{}, u.TotalTokens)
 	}
 	if found && t.Billable() > budget.MaxTokens {
 		return Tokens{}, false, errCount
