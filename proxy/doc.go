@@ -96,6 +96,12 @@
 // Messages route's upstream when there is one (Anthropic charges nothing
 // for it, and coding agents call it before many turns).
 //
+// Azure OpenAI (AzureRoutes): a route keyed DeploymentPath + "chat/completions"
+// (etc.) serves /openai/deployments/NAME/chat/completions with NAME as the
+// request's model; Route.Kind KindAzure has NewUpstream send
+// UpstreamConfig.AzureKey as api-key. Secret accepts the gateway key in
+// api-key too, and every place it may sit is stripped before forwarding.
+//
 // GET /v1/budget (BudgetPath) is self-service: with a valid gateway key
 // (the same lookup and the same 401 as step 2) the middleware answers it
 // itself with 200 {"key", "limits"} (Budget): the status of every limit

@@ -180,14 +180,18 @@ func ValidKeyName(name string) error {
 }
 
 // Secret returns the gateway secret a request presents: the token of
-// "Authorization: Bearer", else the x-api-key header ("" when neither).
+// "Authorization: Bearer", else the x-api-key header, else Azure's api-key
+// header, where each SDK sends its API key ("" when none).
 func Secret(h http.Header) string {
 	if a := h.Get("Authorization"); a != "" {
 		if len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
 			return strings.TrimSpace(a[7:])
 		}
 	}
-	return strings.TrimSpace(h.Get("X-Api-Key"))
+	if k := strings.TrimSpace(h.Get("X-Api-Key")); k != "" {
+		return k
+	}
+	return strings.TrimSpace(h.Get("Api-Key"))
 }
 
 // Keys looks gateway secrets up by their hash in a KeyStore and caches each

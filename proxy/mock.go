@@ -42,7 +42,13 @@ func (mu *MockUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		mockModels(w, r)
 		return
 	}
-	f, ok := FormatForPath(r.URL.Path)
+	path, deployment := r.URL.Path, ""
+	if rest, ok := strings.CutPrefix(path, deploymentsPrefix); ok { // Azure OpenAI
+		var op string
+		deployment, op, _ = strings.Cut(rest, "/")
+		path = "/v1/" + op
+	}
+	f, ok := FormatForPath(path)
 	countTokens := r.URL.Path == countTokensPath
 	if countTokens {
 		f, ok = AnthropicMessages, true
@@ -75,6 +81,9 @@ func (mu *MockUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := mockCall{n: mu.n.Add(1), model: ri.Model, delay: mu.ChunkDelay, created: time.Now().Unix()}
+	if deployment != "" {
+		c.model = deployment
+	}
 	if c.model == "" {
 		c.model = "mock-model"
 	}
