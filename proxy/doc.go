@@ -99,8 +99,10 @@
 // Azure OpenAI (AzureRoutes): a route keyed DeploymentPath + "chat/completions"
 // (etc.) serves /openai/deployments/NAME/chat/completions with NAME as the
 // request's model; Route.Kind KindAzure has NewUpstream send
-// UpstreamConfig.AzureKey as api-key. Secret accepts the gateway key in
-// api-key too, and every place it may sit is stripped before forwarding.
+// UpstreamConfig.AzureKey as api-key. The gateway key is accepted where
+// each SDK sends its API key (RequestSecret: Authorization: Bearer,
+// x-api-key, api-key, x-goog-api-key, ?key=), and every one of those places
+// is stripped before forwarding.
 //
 // GET /v1/budget (BudgetPath) is self-service: with a valid gateway key
 // (the same lookup and the same 401 as step 2) the middleware answers it

@@ -555,21 +555,19 @@ func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 // authenticate looks the request's gateway key up and removes it from the
 // request; it answers 401 (or 503) and returns false when there is none.
 func (m *Middleware) authenticate(x *exchange, r *http.Request, f Format) (string, bool) {
-	key, err := m.keys.Lookup(r.Context(), Secret(r.Header))
+	key, err := m.keys.Lookup(r.Context(), RequestSecret(r))
 	if err != nil {
 		if errors.Is(err, ErrUnknownKey) {
 			m.outcome(x, OutcomeUnauthorized)
 			writeError(x, f, simpleError(f, http.StatusUnauthorized, CodeInvalidKey,
-				"invalid gateway key: send a key from 'budget key add' as Authorization: Bearer or x-api-key"))
+				"invalid gateway key: send a key from 'budget key add' where the SDK sends its API key (Authorization: Bearer, x-api-key, api-key, x-goog-api-key or ?key=)"))
 			return "", false
 		}
 		m.unavailable(x, r, f, "look up the gateway key", err)
 		return "", false
 	}
 	x.key = key
-	r.Header.Del("Authorization")
-	r.Header.Del("X-Api-Key")
-	r.Header.Del("Api-Key")
+	stripKey(r)
 	return key, true
 }
 

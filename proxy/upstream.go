@@ -94,8 +94,9 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 			pr.SetURL(&target)
 			h := pr.Out.Header
 			h.Del("Authorization")
-			h.Del("X-Api-Key")
-			h.Del("Api-Key")
+			for _, name := range keyHeaders {
+				h.Del(name)
+			}
 			f, kind := Unknown, ""
 			if info, ok := InfoFrom(pr.In.Context()); ok {
 				f, kind = info.Route.Format, info.Route.Kind
