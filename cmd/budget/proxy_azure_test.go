@@ -1,12 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestProxyAzure: --provider azure serves Azure OpenAI's deployment paths,
@@ -53,5 +59,58 @@ func TestProxyAzure(t *testing.T) {
 	v := decode(t, mustRun(t, 0, "inspect", "--db", db, "--json").stdout)
 	if l := v["limits"].([]any)[0].(map[string]any); l["used"] != 42.0 {
 		t.Errorf("deployment limit used %v; want 42", l["used"])
+	}
+}
+
+// TestProxySDKAzure: the official openai SDK's AzureOpenAI client (openai
+// 7.55.0, run by Node.js), pointed at `budget proxy --provider azure
+// --mock-upstream` with the gateway key as its api-key, gets its chat
+// completion, its stream (without the usage chunk it did not ask for) and
+// its embedding, each charged under the deployment's name.
+func TestProxySDKAzure(t *testing.T) {
+	t.Parallel()
+	modules := sdkModules(t)
+	db := tempDB(t)
+	secret := strings.TrimSpace(mustRun(t, 0, "key", "add", "app", "--db", db).stdout)
+	mustRun(t, 0, "limit", "set", "--db", db, "--key", "app", "--scope", "model", "--value", "prod-4o", "--limit", "1000000", "--window", "daily")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	line, done := startCLI(t, ctx, nil, "proxy", "--db", db, "--mock-upstream", "--provider", "azure", "--listen", "127.0.0.1:0")
+	base := listenURL(t, line)
+
+	nctx, ncancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer ncancel()
+	cmd := exec.CommandContext(nctx, "node", filepath.Join(sdkDir, "azure.cjs"))
+	cmd.Env = append(os.Environ(), "NODE_PATH="+modules, "PROXY_URL="+base, "GATEWAY_KEY="+secret)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("node azure.cjs: %v\n%s\n%s", err, stdout.String(), stderr.String())
+	}
+	var got struct {
+		Chat struct {
+			TotalTokens int64 `json:"total_tokens"`
+		} `json:"chat_usage"`
+		StreamText  string `json:"stream_text"`
+		StreamUsage bool   `json:"stream_usage"`
+		Embedding   struct {
+			TotalTokens int64 `json:"total_tokens"`
+		} `json:"embedding_usage"`
+	}
+	if err := json.Unmarshal(bytes.TrimSpace(stdout.Bytes()), &got); err != nil {
+		t.Fatalf("node azure.cjs printed %q: %v", stdout.String(), err)
+	}
+	if got.Chat.TotalTokens == 0 || got.Embedding.TotalTokens == 0 || got.StreamText == "" || got.StreamUsage {
+		t.Errorf("the SDK got %+v; want usage on the chat and the embedding, text and no usage chunk on the stream", got)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("proxy exited with %v", err)
+	}
+	// The stream: the mock's 25-word answer to the chat's 5-token prompt.
+	want := got.Chat.TotalTokens + 5 + 25 + got.Embedding.TotalTokens
+	v := decode(t, mustRun(t, 0, "inspect", "--db", db, "--json").stdout)
+	if l := v["limits"].([]any)[0].(map[string]any); l["used"] != float64(want) {
+		t.Errorf("deployment limit used %v; want %d", l["used"], want)
 	}
 }
