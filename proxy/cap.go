@@ -44,12 +44,13 @@ func ParseCapField(s string) (string, error) {
 }
 
 // capField is the field a cap is injected in on format f's route, or ""
-// when none is: embeddings have no output, and an Anthropic request always
+// when none is: embeddings have no output, an image's output is set by its
+// quality and size (see imageOutputTokens), and an Anthropic request always
 // carries its own max_tokens (the API refuses one without it, so there is
 // nothing to decide for the client).
 func capField(setting string, f Format) string {
 	switch f {
-	case OpenAIEmbeddings, AnthropicMessages, Unknown:
+	case OpenAIEmbeddings, AnthropicMessages, OpenAIImages, Unknown:
 		return ""
 	}
 	switch setting {

@@ -40,6 +40,13 @@ var captureCases = []captureCase{
 	{file: "anthropic-messages-stream-1.txt", path: "/v1/messages", stream: true, input: 17, output: 10, billable: 27},
 	{file: "anthropic-messages-stream-2.txt", path: "/v1/messages", stream: true, input: 4 + 1165, output: 201, billable: 1370},
 	{file: "anthropic-error429-json-1.json", path: "/v1/messages", status: http.StatusTooManyRequests},
+	// OpenAI-compatible servers' shapes (providers/SOURCES.md).
+	{file: "providers/deepseek-chat-json-2.json", path: "/v1/chat/completions", input: 495, output: 144, billable: 639},
+	{file: "providers/deepseek-chat-stream-2.txt", path: "/v1/chat/completions", stream: true, input: 6, output: 212, billable: 218},
+	{file: "providers/groq-chat-stream-2.txt", path: "/v1/chat/completions", stream: true, input: 304, output: 49, billable: 353},
+	{file: "providers/xai-chat-json-2.json", path: "/v1/chat/completions", input: 12, output: 1 + 228, billable: 241},
+	{file: "providers/openrouter-chat-stream-2.txt", path: "/v1/chat/completions", stream: true, input: 43, output: 36, billable: 79},
+	{file: "providers/openai-images-json-2.json", path: "/v1/images/generations", input: 239, output: 1056, billable: 1295},
 }
 
 // TestCapturesThroughProxy: every recorded response, served by the upstream
@@ -54,7 +61,7 @@ func TestCapturesThroughProxy(t *testing.T) {
 		covered[c.file] = true
 	}
 	for _, f := range files {
-		if name := filepath.Base(f); name != "README.md" && !covered[name] {
+		if name := filepath.Base(f); name != "README.md" && name != "providers" && !covered[name] { // providers: see providers_test.go
 			t.Errorf("capture %s is not run through the proxy", name)
 		}
 	}
@@ -109,6 +116,8 @@ func testCapture(t *testing.T, mode proxy.Mode, c captureCase) {
 		req = map[string]any{"model": "requested-model", "input": "hello"}
 	case strings.Contains(c.path, "responses"):
 		req["input"] = "hello"
+	case strings.Contains(c.path, "images"):
+		req = map[string]any{"model": "requested-model", "prompt": "a cat", "quality": "medium", "size": "1024x1024"}
 	default:
 		req["messages"] = []any{map[string]any{"role": "user", "content": "hello"}}
 	}

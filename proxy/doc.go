@@ -91,7 +91,18 @@
 // GET /v1/models (and /v1/models/ID) needs a valid gateway key, costs no
 // budget, and goes to the wrapped handler as it is, with the Info of the
 // family's route: Anthropic's when it carries anthropic-version, else
-// OpenAI's, so NewUpstream sends that family's credential.
+// OpenAI's, so NewUpstream sends that family's credential. POST
+// /v1/messages/count_tokens is passed the same way to the Anthropic
+// Messages route's upstream when there is one (Anthropic charges nothing
+// for it, and coding agents call it before many turns).
+//
+// Azure OpenAI (AzureRoutes): a route keyed DeploymentPath + "chat/completions"
+// (etc.) serves /openai/deployments/NAME/chat/completions with NAME as the
+// request's model; Route.Kind KindAzure has NewUpstream send
+// UpstreamConfig.AzureKey as api-key. The gateway key is accepted where
+// each SDK sends its API key (RequestSecret: Authorization: Bearer,
+// x-api-key, api-key, x-goog-api-key, ?key=), and every one of those places
+// is stripped before forwarding.
 //
 // GET /v1/budget (BudgetPath) is self-service: with a valid gateway key
 // (the same lookup and the same 401 as step 2) the middleware answers it

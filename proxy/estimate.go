@@ -114,6 +114,10 @@ type request struct {
 	Functions           json.RawMessage `json:"functions"`
 	User                json.RawMessage `json:"user"`
 	Metadata            json.RawMessage `json:"metadata"`
+	// images
+	Prompt  json.RawMessage `json:"prompt"`
+	Quality json.RawMessage `json:"quality"`
+	Size    json.RawMessage `json:"size"`
 }
 
 // ParseRequest reads a request body of format f: its model, stream flags,
@@ -148,7 +152,7 @@ func ParseRequest(f Format, body []byte) (RequestInfo, error) {
 		}
 	}
 	ri.User, ri.UserField = bodyUser(r.User, r.Metadata)
-	if f == OpenAIChat {
+	if f == OpenAIChat || f == OpenAIImages {
 		var n int64
 		if json.Unmarshal(r.N, &n) == nil && n > 1 {
 			ri.Choices = n
@@ -158,6 +162,14 @@ func ParseRequest(f Format, body []byte) (RequestInfo, error) {
 	switch f {
 	case OpenAIEmbeddings:
 		s.embeddings(r.Input)
+	case OpenAIImages:
+		s.value(r.Prompt)
+		var quality, size string
+		_ = json.Unmarshal(r.Quality, &quality)
+		_ = json.Unmarshal(r.Size, &size)
+		// The output is not the client's to cap: each image costs what
+		// its quality and size bill, so that is the cap it sets.
+		ri.MaxOutput, ri.HasCap = imageOutputTokens(quality, size), true
 	default:
 		s.messages(r.Messages)
 		s.messages(r.Input)
@@ -380,4 +392,31 @@ func WithIncludeUsage(body []byte) ([]byte, error) {
 	}
 	top["stream_options"] = nb
 	return json.Marshal(top)
+}
+
+// imageOutputTokens is the output tokens gpt-image models bill for one
+// image of a quality and size (OpenAI's image generation guide); an
+// unknown, absent or "auto" quality or size is estimated at the largest,
+// so no image outgrows what was admitted (the actual usage corrects it).
+func imageOutputTokens(quality, size string) int64 {
+	col := 1 // 1024x1536, the largest
+	switch size {
+	case "1024x1024":
+		col = 0
+	case "1536x1024":
+		col = 2
+	}
+	row, ok := imageTokens[quality]
+	if !ok {
+		row = imageTokens["high"]
+	}
+	return row[col]
+}
+
+// imageTokens is gpt-image's output tokens per image by quality, for the
+// sizes 1024x1024, 1024x1536 and 1536x1024.
+var imageTokens = map[string][3]int64{
+	"low":    {272, 408, 400},
+	"medium": {1056, 1584, 1568},
+	"high":   {4160, 6240, 6208},
 }

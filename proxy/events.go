@@ -17,17 +17,18 @@ func (p *StreamParser) dispatch(data []byte) {
 	var (
 		u     *usage
 		model string
+		tier  string
 		final = p.format != OpenAIResponses // chat: the usage chunk is the last
 	)
 	switch p.format {
-	case OpenAIChat, OpenAIEmbeddings:
+	case OpenAIChat, OpenAIEmbeddings, OpenAIImages: // images: image_generation.completed
 		var e body
 		if err := json.Unmarshal(data, &e); err != nil {
 			p.fail(fmt.Errorf("proxy: %v event: %w", p.format, err))
 			return
 		}
 		p.usageOnly = p.format == OpenAIChat && e.Usage != nil && len(e.Choices) == 0
-		u, model = e.Usage, e.Model
+		u, model, tier = e.usage(), e.Model, e.ServiceTier
 	case OpenAIResponses:
 		var e struct {
 			Type     string `json:"type"`
@@ -38,7 +39,7 @@ func (p *StreamParser) dispatch(data []byte) {
 			return
 		}
 		if e.Response != nil {
-			u, model = e.Response.Usage, e.Response.Model
+			u, model, tier = e.Response.Usage, e.Response.Model, e.Response.ServiceTier
 		}
 		switch e.Type {
 		case "response.completed", "response.incomplete", "response.failed":
@@ -57,7 +58,7 @@ func (p *StreamParser) dispatch(data []byte) {
 		return
 	}
 	if found {
-		t.Model = model
+		t.Model, t.ServiceTier = model, tier
 		p.tok, p.found = t, true
 		p.final = p.final || final
 	}

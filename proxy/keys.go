@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -180,14 +181,63 @@ func ValidKeyName(name string) error {
 }
 
 // Secret returns the gateway secret a request presents: the token of
-// "Authorization: Bearer", else the x-api-key header ("" when neither).
+// "Authorization: Bearer", else the x-api-key header, else Azure's api-key
+// header, where each SDK sends its API key ("" when none).
 func Secret(h http.Header) string {
 	if a := h.Get("Authorization"); a != "" {
 		if len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
 			return strings.TrimSpace(a[7:])
 		}
 	}
-	return strings.TrimSpace(h.Get("X-Api-Key"))
+	for _, name := range keyHeaders {
+		if k := strings.TrimSpace(h.Get(name)); k != "" {
+			return k
+		}
+	}
+	return ""
+}
+
+// keyHeaders are the headers besides Authorization an SDK sends its API key
+// in: Anthropic's x-api-key, Azure OpenAI's api-key, Gemini's
+// x-goog-api-key. Bedrock API keys travel as Authorization: Bearer.
+var keyHeaders = [...]string{"X-Api-Key", "Api-Key", "X-Goog-Api-Key"}
+
+// RequestSecret is Secret, else the ?key= query parameter Gemini's API
+// key may travel in.
+func RequestSecret(r *http.Request) string {
+	if s := Secret(r.Header); s != "" {
+		return s
+	}
+	if r.URL == nil || !strings.Contains(r.URL.RawQuery, "key=") {
+		return ""
+	}
+	k, _ := url.ParseQuery(r.URL.RawQuery)
+	return strings.TrimSpace(k.Get("key"))
+}
+
+// stripKey removes every place a gateway key may sit in r, so none reaches
+// the upstream: the key headers, Authorization, and the key query
+// parameter (the rest of the query is kept byte for byte, as a re-encoding
+// could change what an upstream reads).
+func stripKey(r *http.Request) {
+	r.Header.Del("Authorization")
+	for _, name := range keyHeaders {
+		r.Header.Del(name)
+	}
+	if r.URL == nil || !strings.Contains(r.URL.RawQuery, "key=") {
+		return
+	}
+	parts := strings.Split(r.URL.RawQuery, "&")
+	kept := parts[:0]
+	for _, p := range parts {
+		name, _, _ := strings.Cut(p, "=")
+		if n, err := url.QueryUnescape(name); err == nil && n == "key" || name == "key" {
+			continue
+		}
+		kept = append(kept, p)
+	}
+	r.URL.RawQuery = strings.Join(kept, "&")
+	r.URL.ForceQuery = false
 }
 
 // Keys looks gateway secrets up by their hash in a KeyStore and caches each

@@ -80,14 +80,58 @@ type Route struct {
 	Format Format
 	// Provider is the provider name limits and parking use.
 	Provider string
+	// Kind is the API kind of the upstream when it is not the one Format
+	// implies: KindAzure for Azure OpenAI (api-key credential). "" for
+	// OpenAI's and Anthropic's own APIs.
+	Kind string
 }
 
-// DefaultRoutes maps the four API paths to their formats, each with the
+// KindAzure is the Route.Kind of Azure OpenAI routes.
+const KindAzure = "azure"
+
+// DeploymentPath is how an Azure OpenAI route's key in Config.Routes names
+// the deployment segment of its path: a request for
+// /openai/deployments/NAME/chat/completions takes the route at
+// DeploymentPath + "chat/completions", and NAME is its model.
+const DeploymentPath = "/openai/deployments/{deployment}/"
+
+const deploymentsPrefix = "/openai/deployments/"
+
+// AzureRoutes maps Azure OpenAI's deployment paths (chat completions,
+// embeddings, image generations) to their formats with the provider
+// provider ("azure" when ""). The deployment names the model: Azure serves
+// it whatever model the body names.
+func AzureRoutes(provider string) map[string]Route {
+	if provider == "" {
+		provider = KindAzure
+	}
+	routes := make(map[string]Route, 3)
+	for _, f := range []Format{OpenAIChat, OpenAIEmbeddings, OpenAIImages} {
+		routes[DeploymentPath+strings.TrimPrefix(f.Path(), "/v1/")] = Route{Format: f, Provider: provider, Kind: KindAzure}
+	}
+	return routes
+}
+
+// routeFor is the route of path and, for an Azure deployment path, the
+// deployment it names.
+func (m *Middleware) routeFor(path string) (route Route, deployment string, ok bool) {
+	if route, ok = m.cfg.Routes[path]; ok || !strings.HasPrefix(path, deploymentsPrefix) {
+		return route, "", ok
+	}
+	deployment, op, _ := strings.Cut(path[len(deploymentsPrefix):], "/")
+	if deployment == "" || op == "" {
+		return Route{}, "", false
+	}
+	route, ok = m.cfg.Routes[DeploymentPath+op]
+	return route, deployment, ok
+}
+
+// DefaultRoutes maps the five API paths to their formats, each with the
 // provider provider, or its family's default (openai, anthropic) when
 // provider is "".
 func DefaultRoutes(provider string) map[string]Route {
-	routes := make(map[string]Route, 4)
-	for _, f := range []Format{OpenAIChat, OpenAIResponses, OpenAIEmbeddings, AnthropicMessages} {
+	routes := make(map[string]Route, 5)
+	for _, f := range []Format{OpenAIChat, OpenAIResponses, OpenAIEmbeddings, AnthropicMessages, OpenAIImages} {
 		p := provider
 		if p == "" {
 			p = f.Provider()
@@ -108,6 +152,8 @@ func (f Format) Path() string {
 		return "/v1/embeddings"
 	case AnthropicMessages:
 		return "/v1/messages"
+	case OpenAIImages:
+		return "/v1/images/generations"
 	}
 	return ""
 }
@@ -393,7 +439,10 @@ func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 		m.budget(x, r)
 		return
 	}
-	route, ok := m.cfg.Routes[r.URL.Path]
+	if r.URL.Path == countTokensPath && m.countTokens(x, r, next) {
+		return
+	}
+	route, deployment, ok := m.routeFor(r.URL.Path)
 	if !ok {
 		m.outcome(w, OutcomeNotFound)
 		writeError(w, Unknown, simpleError(Unknown, http.StatusNotFound, CodeNotFound, "no route "+r.URL.Path+": this proxy serves "+m.paths()))
@@ -419,6 +468,9 @@ func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 		m.outcome(w, OutcomeBadRequest)
 		writeError(w, f, simpleError(f, http.StatusBadRequest, CodeBadRequest, "the request body is not a JSON object"))
 		return
+	}
+	if deployment != "" {
+		ri.Model = deployment // what Azure runs, whatever the body says
 	}
 	// Before anything is written or logged: the model is the one string a
 	// client chooses that the tracker stores (reservations, usage), and
@@ -503,20 +555,19 @@ func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 // authenticate looks the request's gateway key up and removes it from the
 // request; it answers 401 (or 503) and returns false when there is none.
 func (m *Middleware) authenticate(x *exchange, r *http.Request, f Format) (string, bool) {
-	key, err := m.keys.Lookup(r.Context(), Secret(r.Header))
+	key, err := m.keys.Lookup(r.Context(), RequestSecret(r))
 	if err != nil {
 		if errors.Is(err, ErrUnknownKey) {
 			m.outcome(x, OutcomeUnauthorized)
 			writeError(x, f, simpleError(f, http.StatusUnauthorized, CodeInvalidKey,
-				"invalid gateway key: send a key from 'budget key add' as Authorization: Bearer or x-api-key"))
+				"invalid gateway key: send a key from 'budget key add' where the SDK sends its API key (Authorization: Bearer, x-api-key, api-key, x-goog-api-key or ?key=)"))
 			return "", false
 		}
 		m.unavailable(x, r, f, "look up the gateway key", err)
 		return "", false
 	}
 	x.key = key
-	r.Header.Del("Authorization")
-	r.Header.Del("X-Api-Key")
+	stripKey(r)
 	return key, true
 }
 

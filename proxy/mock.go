@@ -42,7 +42,17 @@ func (mu *MockUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		mockModels(w, r)
 		return
 	}
-	f, ok := FormatForPath(r.URL.Path)
+	path, deployment := r.URL.Path, ""
+	if rest, ok := strings.CutPrefix(path, deploymentsPrefix); ok { // Azure OpenAI
+		var op string
+		deployment, op, _ = strings.Cut(rest, "/")
+		path = "/v1/" + op
+	}
+	f, ok := FormatForPath(path)
+	countTokens := r.URL.Path == countTokensPath
+	if countTokens {
+		f, ok = AnthropicMessages, true
+	}
 	if !ok {
 		writeError(w, Unknown, simpleError(Unknown, http.StatusNotFound, CodeNotFound, "mock upstream: no route "+r.URL.Path))
 		return
@@ -71,6 +81,9 @@ func (mu *MockUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := mockCall{n: mu.n.Add(1), model: ri.Model, delay: mu.ChunkDelay, created: time.Now().Unix()}
+	if deployment != "" {
+		c.model = deployment
+	}
 	if c.model == "" {
 		c.model = "mock-model"
 	}
@@ -82,6 +95,15 @@ func (mu *MockUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.in = max(1, c.in)
+	if f == OpenAIImages {
+		c.writeImages(w, ri)
+		return
+	}
+	if countTokens {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"input_tokens":%d}`+"\n", c.in)
+		return
+	}
 	c.words = mockReply
 	c.finish = "stop"
 	if ri.MaxOutput > 0 && ri.MaxOutput < int64(len(c.words)) {
@@ -326,4 +348,23 @@ func mockModels(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.Write(b)
+}
+
+// mockPNG is a 1x1 PNG, the image of every mock generation.
+const mockPNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAAC0lEQVQYV2NgAAIAAAUAAarVyFEAAAAASUVORK5CYII="
+
+// writeImages answers an image generation as gpt-image-1 does: one image
+// per n, and usage billing the output tokens of the quality and size asked.
+func (c *mockCall) writeImages(w http.ResponseWriter, ri RequestInfo) {
+	n := max(1, min(ri.Choices, maxChoices))
+	data := make([]any, n)
+	for i := range data {
+		data[i] = map[string]any{"b64_json": mockPNG}
+	}
+	out := n * ri.MaxOutput
+	b, _ := json.Marshal(map[string]any{"created": c.created, "data": data, "output_format": "png",
+		"usage": map[string]any{"input_tokens": c.in, "input_tokens_details": map[string]any{"text_tokens": c.in, "image_tokens": 0},
+			"output_tokens": out, "output_tokens_details": map[string]any{"image_tokens": out, "text_tokens": 0}, "total_tokens": c.in + out}})
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(append(b, '\n'))
 }

@@ -23,12 +23,14 @@ func TestMockUpstream(t *testing.T) {
 		stream     bool
 		want       proxy.Tokens
 	}{
-		{"/v1/chat/completions", `{"model":"gpt-4o",` + msgs + `}`, false, proxy.Tokens{Model: "gpt-4o-2026-01-01", Input: 7, Output: 25}},
+		{"/v1/chat/completions", `{"model":"gpt-4o",` + msgs + `}`, false, proxy.Tokens{Model: "gpt-4o-2026-01-01", Input: 7, Output: 25, ServiceTier: "default"}},
 		{"/v1/chat/completions", `{"model":"gpt-4o","max_tokens":5,"stream":true,"stream_options":{"include_usage":true},` + msgs + `}`, true,
 			proxy.Tokens{Model: "gpt-4o-2026-01-01", Input: 7, Output: 5}},
 		{"/v1/responses", `{"model":"o4","input":"hello there"}`, false, proxy.Tokens{Model: "o4-2026-01-01", Input: 6, Output: 25}},
 		{"/v1/responses", `{"model":"o4","input":"hello there","stream":true,"max_output_tokens":3}`, true, proxy.Tokens{Model: "o4-2026-01-01", Input: 6, Output: 3}},
 		{"/v1/embeddings", `{"model":"e","input":"hello there"}`, false, proxy.Tokens{Model: "e-2026-01-01", Input: 3}},
+		{"/openai/deployments/prod/chat/completions", `{` + msgs + `}`, false, proxy.Tokens{Model: "prod-2026-01-01", Input: 7, Output: 25, ServiceTier: "default"}},
+		{"/v1/images/generations", `{"model":"gpt-image-1","prompt":"a cat wearing a hat","n":2,"quality":"low","size":"1024x1024"}`, false, proxy.Tokens{Input: 5, Output: 2 * 272}},
 		{"/v1/messages", `{"model":"claude","max_tokens":100,` + msgs + `}`, false, proxy.Tokens{Model: "claude-2026-01-01", Input: 7, Output: 25}},
 		{"/v1/messages", `{"model":"claude","max_tokens":100,"stream":true,` + msgs + `}`, true, proxy.Tokens{Model: "claude-2026-01-01", Input: 7, Output: 25}},
 	}
@@ -39,7 +41,10 @@ func TestMockUpstream(t *testing.T) {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		f, _ := proxy.FormatForPath(c.path)
+		f, ok := proxy.FormatForPath(c.path)
+		if !ok { // an Azure deployment path
+			f = proxy.OpenAIChat
+		}
 		var got proxy.Tokens
 		var found bool
 		if c.stream {
@@ -80,6 +85,16 @@ func TestMockUpstream(t *testing.T) {
 	}
 	if resp, _ := http.Post(srv.URL+"/v1/models", "application/json", nil); resp.StatusCode != 404 {
 		t.Errorf("unknown path: %d", resp.StatusCode)
+	}
+	// count_tokens answers the input count a Messages call would report.
+	resp, err = http.Post(srv.URL+"/v1/messages/count_tokens", "application/json", strings.NewReader(`{"model":"claude",`+msgs+`}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || strings.TrimSpace(string(b)) != `{"input_tokens":7}` {
+		t.Errorf("count_tokens: %d %s", resp.StatusCode, b)
 	}
 }
 

@@ -24,6 +24,10 @@ func familyOf(r *http.Request) Format {
 	return OpenAIChat
 }
 
+// countTokensPath is Anthropic's token counting endpoint: free at
+// Anthropic, and called by coding agents before many turns.
+const countTokensPath = "/v1/messages/count_tokens"
+
 // models passes GET /v1/models (or /v1/models/ID) to the upstream for a
 // client with a valid gateway key, at no cost to its budget: many chat
 // UIs list the models at start-up. The request goes out with the upstream
@@ -38,8 +42,28 @@ func (m *Middleware) models(x *exchange, r *http.Request, next http.Handler) {
 	if rt, ok := m.cfg.Routes[f.Path()]; ok {
 		route = rt
 	}
+	m.passThrough(x, r, next, route, http.MethodGet)
+}
+
+// countTokens passes POST /v1/messages/count_tokens to the upstream of the
+// Anthropic Messages route, as models does: it costs no budget (Anthropic
+// charges nothing for it) and records nothing. ok is false when the proxy
+// serves no Anthropic route, so the path is not one of its routes.
+func (m *Middleware) countTokens(x *exchange, r *http.Request, next http.Handler) (ok bool) {
+	route, ok := m.cfg.Routes[AnthropicMessages.Path()]
+	if !ok || route.Format != AnthropicMessages {
+		return false
+	}
+	m.passThrough(x, r, next, route, http.MethodPost)
+	return true
+}
+
+// passThrough forwards a request that costs no budget to route's upstream
+// for a client with a valid gateway key.
+func (m *Middleware) passThrough(x *exchange, r *http.Request, next http.Handler, route Route, method string) {
+	f := route.Format
 	x.provider = route.Provider
-	if !m.allowMethod(x, r, f, http.MethodGet) {
+	if !m.allowMethod(x, r, f, method) {
 		return
 	}
 	if _, ok := m.authenticate(x, r, f); !ok {

@@ -82,7 +82,7 @@ func (rs *Refusals) List() []Refusal {
 // as the middleware's lookup just did.
 func (rs *Refusals) Wrap(next http.Handler, keys KeyLookup) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		secret := Secret(r.Header)
+		secret := RequestSecret(r)
 		note := &refusalNote{}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), refusalNoteKey{}, note)))
 		if !note.refused {

@@ -28,6 +28,9 @@ type UpstreamConfig struct {
 	// AnthropicKey in "x-api-key" on Anthropic routes. Empty: none is sent.
 	OpenAIKey    string
 	AnthropicKey string
+	// AzureKey is put in "api-key" on Azure OpenAI routes (Route.Kind
+	// KindAzure).
+	AzureKey string
 	// Transport makes the upstream calls. (Optional; default a clone of
 	// http.DefaultTransport.)
 	Transport http.RoundTripper
@@ -91,14 +94,20 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 			pr.SetURL(&target)
 			h := pr.Out.Header
 			h.Del("Authorization")
-			h.Del("X-Api-Key")
-			f := Unknown
+			for _, name := range keyHeaders {
+				h.Del(name)
+			}
+			f, kind := Unknown, ""
 			if info, ok := InfoFrom(pr.In.Context()); ok {
-				f = info.Route.Format
+				f, kind = info.Route.Format, info.Route.Kind
 			} else {
 				f, _ = FormatForPath(pr.In.URL.Path)
 			}
 			switch {
+			case kind == KindAzure:
+				if cfg.AzureKey != "" {
+					h.Set("Api-Key", cfg.AzureKey)
+				}
 			case f == AnthropicMessages && cfg.AnthropicKey != "":
 				h.Set("X-Api-Key", cfg.AnthropicKey)
 			case f != AnthropicMessages && f != Unknown && cfg.OpenAIKey != "":

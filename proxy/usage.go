@@ -20,6 +20,7 @@ const (
 	OpenAIResponses          // POST /v1/responses
 	OpenAIEmbeddings         // POST /v1/embeddings
 	AnthropicMessages        // POST /v1/messages
+	OpenAIImages             // POST /v1/images/generations
 )
 
 // FormatForPath returns the Format of a request path (URL.Path, without
@@ -35,6 +36,8 @@ func FormatForPath(path string) (Format, bool) {
 		return OpenAIEmbeddings, true
 	case "/v1/messages":
 		return AnthropicMessages, true
+	case "/v1/images/generations":
+		return OpenAIImages, true
 	}
 	return Unknown, false
 }
@@ -50,6 +53,8 @@ func (f Format) String() string {
 		return "openai-embeddings"
 	case AnthropicMessages:
 		return "anthropic-messages"
+	case OpenAIImages:
+		return "openai-images"
 	}
 	return "unknown"
 }
@@ -58,7 +63,7 @@ func (f Format) String() string {
 // or "anthropic" ("" for Unknown).
 func (f Format) Provider() string {
 	switch f {
-	case OpenAIChat, OpenAIResponses, OpenAIEmbeddings:
+	case OpenAIChat, OpenAIResponses, OpenAIEmbeddings, OpenAIImages:
 		return "openai"
 	case AnthropicMessages:
 		return "anthropic"
@@ -79,6 +84,9 @@ type count = wire.Count
 type details struct {
 	Cached    count `json:"cached_tokens"`
 	Reasoning count `json:"reasoning_tokens"`
+	// CacheWrite is OpenRouter's prompt_tokens_details.cache_write_tokens,
+	// inside prompt_tokens like the cached count.
+	CacheWrite count `json:"cache_write_tokens"`
 }
 
 // usage holds the usage fields of every shape: OpenAI chat and embeddings
@@ -96,6 +104,12 @@ type usage struct {
 	CompletionDetails details `json:"completion_tokens_details"`
 	InputDetails      details `json:"input_tokens_details"`
 	OutputDetails     details `json:"output_tokens_details"`
+	// OpenAI-compatible servers that report the cache hit elsewhere than
+	// prompt_tokens_details: DeepSeek's prompt_cache_hit_tokens (older
+	// responses carry only it; newer ones repeat it in the details, counted
+	// once) and Together's usage.cached_tokens.
+	PromptCacheHit count `json:"prompt_cache_hit_tokens"`
+	CachedTokens   count `json:"cached_tokens"`
 }
 
 // tokens maps u, reported by a response of format f, to Tokens. found is
@@ -103,7 +117,15 @@ type usage struct {
 func (u *usage) tokens(f Format) (t Tokens, found bool, err error) {
 	switch f {
 	case OpenAIChat:
-		t, found = openAITokens(u.PromptTokens, u.CompletionTokens, u.PromptDetails.Cached, u.CompletionDetails.Reasoning, u.TotalTokens)
+		cached := u.PromptDetails.Cached
+		if !cached.OK {
+			cached = u.PromptCacheHit
+		}
+		if !cached.OK {
+			cached = u.CachedTokens
+		}
+		t, found = openAITokens(u.PromptTokens, u.CompletionTokens, cached, u.CompletionDetails.Reasoning, u.TotalTokens)
+		t.CacheWrite = min(u.PromptDetails.CacheWrite.V, t.Input-t.CacheRead)
 	case OpenAIResponses:
 		t, found = openAITokens(u.InputTokens, u.OutputTokens, u.InputDetails.Cached, u.OutputDetails.Reasoning, u.TotalTokens)
 	case OpenAIEmbeddings:
@@ -114,6 +136,10 @@ func (u *usage) tokens(f Format) (t Tokens, found bool, err error) {
 		t, found = Tokens{Input: in.V}, in.OK
 	case AnthropicMessages:
 		t, found = anthropicTokens(u.InputTokens, u.CacheRead, u.CacheCreation, u.OutputTokens)
+	case OpenAIImages:
+		// gpt-image usage: input_tokens are the prompt's text and image
+		// tokens, output_tokens the generated image tokens; no reasoning.
+		t, found = openAITokens(u.InputTokens, u.OutputTokens, u.InputDetails.Cached, count{}, u.TotalTokens)
 	}
 	if found && t.Billable() > budget.MaxTokens {
 		return Tokens{}, false, errCount
@@ -164,6 +190,24 @@ type body struct {
 	Model   string     `json:"model"`
 	Usage   *usage     `json:"usage"`
 	Choices []struct{} `json:"choices"` // elements are skipped, not decoded
+	// ServiceTier is the tier OpenAI (chat and Responses) and Groq say they
+	// served the request at; prices may depend on it.
+	ServiceTier string `json:"service_tier"`
+	// XGroq is where Groq puts usage: in streams, in x_groq.usage only or
+	// in both places with the same counts, so it is read only when the
+	// top-level usage is absent.
+	XGroq *struct {
+		Usage *usage `json:"usage"`
+	} `json:"x_groq"`
+}
+
+// usage returns b's usage object: the top-level one, else Groq's
+// x_groq.usage.
+func (b *body) usage() *usage {
+	if b.Usage == nil && b.XGroq != nil {
+		return b.XGroq.Usage
+	}
+	return b.Usage
 }
 
 // ParseJSON extracts the usage of a non-streamed response body of format f.
@@ -177,15 +221,16 @@ func ParseJSON(f Format, data []byte) (t Tokens, found bool, err error) {
 	if err := json.Unmarshal(data, &b); err != nil {
 		return Tokens{}, false, fmt.Errorf("proxy: %v response: %w", f, err)
 	}
-	if b.Usage == nil {
+	u := b.usage()
+	if u == nil {
 		return Tokens{}, false, nil
 	}
-	t, found, err = b.Usage.tokens(f)
+	t, found, err = u.tokens(f)
 	if err != nil {
 		return Tokens{}, false, fmt.Errorf("proxy: %v response: %w", f, err)
 	}
 	if found {
-		t.Model = b.Model
+		t.Model, t.ServiceTier = b.Model, b.ServiceTier
 	}
 	return t, found, nil
 }

@@ -19,12 +19,20 @@ func addSeeds(f *testing.F, add func(data []byte, format Format)) {
 	if err != nil || len(files) == 0 {
 		f.Fatalf("no captures: %v", err)
 	}
+	more, err := filepath.Glob(filepath.Join(providerCapturesDir, "*"))
+	if err != nil || len(more) == 0 {
+		f.Fatalf("no provider captures: %v", err)
+	}
+	files = append(files, more...)
 	formats := map[string]Format{}
 	for _, c := range captures {
 		formats[c.file] = c.format
 	}
+	for _, c := range providerCaptures {
+		formats[c.file] = c.format
+	}
 	for _, file := range files {
-		if filepath.Ext(file) == ".md" {
+		if filepath.Ext(file) == ".md" || filepath.Base(file) == "providers" {
 			continue
 		}
 		data, err := os.ReadFile(file)
@@ -66,7 +74,7 @@ func FuzzParseJSON(f *testing.F) {
 	f.Add([]byte(`{"usage":{"input_tokens":1,"cache_read_input_tokens":2,"cache_creation_input_tokens":3,"output_tokens":-4}}`), uint8(AnthropicMessages))
 	f.Fuzz(func(t *testing.T, data []byte, format uint8) {
 		orig := bytes.Clone(data)
-		for _, fm := range []Format{Format(format % 5), OpenAIChat, OpenAIResponses, OpenAIEmbeddings, AnthropicMessages} {
+		for _, fm := range []Format{Format(format % 6), OpenAIChat, OpenAIResponses, OpenAIEmbeddings, AnthropicMessages, OpenAIImages} {
 			tok, found, err := ParseJSON(fm, data)
 			if err != nil && (found || tok != (Tokens{})) {
 				t.Errorf("%v: error %v with usage %+v found=%v", fm, err, tok, found)
@@ -88,7 +96,7 @@ func FuzzStreamParser(f *testing.F) {
 		f.Add(data, uint8(format), uint64(2), true)
 	})
 	f.Fuzz(func(t *testing.T, data []byte, format uint8, seed uint64, small bool) {
-		fm := Format(format % 5)
+		fm := Format(format % 6)
 		maxEvent := 0
 		if small {
 			maxEvent = 64

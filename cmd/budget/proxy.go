@@ -62,7 +62,12 @@ reported so far, else the input estimate plus ceil(streamed text bytes / 4).
 
 The upstream credential is read from $OPENAI_API_KEY (OpenAI routes, sent as
 Authorization: Bearer) and $ANTHROPIC_API_KEY (/v1/messages, sent as
-x-api-key), or from --upstream-key-env VAR for every route.
+x-api-key), or from --upstream-key-env VAR for every route. With
+--provider azure the upstream is an Azure OpenAI resource: the proxy serves
+/openai/deployments/NAME/{chat/completions,embeddings,images/generations}
+(NAME is the model limits and prices use) and sends $AZURE_OPENAI_API_KEY
+as api-key. Clients may send the gateway key as Authorization: Bearer,
+x-api-key or api-key.
 --mock-upstream answers with the built-in mock provider instead (no account).
 
 Every proxied response carries X-Tokenbudget-Request-Id: the request id its
@@ -394,12 +399,24 @@ func (m *Main) startProxy(ctx context.Context, o proxyOptions) (_ *runningProxy,
 		return nil, budget.Invalid("upstream", p.upstream, err.Error())
 	}
 	uc := proxy.UpstreamConfig{URL: u, Logger: o.log, HeaderTimeout: o.headerTimeout, StreamIdleTimeout: o.idleTimeout,
-		OpenAIKey: m.Getenv("OPENAI_API_KEY"), AnthropicKey: m.Getenv("ANTHROPIC_API_KEY")}
+		OpenAIKey: m.Getenv("OPENAI_API_KEY"), AnthropicKey: m.Getenv("ANTHROPIC_API_KEY"), AzureKey: m.Getenv("AZURE_OPENAI_API_KEY")}
 	if o.keyEnv != "" {
 		uc.OpenAIKey = m.Getenv(o.keyEnv)
-		uc.AnthropicKey = uc.OpenAIKey
+		uc.AnthropicKey, uc.AzureKey = uc.OpenAIKey, uc.OpenAIKey
 	}
-	if !o.mock && uc.OpenAIKey == "" && uc.AnthropicKey == "" {
+	// The provider name azure is also the API kind: an Azure OpenAI
+	// resource serves only its deployment paths.
+	azure := strings.TrimSpace(o.provider) == proxy.KindAzure
+	routes := proxy.DefaultRoutes(strings.TrimSpace(o.provider))
+	if azure {
+		routes = proxy.AzureRoutes(proxy.KindAzure)
+		uc.OpenAIKey, uc.AnthropicKey = "", ""
+	}
+	missing := uc.OpenAIKey == "" && uc.AnthropicKey == ""
+	if azure {
+		missing = uc.AzureKey == ""
+	}
+	if !o.mock && missing {
 		o.log.Warn("no upstream credential in the environment: requests go upstream without one",
 			"variables", credentialVars(o.keyEnv))
 	}
@@ -414,7 +431,7 @@ func (m *Main) startProxy(ctx context.Context, o proxyOptions) (_ *runningProxy,
 	p.keys.OnTouchError = func(name string, err error) {
 		o.log.Warn("proxy: recording a gateway key's last use failed", "key", name, "err", err)
 	}
-	pc := proxy.Config{Mode: o.mode, Keys: p.keys, Routes: proxy.DefaultRoutes(strings.TrimSpace(o.provider)),
+	pc := proxy.Config{Mode: o.mode, Keys: p.keys, Routes: routes,
 		DefaultMaxOutput: o.maxOutput, CapField: o.capField, MaxClientWait: o.maxClientWait, RequireLimits: o.requireLimits,
 		ImageTokens: o.imageTokens, MaxBody: o.maxBody,
 		ReservationTTL: o.reservationTTL, BodyTimeout: o.bodyTimeout, MaxInflightBytes: o.maxInflight,
@@ -465,7 +482,7 @@ func credentialVars(keyEnv string) string {
 	if keyEnv != "" {
 		return keyEnv
 	}
-	return "OPENAI_API_KEY, ANTHROPIC_API_KEY"
+	return "OPENAI_API_KEY, ANTHROPIC_API_KEY, AZURE_OPENAI_API_KEY"
 }
 
 // stop drains in-flight requests (at most drainTimeout, then closes the
