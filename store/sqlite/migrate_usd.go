@@ -14,23 +14,6 @@ import (
 // CREATE TABLE text (SQLite's documented writable_schema procedure for
 // changing constraints that existing rows satisfy): rebuilding the table
 // that counters, rollovers and holds reference would cascade into them.
-const migrateUSDSQL = `CREATE TABLE prices (
-		provider    TEXT    NOT NULL,
-		model       TEXT    NOT NULL,
-		from_at     INTEGER NOT NULL,
-		input       INTEGER NOT NULL,
-		output      INTEGER NOT NULL,
-		cache_read  INTEGER NOT NULL,
-		cache_write INTEGER NOT NULL,
-		reasoning   INTEGER NOT NULL,
-		PRIMARY KEY (provider, model, from_at)
-	) WITHOUT ROWID;
-	INSERT OR IGNORE INTO meta (name, value) VALUES ('prices_version', 0);
-	ALTER TABLE usage ADD COLUMN cost INTEGER NOT NULL DEFAULT 0;
-	ALTER TABLE usage ADD COLUMN unpriced INTEGER NOT NULL DEFAULT 0;
-	DROP INDEX usage_window;
-	CREATE INDEX usage_window ON usage (key, at, provider, model_norm, input, output, reasoning, cost);`
-
 func migrateUSD(ctx context.Context, x *sqlx.Tx) error {
 	var v int
 	if err := x.GetContext(ctx, &v, `PRAGMA schema_version`); err != nil {

@@ -11,12 +11,18 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"embed"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"net/url"
 	"os"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -198,149 +204,84 @@ func prepareFile(path string, create bool) error {
 	return nil
 }
 
-// migrations[i] upgrades a schema of version i to i+1. Version 0 is an empty
-// file: migrations[0] is the whole current schema, which takes it straight
-// to the newest version (the later steps are for files made by older builds).
+// migrationFiles are the upgrade steps, one file per version: NNNN_name.sql
+// takes a database of version NNNN-1 to NNNN. Version 0 is an empty file,
+// which the current schema takes straight to the newest version.
+//
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// migrationCode is what a step needs beyond its file: the current schema
+// run after it (it creates the tables and indexes the step adds), and Go for
+// what SQL cannot do, run after both.
+var migrationCode = map[int]struct {
+	schema bool
+	fn     func(context.Context, *sqlx.Tx) error
+}{
+	3:  {fn: normalizeModelsV3},
+	6:  {fn: migrateUSD},
+	8:  {schema: true},
+	9:  {schema: true, fn: buildRollups},
+	10: {schema: true},
+	11: {fn: addAlertKind},
+}
+
+// migrations[i] upgrades a schema of version i to i+1: migrations[0] is the
+// whole current schema, the later steps are for files made by older builds.
+// It panics when the embedded files are not numbered 2, 3, ... without a
+// gap, which a test catches.
 func migrations(schema string) []migration {
-	return []migration{
-		{sql: schema},
-		// 2: reservations carry an expiry policy.
-		{sql: `ALTER TABLE reservations ADD COLUMN on_expiry TEXT NOT NULL DEFAULT 'release' CHECK (on_expiry IN ('release', 'charge'))`},
-		// 3: events keep the normalised model, which limits match and the
-		// covering index carries.
-		{sql: `ALTER TABLE usage ADD COLUMN model_norm TEXT NOT NULL DEFAULT '';
-			DROP INDEX IF EXISTS usage_window;`,
-			fn: func(ctx context.Context, x *sqlx.Tx) error {
-				return sqlrow.NormalizeModels(ctx, x,
-					`CREATE INDEX usage_window ON usage (key, at, provider, model_norm, input, output, reasoning)`,
-					func(ctx context.Context, x *sqlx.Tx, l *budget.Limit, start, end time.Time) (int64, error) {
-						// The schema of version 3: no team, org or user columns yet.
-						q := `SELECT COALESCE(` + sumExpr[l.Metric] + `, 0) FROM usage WHERE key = ? AND at >= ? AND at < ?`
-						args := []any{l.History().Key, start.UnixNano(), end.UnixNano()}
-						switch l.Scope {
-						case budget.ScopeProvider:
-							q += ` AND provider = ?`
-							args = append(args, l.ScopeValue)
-						case budget.ScopeModel:
-							q += ` AND model_norm GLOB ?`
-							args = append(args, l.ScopeValue)
-						}
-						var v int64
-						return v, x.GetContext(ctx, &v, q, args...)
-					})
-			}},
-		// 4: counters, rollovers and holds carry a subject, so a default
-		// limit counts per key. SQLite cannot change a primary key in
-		// place: the two tables are rebuilt.
-		{sql: `CREATE TABLE counters_v4 (
-				limit_id     TEXT    NOT NULL REFERENCES limits (id) ON DELETE CASCADE,
-				subject      TEXT    NOT NULL DEFAULT '',
-				window_start INTEGER NOT NULL,
-				window_end   INTEGER NOT NULL,
-				used         INTEGER NOT NULL,
-				PRIMARY KEY (limit_id, subject, window_start)
-			) WITHOUT ROWID;
-			INSERT INTO counters_v4 (limit_id, window_start, window_end, used) SELECT limit_id, window_start, window_end, used FROM counters;
-			DROP TABLE counters;
-			ALTER TABLE counters_v4 RENAME TO counters;
-			CREATE TABLE rollovers_v4 (
-				limit_id          TEXT    NOT NULL REFERENCES limits (id) ON DELETE CASCADE,
-				subject           TEXT    NOT NULL DEFAULT '',
-				window_start      INTEGER NOT NULL,
-				prev_window_start INTEGER NOT NULL,
-				prev_used         INTEGER NOT NULL,
-				logged_at         INTEGER NOT NULL,
-				PRIMARY KEY (limit_id, subject, window_start)
-			) WITHOUT ROWID;
-			INSERT INTO rollovers_v4 (limit_id, window_start, prev_window_start, prev_used, logged_at)
-				SELECT limit_id, window_start, prev_window_start, prev_used, logged_at FROM rollovers;
-			DROP TABLE rollovers;
-			ALTER TABLE rollovers_v4 RENAME TO rollovers;
-			CREATE INDEX rollovers_logged ON rollovers (logged_at);
-			ALTER TABLE holds ADD COLUMN subject TEXT NOT NULL DEFAULT '';
-			DROP INDEX holds_by_limit;
-			CREATE INDEX holds_by_limit ON holds (limit_id, subject, window_start, expires_at, amount);`},
-		// 5: gateway keys can be rotated (with a grace period) and record
-		// their last use.
-		{sql: `ALTER TABLE gateway_keys ADD COLUMN prev_hash TEXT NOT NULL DEFAULT '';
-			ALTER TABLE gateway_keys ADD COLUMN prev_until INTEGER NOT NULL DEFAULT 0;
-			ALTER TABLE gateway_keys ADD COLUMN last_used_at INTEGER NOT NULL DEFAULT 0;
-			CREATE INDEX gateway_keys_prev ON gateway_keys (prev_hash) WHERE prev_hash <> '';`},
-		// 6: budgets in dollars (migrate_usd.go).
-		{sql: migrateUSDSQL, fn: migrateUSD},
-		// 7: reservations without a rowid (one B-tree, not a table and its
-		// id index), each keeping a copy of its holds; holds keyed by their
-		// window; the live-reservation index partial.
-		{sql: `CREATE TABLE reservations_v7 (
-				id          TEXT    PRIMARY KEY,
-				key         TEXT    NOT NULL,
-				provider    TEXT    NOT NULL DEFAULT '',
-				model       TEXT    NOT NULL DEFAULT '',
-				est_tokens  INTEGER NOT NULL DEFAULT 0,
-				est_input   INTEGER NOT NULL DEFAULT 0,
-				est_output  INTEGER NOT NULL DEFAULT 0,
-				at          INTEGER NOT NULL,
-				expires_at  INTEGER NOT NULL,
-				state       TEXT    NOT NULL CHECK (state IN ('live', 'committed', 'released', 'expired')),
-				settled_at  INTEGER NOT NULL DEFAULT 0,
-				on_expiry   TEXT    NOT NULL DEFAULT 'release' CHECK (on_expiry IN ('release', 'charge')),
-				holds       TEXT    NOT NULL DEFAULT ''
-			) WITHOUT ROWID;
-			INSERT INTO reservations_v7 (id, key, provider, model, est_tokens, est_input, est_output, at, expires_at, state, settled_at, on_expiry, holds)
-				SELECT r.id, r.key, r.provider, r.model, r.est_tokens, r.est_input, r.est_output, r.at, r.expires_at, r.state, r.settled_at, r.on_expiry,
-					CASE WHEN r.state = 'live' THEN COALESCE((SELECT group_concat(h.limit_id || char(9) || h.subject || char(9) || h.window_start || char(9) ||
-						h.amount || char(9) || CASE WHEN h.expires_at = 9223372036854775807 THEN 'N' ELSE 'R' END, char(10))
-						FROM holds h WHERE h.reservation_id = r.id), '') ELSE '' END
-				FROM reservations r;
-			CREATE TABLE holds_v7 (
-				limit_id       TEXT    NOT NULL REFERENCES limits (id) ON DELETE CASCADE,
-				subject        TEXT    NOT NULL DEFAULT '',
-				window_start   INTEGER NOT NULL,
-				reservation_id TEXT    NOT NULL,
-				amount         INTEGER NOT NULL,
-				expires_at     INTEGER NOT NULL,
-				PRIMARY KEY (limit_id, subject, window_start, reservation_id)
-			) WITHOUT ROWID;
-			INSERT INTO holds_v7 (limit_id, subject, window_start, reservation_id, amount, expires_at)
-				SELECT limit_id, subject, window_start, reservation_id, amount, expires_at FROM holds;
-			DROP TABLE holds;
-			DROP TABLE reservations;
-			ALTER TABLE reservations_v7 RENAME TO reservations;
-			ALTER TABLE holds_v7 RENAME TO holds;
-			CREATE INDEX reservations_live ON reservations (expires_at) WHERE state = 'live';
-			CREATE INDEX reservations_settled ON reservations (settled_at) WHERE state <> 'live';`},
-		// 8: teams, organisations, end users, raises and once windows. A
-		// limit's identity gains its team and org, and SQLite cannot change
-		// a UNIQUE constraint in place: limits is rebuilt, and with it the
-		// tables that reference it (created against the new table, so
-		// dropping the old one cascades into nothing; renaming the new one
-		// rewrites their references). The rest is the current schema,
-		// which creates what is missing.
-		{sql: migrate8SQL + `
-			ALTER TABLE usage ADD COLUMN team TEXT NOT NULL DEFAULT '';
-			ALTER TABLE usage ADD COLUMN org TEXT NOT NULL DEFAULT '';
-			ALTER TABLE usage ADD COLUMN end_user TEXT NOT NULL DEFAULT '';
-			DROP INDEX usage_window;
-			ALTER TABLE reservations ADD COLUMN team TEXT NOT NULL DEFAULT '';
-			ALTER TABLE reservations ADD COLUMN org TEXT NOT NULL DEFAULT '';
-			ALTER TABLE reservations ADD COLUMN end_user TEXT NOT NULL DEFAULT '';
-			` + schema},
-		// 9: daily rollups, kept with the events and built here from the
-		// history so far; events know whether a price matched (before, only
-		// those under a usd limit did: unpriced).
-		{sql: `ALTER TABLE usage ADD COLUMN no_price INTEGER NOT NULL DEFAULT 0;
-			UPDATE usage SET no_price = unpriced WHERE unpriced <> 0;
-			` + schema + `
-			INSERT INTO rollups (` + sqlrow.RollupCols + `)
-				SELECT ` + dayOf("at") + `, key, team, org, end_user, provider, model, MAX(model_norm), ` + rollupSums + `
-				FROM usage GROUP BY 1, key, team, org, end_user, provider, model;`},
-		// 10: alert thresholds on limits and the alerts outbox.
-		{sql: `ALTER TABLE limits ADD COLUMN alerts TEXT NOT NULL DEFAULT '';
-			` + schema},
-		// 11: alerts of exhausted windows (alerts.kind), with their
-		// limit's metric.
-		{sql: `SELECT 1`, fn: addAlertKind},
+	steps := []migration{{sql: schema}}
+	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
+	if err != nil {
+		panic(err)
 	}
+	slices.Sort(names)
+	for _, name := range names {
+		v, err := strconv.Atoi(strings.SplitN(path.Base(name), "_", 2)[0])
+		if err != nil || v != len(steps)+1 {
+			panic(fmt.Sprintf("sqlite: migration %s: want version %d", name, len(steps)+1))
+		}
+		b, err := migrationFiles.ReadFile(name)
+		if err != nil {
+			panic(err)
+		}
+		m := migration{sql: string(b), fn: migrationCode[v].fn}
+		if migrationCode[v].schema {
+			m.sql += "\n" + schema
+		}
+		steps = append(steps, m)
+	}
+	return steps
+}
+
+// normalizeModelsV3 fills usage.model_norm and rebuilds the covering index
+// of schema 3, whose history has no team, org or user columns yet.
+func normalizeModelsV3(ctx context.Context, x *sqlx.Tx) error {
+	return sqlrow.NormalizeModels(ctx, x,
+		`CREATE INDEX usage_window ON usage (key, at, provider, model_norm, input, output, reasoning)`,
+		func(ctx context.Context, x *sqlx.Tx, l *budget.Limit, start, end time.Time) (int64, error) {
+			q := `SELECT COALESCE(` + sumExpr[l.Metric] + `, 0) FROM usage WHERE key = ? AND at >= ? AND at < ?`
+			args := []any{l.History().Key, start.UnixNano(), end.UnixNano()}
+			switch l.Scope {
+			case budget.ScopeProvider:
+				q += ` AND provider = ?`
+				args = append(args, l.ScopeValue)
+			case budget.ScopeModel:
+				q += ` AND model_norm GLOB ?`
+				args = append(args, l.ScopeValue)
+			}
+			var v int64
+			return v, x.GetContext(ctx, &v, q, args...)
+		})
+}
+
+// buildRollups builds schema 9's daily rollups from the history so far.
+func buildRollups(ctx context.Context, x *sqlx.Tx) error {
+	_, err := x.ExecContext(ctx, `INSERT INTO rollups (`+sqlrow.RollupCols+`)
+		SELECT `+dayOf("at")+`, key, team, org, end_user, provider, model, MAX(model_norm), `+rollupSums+`
+		FROM usage GROUP BY 1, key, team, org, end_user, provider, model`)
+	return err
 }
 
 // addAlertKind adds alerts.kind and alerts.metric unless step 10 already
@@ -373,70 +314,6 @@ const rollupSums = `SUM(substr(request_id, -5) <> ':late'),
 	CAST(MIN(TOTAL(reasoning), 9007199254740991) AS INTEGER), CAST(MIN(TOTAL(cache_read), 9007199254740991) AS INTEGER),
 	CAST(MIN(TOTAL(cache_write), 9007199254740991) AS INTEGER), CAST(MIN(TOTAL(cost), 9007199254740991) AS INTEGER),
 	SUM(no_price)`
-
-const migrate8SQL = `
-	CREATE TABLE limits_v8 (
-		id             TEXT    PRIMARY KEY,
-		key            TEXT    NOT NULL,
-		team           TEXT    NOT NULL DEFAULT '',
-		org            TEXT    NOT NULL DEFAULT '',
-		scope          TEXT    NOT NULL CHECK (scope IN ('global', 'provider', 'model', 'user')),
-		scope_value    TEXT    NOT NULL DEFAULT '',
-		metric         TEXT    NOT NULL CHECK (metric IN ('tokens', 'input', 'output', 'requests', 'concurrent', 'usd')),
-		max            INTEGER NOT NULL CHECK (max > 0),
-		window         TEXT    NOT NULL DEFAULT '',
-		window_seconds INTEGER NOT NULL DEFAULT 0,
-		reset_time     INTEGER NOT NULL DEFAULT 0,
-		timezone       TEXT    NOT NULL DEFAULT '',
-		enabled        INTEGER NOT NULL DEFAULT 1,
-		created_at     INTEGER NOT NULL,
-		updated_at     INTEGER NOT NULL,
-		UNIQUE (key, team, org, scope, scope_value, metric, window)
-	);
-	INSERT INTO limits_v8 (id, key, scope, scope_value, metric, max, window, window_seconds, reset_time, timezone, enabled, created_at, updated_at)
-		SELECT id, key, scope, scope_value, metric, max, window, window_seconds, reset_time, timezone, enabled, created_at, updated_at FROM limits;
-	CREATE TABLE counters_v8 (
-		limit_id     TEXT    NOT NULL REFERENCES limits_v8 (id) ON DELETE CASCADE,
-		subject      TEXT    NOT NULL DEFAULT '',
-		window_start INTEGER NOT NULL,
-		window_end   INTEGER NOT NULL,
-		used         INTEGER NOT NULL,
-		PRIMARY KEY (limit_id, subject, window_start)
-	) WITHOUT ROWID;
-	INSERT INTO counters_v8 (limit_id, subject, window_start, window_end, used)
-		SELECT limit_id, subject, window_start, window_end, used FROM counters;
-	CREATE TABLE rollovers_v8 (
-		limit_id          TEXT    NOT NULL REFERENCES limits_v8 (id) ON DELETE CASCADE,
-		subject           TEXT    NOT NULL DEFAULT '',
-		window_start      INTEGER NOT NULL,
-		prev_window_start INTEGER NOT NULL,
-		prev_used         INTEGER NOT NULL,
-		logged_at         INTEGER NOT NULL,
-		PRIMARY KEY (limit_id, subject, window_start)
-	) WITHOUT ROWID;
-	INSERT INTO rollovers_v8 (limit_id, subject, window_start, prev_window_start, prev_used, logged_at)
-		SELECT limit_id, subject, window_start, prev_window_start, prev_used, logged_at FROM rollovers;
-	CREATE TABLE holds_v8 (
-		limit_id       TEXT    NOT NULL REFERENCES limits_v8 (id) ON DELETE CASCADE,
-		subject        TEXT    NOT NULL DEFAULT '',
-		window_start   INTEGER NOT NULL,
-		reservation_id TEXT    NOT NULL,
-		amount         INTEGER NOT NULL,
-		expires_at     INTEGER NOT NULL,
-		PRIMARY KEY (limit_id, subject, window_start, reservation_id)
-	) WITHOUT ROWID;
-	INSERT INTO holds_v8 (limit_id, subject, window_start, reservation_id, amount, expires_at)
-		SELECT limit_id, subject, window_start, reservation_id, amount, expires_at FROM holds;
-	DROP TABLE holds;
-	DROP TABLE rollovers;
-	DROP TABLE counters;
-	DROP TABLE limits;
-	ALTER TABLE limits_v8 RENAME TO limits;
-	ALTER TABLE counters_v8 RENAME TO counters;
-	ALTER TABLE rollovers_v8 RENAME TO rollovers;
-	ALTER TABLE holds_v8 RENAME TO holds;
-	CREATE INDEX rollovers_logged ON rollovers (logged_at);
-`
 
 // migration is one schema step: SQL, then Go for what SQL cannot do.
 type migration struct {

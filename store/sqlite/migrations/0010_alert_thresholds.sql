@@ -1,0 +1,3 @@
+-- Alert thresholds on limits and the alerts outbox (the current schema
+-- follows).
+ALTER TABLE limits ADD COLUMN alerts TEXT NOT NULL DEFAULT '';
