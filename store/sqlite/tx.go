@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -222,87 +221,6 @@ func (t *tx) InsertLimit(ctx context.Context, l budget.Limit, now time.Time) err
 	return nil
 }
 
-func (t *tx) AddRaise(ctx context.Context, limitID string, r budget.Raise) error {
-	if _, err := t.exec(ctx, `INSERT INTO raises (`+sqlrow.RaiseCols+`) VALUES (?, ?, ?, ?, ?)`, sqlrow.RaiseArgs(limitID, r)...); err != nil {
-		return fmt.Errorf("raise limit %s: %w", limitID, err)
-	}
-	return nil
-}
-
-func (t *tx) Placement(ctx context.Context, key string) (string, string, error) {
-	var p struct {
-		Team string `db:"team"`
-		Org  string `db:"org"`
-	}
-	err := t.get(ctx, &p, `SELECT k.team, COALESCE(tm.org, '') AS org FROM key_teams k LEFT JOIN teams tm ON tm.name = k.team WHERE k.key = ?`, key)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", "", nil
-	}
-	if err != nil {
-		return "", "", fmt.Errorf("read placement of key %s: %w", key, err)
-	}
-	return p.Team, p.Org, nil
-}
-
-func (t *tx) Teams(ctx context.Context) ([]budget.Team, error) {
-	var rows []sqlrow.Team
-	if err := t.sel(ctx, &rows, `SELECT tm.name, tm.org, COALESCE((SELECT group_concat(k.key, char(10)) FROM key_teams k WHERE k.team = tm.name), '') AS keys
-		FROM teams tm ORDER BY tm.name`); err != nil {
-		return nil, fmt.Errorf("read teams: %w", err)
-	}
-	out := make([]budget.Team, len(rows))
-	for i := range rows {
-		out[i] = rows[i].Decode()
-	}
-	return out, nil
-}
-
-func (t *tx) Orgs(ctx context.Context) ([]string, error) {
-	var out []string
-	if err := t.sel(ctx, &out, `SELECT name FROM orgs ORDER BY name`); err != nil {
-		return nil, fmt.Errorf("read orgs: %w", err)
-	}
-	return out, nil
-}
-
-func (t *tx) PutTeam(ctx context.Context, tm budget.Team) error {
-	now := ns(time.Now())
-	if tm.Org != "" {
-		if _, err := t.exec(ctx, `INSERT INTO orgs (name, created_at) VALUES (?, ?) ON CONFLICT DO NOTHING`, tm.Org, now); err != nil {
-			return fmt.Errorf("create org %s: %w", tm.Org, err)
-		}
-	}
-	if _, err := t.exec(ctx, `INSERT INTO teams (name, org, created_at) VALUES (?, ?, ?)
-		ON CONFLICT (name) DO UPDATE SET org = excluded.org WHERE org <> excluded.org`, tm.Name, tm.Org, now); err != nil {
-		return fmt.Errorf("put team %s: %w", tm.Name, err)
-	}
-	return nil
-}
-
-func (t *tx) DeleteTeam(ctx context.Context, name string) error {
-	n, err := t.exec(ctx, `DELETE FROM teams WHERE name = ?`, name)
-	if err != nil {
-		return fmt.Errorf("delete team %s: %w", name, err)
-	}
-	if n == 0 {
-		return fmt.Errorf("team %q: %w", name, budget.ErrNotFound)
-	}
-	return nil
-}
-
-func (t *tx) SetKeyTeam(ctx context.Context, key, team string) error {
-	var err error
-	if team == "" {
-		_, err = t.exec(ctx, `DELETE FROM key_teams WHERE key = ?`, key)
-	} else {
-		_, err = t.exec(ctx, `INSERT INTO key_teams (key, team) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET team = excluded.team WHERE team <> excluded.team`, key, team)
-	}
-	if err != nil {
-		return fmt.Errorf("set team of key %s: %w", key, err)
-	}
-	return nil
-}
-
 func (t *tx) UpdateLimit(ctx context.Context, l budget.Limit, now time.Time) error {
 	n, err := t.exec(ctx, `UPDATE limits SET max = ?, reset_time = ?, timezone = ?, enabled = ?, alerts = ?, updated_at = ? WHERE id = ?`,
 		l.Max, l.Window.ResetTime, l.Window.ZoneName(), l.Enabled, sqlrow.AlertsText(l.Alerts), ns(now), l.ID)
@@ -387,52 +305,6 @@ func sumQuery(l *budget.Limit, start, end time.Time) (string, []any, error) {
 	}
 	q, args := historyWhere(`SELECT COALESCE(`+expr+`, 0) FROM usage WHERE at >= ? AND at < ?`, []any{start.UnixNano(), end.UnixNano()}, l.History(), true)
 	return q, args, nil
-}
-
-func (t *tx) SumUsage(ctx context.Context, l *budget.Limit, start, end time.Time) (int64, error) {
-	rolled, from, err := t.rolledUp(ctx, l, start, end)
-	if err != nil {
-		return 0, err
-	}
-	if !from.Before(end) {
-		return rolled, nil
-	}
-	q, args, err := sumQuery(l, from, end)
-	if err != nil {
-		return 0, err
-	}
-	var v int64
-	if err := t.get(ctx, &v, q, args...); err != nil {
-		return 0, fmt.Errorf("sum usage of limit %s: %w", l.ID, err)
-	}
-	return min(v+rolled, budget.MaxTokens), nil
-}
-
-// rolledUp is l's sum over the whole UTC days of [start, end) before the
-// prune horizon, from the rollups, and where the events take over.
-func (t *tx) rolledUp(ctx context.Context, l *budget.Limit, start, end time.Time) (int64, time.Time, error) {
-	h, err := t.PrunedBefore(ctx)
-	if err != nil {
-		return 0, start, err
-	}
-	rf, rt, ef := sqlrow.Horizon(start.UnixNano(), end.UnixNano(), ns(h))
-	from := fromNs(ef)
-	if ef == 0 {
-		from = time.Unix(0, 0).UTC()
-	}
-	if rf >= rt {
-		return 0, from, nil
-	}
-	expr, ok := rollupExpr[l.Metric]
-	if !ok {
-		return 0, from, fmt.Errorf("no usage history for metric %s", l.Metric)
-	}
-	q, args := historyWhere(`SELECT COALESCE(`+expr+`, 0) FROM rollups WHERE day >= ? AND day < ?`, []any{rf, rt}, l.History(), false)
-	var v int64
-	if err := t.get(ctx, &v, q, args...); err != nil {
-		return 0, from, fmt.Errorf("sum rollups of limit %s: %w", l.ID, err)
-	}
-	return v, from, nil
 }
 
 // rollupExpr sums rollups rows as sumExpr sums events.
@@ -528,19 +400,6 @@ func (t *tx) Rollovers(ctx context.Context, key string, n int) ([]budget.Rollove
 	for i, r := range rows {
 		out[i] = budget.Rollover{LimitID: r.LimitID, Subject: r.Subject, WindowStart: time.Unix(0, r.Start).UTC(),
 			PrevWindowStart: time.Unix(0, r.PrevStart).UTC(), PrevUsed: r.PrevUsed, LoggedAt: fromNs(r.LoggedAt)}
-	}
-	return out, nil
-}
-
-// LockDefinitions does nothing but require a write transaction: BEGIN
-// IMMEDIATE already serialises them.
-func (t *tx) LockDefinitions(context.Context) error { return t.write() }
-
-func (t *tx) Subjects(ctx context.Context, id string, start time.Time) ([]string, error) {
-	var out []string
-	if err := t.sel(ctx, &out, `SELECT subject FROM counters WHERE limit_id = ? AND window_start = ?
-		UNION SELECT subject FROM holds WHERE limit_id = ? AND window_start = ? ORDER BY 1`, id, ns(start), id, ns(start)); err != nil {
-		return nil, fmt.Errorf("read subjects of limit %s: %w", id, err)
 	}
 	return out, nil
 }
