@@ -20,7 +20,8 @@
 // from the history the first time the window is written. A reservation
 // holds an estimate on every applicable limit until it is committed with
 // the actual usage, released, or expires; a concurrent limit counts live
-// reservations (leases). The contract (../shared/CONTRACT.md) fixes how
+// reservations (leases). The contract (docs/contract.md in the repository;
+// comments cite it as "contract section N") fixes how
 // counts, windows and decisions work; Decide is that contract as a pure
 // function of statuses.
 //
