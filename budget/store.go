@@ -42,14 +42,6 @@ type CounterRow struct {
 	Used        int64
 }
 
-// CounterDelta is an amount to add to one limit window's counter.
-type CounterDelta struct {
-	LimitID     string
-	Subject     string
-	WindowStart time.Time
-	Delta       int64
-}
-
 // Rollover records that a limit entered a new window while the one before had
 // usage (contract section 8).
 type Rollover struct {

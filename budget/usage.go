@@ -156,15 +156,6 @@ func CheckTokens(field string, v int64) error {
 	return nil
 }
 
-// CheckedAdd adds two token counts; ok is false when either is out of
-// range or the sum passes MaxTokens.
-func CheckedAdd(a, b int64) (int64, bool) {
-	if a < 0 || b < 0 || a > MaxTokens || b > MaxTokens || a > MaxTokens-b {
-		return 0, false
-	}
-	return a + b, true
-}
-
 // NewID returns prefix followed by 16 random hex characters.
 func NewID(prefix string) string {
 	var b [8]byte

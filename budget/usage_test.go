@@ -179,29 +179,6 @@ func TestCheckTokens(t *testing.T) {
 	}
 }
 
-func TestCheckedAdd(t *testing.T) {
-	tests := []struct {
-		a, b int64
-		sum  int64
-		ok   bool
-	}{
-		{0, 0, 0, true},
-		{1, 2, 3, true},
-		{budget.MaxTokens, 0, budget.MaxTokens, true},
-		{budget.MaxTokens - 1, 1, budget.MaxTokens, true},
-		{math.MaxInt64, 1, 0, false},
-		{math.MaxInt64 / 2, math.MaxInt64/2 + 2, 0, false},
-		{budget.MaxTokens, 1, 0, false}, // past 2^53-1 is overflow for token sums
-		{5, -3, 0, false},               // token counts are never negative
-	}
-	for _, tt := range tests {
-		sum, ok := budget.CheckedAdd(tt.a, tt.b)
-		if ok != tt.ok || ok && sum != tt.sum {
-			t.Errorf("CheckedAdd(%d, %d) = %d, %v; want %d, %v", tt.a, tt.b, sum, ok, tt.sum, tt.ok)
-		}
-	}
-}
-
 func TestNewID(t *testing.T) {
 	id := budget.NewID("res_")
 	if !regexp.MustCompile(`^res_[0-9a-f]{16}$`).MatchString(id) {

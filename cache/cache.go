@@ -273,12 +273,3 @@ func (cs *Counters) Purge() {
 	defer cs.slow.Unlock()
 	cs.lru.Purge()
 }
-
-// Invalidate forgets the committed total, so the next check re-reads it,
-// and rejects any refresh read that started before.
-func (c *Counter) Invalidate() {
-	c.mu.Lock()
-	c.seq.Add(2)
-	c.loadedAt.Store(0)
-	c.mu.Unlock()
-}
