@@ -60,7 +60,7 @@ type memWindow struct {
 type memHold struct {
 	id      string
 	amount  int64
-	expires int64 // Unix nanos; math.MaxInt64 for NoExpiry
+	expires int64 // Unix nanos; math.MaxInt64 for Forever
 }
 
 // newMemWindow is a known window as the store read it.
@@ -758,7 +758,7 @@ func (b *batch) reserve(ctx context.Context, tx Tx, o *op) error {
 		l := &statuses[i].Limit
 		exp := r.ExpiresAt
 		if o.policy == ExpireCharge && l.Metric != MetricConcurrent {
-			exp = NoExpiry
+			exp = Forever
 		}
 		h := Hold{ReservationID: r.ID, LimitID: l.ID, Subject: l.Subject, WindowStart: statuses[i].WindowStart,
 			Amount: req.Estimate.Amount(l.Metric), ExpiresAt: exp}
@@ -854,7 +854,7 @@ func (b *batch) renew(o *op) error {
 	b.ws.Renewals = append(b.ws.Renewals, Renewal{ID: r.ID, ExpiresAt: exp, Holds: r.Holds})
 	r.ExpiresAt = exp
 	for i := range r.Holds {
-		if !r.Holds[i].ExpiresAt.Equal(NoExpiry) {
+		if !r.Holds[i].ExpiresAt.Equal(Forever) {
 			r.Holds[i].ExpiresAt = exp
 		}
 	}

@@ -322,7 +322,7 @@ func (h *harness) states(names []string) (map[string]budget.ReservationState, in
 				}
 			}
 		}
-		all, err := tx.ExpiredReservations(ctx, budget.NoExpiry, 1<<20)
+		all, err := tx.ExpiredReservations(ctx, budget.Forever, 1<<20)
 		live = len(all)
 		return err
 	})

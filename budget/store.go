@@ -2,7 +2,6 @@ package budget
 
 import (
 	"context"
-	"math"
 	"time"
 )
 
@@ -185,7 +184,7 @@ type Settle struct {
 }
 
 // Renewal moves a live reservation's expiry and its holds' (except holds at
-// NoExpiry); Holds are the reservation's.
+// Forever); Holds are the reservation's.
 type Renewal struct {
 	ID        string
 	ExpiresAt time.Time
@@ -229,12 +228,6 @@ type Team struct {
 	Org  string
 	Keys []string
 }
-
-// NoExpiry is the ExpiresAt of a hold that counts until its reservation is
-// settled: the window holds of an ExpireCharge reservation. It is the
-// largest instant Unix nanoseconds hold, so every "expires after now"
-// comparison keeps it.
-var NoExpiry = time.Unix(0, math.MaxInt64).UTC()
 
 // Tx is one transaction of a Store. Times are stored with nanosecond
 // precision. Methods that find nothing return ErrNotFound unless they say

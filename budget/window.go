@@ -38,9 +38,11 @@ type Window struct {
 	Anchor    time.Time // Once only: where its one window starts (the limit's creation)
 }
 
-// Forever is the end of a Once window: it never resets. It is the largest
-// instant Unix nanoseconds hold (NoExpiry).
-var Forever = NoExpiry
+// Forever is the largest instant Unix nanoseconds hold: the end of a Once
+// window (it never resets), and the ExpiresAt of a hold that counts until
+// its reservation is settled (the window holds of an ExpireCharge
+// reservation), which every "expires after now" comparison keeps.
+var Forever = time.Unix(0, math.MaxInt64).UTC()
 
 // beforeAll is the start of the window before a Once window's anchor,
 // where events older than the limit fall: the smallest instant Unix

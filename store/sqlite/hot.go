@@ -197,7 +197,7 @@ func (t *tx) Apply(ctx context.Context, w *budget.WriteSet) ([]bool, int64, erro
 			return nil, 0, fmt.Errorf("%w: renew reservation %s: it is no longer live", budget.ErrConflict, r.ID)
 		}
 		for _, h := range r.Holds {
-			if h.ExpiresAt.Equal(budget.NoExpiry) {
+			if h.ExpiresAt.Equal(budget.Forever) {
 				continue
 			}
 			if _, err := t.exec(ctx, `UPDATE holds SET expires_at = ? WHERE limit_id = ? AND subject = ? AND window_start = ? AND reservation_id = ?`,

@@ -295,7 +295,7 @@ func (t *tx) renew(rs []budget.Renewal) error {
 	st := t.st
 	own(st, "reservations", &st.reservations)
 	own(st, "holds", &st.holds)
-	forever := ns(budget.NoExpiry)
+	forever := ns(budget.Forever)
 	for _, rn := range rs {
 		r, ok := st.reservations[rn.ID]
 		if !ok || r.State != budget.ReservationLive {

@@ -242,7 +242,7 @@ func (r *Reservation) Decode() budget.ReservationRow {
 
 // EncodeHolds is the copy of a reservation's holds its row keeps: one line
 // per hold, tab-separated limit id, subject, window start and amount, then
-// R when it expires with the reservation or N when never (NoExpiry). Ids
+// R when it expires with the reservation or N when never (Forever). Ids
 // and subjects hold no control characters (budget.CheckName).
 func EncodeHolds(hs []budget.Hold) string {
 	var b strings.Builder
@@ -257,7 +257,7 @@ func EncodeHolds(hs []budget.Hold) string {
 		b.WriteString(strconv.FormatInt(Ns(h.WindowStart), 10))
 		b.WriteByte('\t')
 		b.WriteString(strconv.FormatInt(h.Amount, 10))
-		if h.ExpiresAt.Equal(budget.NoExpiry) {
+		if h.ExpiresAt.Equal(budget.Forever) {
 			b.WriteString("\tN")
 		} else {
 			b.WriteString("\tR")
@@ -285,7 +285,7 @@ func DecodeHolds(id, s string, expires time.Time) []budget.Hold {
 		}
 		h := budget.Hold{ReservationID: id, LimitID: f[0], Subject: f[1], WindowStart: FromNs(start), Amount: amount, ExpiresAt: expires}
 		if f[4] == "N" {
-			h.ExpiresAt = budget.NoExpiry
+			h.ExpiresAt = budget.Forever
 		}
 		out = append(out, h)
 	}
