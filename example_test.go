@@ -52,7 +52,7 @@ func Example() {
 	var ex *budget.ExceededError
 	if errors.As(err, &ex) {
 		b := ex.Decision.Breach
-		fmt.Println("refused by", b.Limit.ID, "used", b.Used, "retry after", b.RetryAfterSeconds, "s")
+		fmt.Println("refused by", b.Limit.ID, "used", b.Used, "retry after", b.RetryAfterSeconds(), "s")
 	}
 	// Output:
 	// allowed: true

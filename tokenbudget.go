@@ -12,8 +12,8 @@ import (
 	"strings"
 
 	"github.com/tokenbudget/tokenbudget/budget"
-	"github.com/tokenbudget/tokenbudget/store/sqlite"
 	"github.com/tokenbudget/tokenbudget/store/postgres"
+	"github.com/tokenbudget/tokenbudget/store/sqlite"
 )
 
 // SQLiteSchema is the current SQLite schema, applied by sqlite.Open.

@@ -88,10 +88,10 @@ func (s *Status) Remaining() int64 {
 // Breach is the most restrictive limit that refused a request.
 type Breach struct {
 	Status
-	// RetryAfterSeconds is the longest wait among all breached limits,
-	// rounded up: a window limit waits for its reset (an upper bound), a
-	// concurrent one for its earliest lease expiry, at most 5 s.
-	RetryAfterSeconds int64
+	// RetryAfter is the longest wait among all breached limits, in whole
+	// seconds rounded up: a window limit waits for its reset (an upper
+	// bound), a concurrent one for its earliest lease expiry, at most 5 s.
+	RetryAfter time.Duration
 	// Retryable is false when the estimate alone exceeds a breached limit:
 	// waiting cannot help.
 	Retryable bool
@@ -100,8 +100,15 @@ type Breach struct {
 // Parked is a refusal because the request's provider is parked.
 type Parked struct {
 	ProviderState
-	RetryAfterSeconds int64 // the wait left until resume-at, rounded up
+	RetryAfter time.Duration // the wait left until resume-at, in whole seconds rounded up
 }
+
+// RetryAfterSeconds is RetryAfter in seconds, as a Retry-After header and
+// the JSON's retry_after_seconds carry it.
+func (b *Breach) RetryAfterSeconds() int64 { return int64(b.RetryAfter / time.Second) }
+
+// RetryAfterSeconds is RetryAfter in seconds.
+func (p *Parked) RetryAfterSeconds() int64 { return int64(p.RetryAfter / time.Second) }
 
 // Decision is the answer to "may this request run now?".
 type Decision struct {
@@ -111,7 +118,7 @@ type Decision struct {
 	// Until is the exceeded limit whose reset decides when the request
 	// could pass: the last to reset of those that do (a window that
 	// resets, leases that expire), ties to the more restrictive; nil when
-	// none does. Its RetryAfterSeconds is its own wait, which is Breach's,
+	// none does. Its RetryAfter is its own wait, which is Breach's,
 	// the longest; a refusal that tells a client when to retry names it,
 	// or the wait and the limit named disagree.
 	Until *Breach
@@ -173,10 +180,10 @@ func Decide(statuses []Status, est Estimate, now time.Time) Decision {
 		}
 	}
 	if best != nil {
-		d.Breach = &Breach{Status: *best, RetryAfterSeconds: wait, Retryable: retryable}
+		d.Breach = &Breach{Status: *best, RetryAfter: time.Duration(wait) * time.Second, Retryable: retryable}
 	}
 	if until != nil {
-		d.Until = &Breach{Status: *until, RetryAfterSeconds: wait, Retryable: retryable}
+		d.Until = &Breach{Status: *until, RetryAfter: time.Duration(wait) * time.Second, Retryable: retryable}
 	}
 	return d
 }
@@ -230,7 +237,7 @@ func (d Decision) Err() error {
 	case d.Allowed:
 		return nil
 	case d.Parked != nil:
-		return &ParkedError{Provider: d.Parked.ProviderState, RetryAfter: time.Duration(d.Parked.RetryAfterSeconds) * time.Second}
+		return &ParkedError{Provider: d.Parked.ProviderState, RetryAfter: d.Parked.RetryAfter}
 	case d.Unpriced != nil:
 		return &UnpricedError{Provider: d.Unpriced.Provider, Model: d.Unpriced.Model, Decision: d}
 	}

@@ -267,7 +267,7 @@ func TestDecide(t *testing.T) {
 				t.Errorf("%s: Breach.Status = %+v; want the status of %s, %+v", tt.name, d.Breach.Status, s.Limit.ID, s)
 			}
 		}
-		if got := d.Breach.RetryAfterSeconds; got != tt.retry {
+		if got := d.Breach.RetryAfterSeconds(); got != tt.retry {
 			t.Errorf("%s: RetryAfterSeconds = %d; want %d", tt.name, got, tt.retry)
 		}
 		if got := d.Breach.Retryable; got != tt.retryable {
@@ -303,7 +303,7 @@ func TestDecideRoundingAcrossInstants(t *testing.T) {
 			t.Errorf("at %s: Breach = nil; want a", tt.now)
 			continue
 		}
-		if got := d.Breach.RetryAfterSeconds; got != tt.retry {
+		if got := d.Breach.RetryAfterSeconds(); got != tt.retry {
 			t.Errorf("at %s: RetryAfterSeconds = %d; want %d", tt.now, got, tt.retry)
 		}
 	}
@@ -400,10 +400,10 @@ func TestDecideUntil(t *testing.T) {
 	daily := win("d", budget.MetricTokens, 10000, 9980, 0, 6*time.Hour)
 	roomy := win("r", budget.MetricTokens, 1000000, 0, 0, 24*time.Hour)
 	d := budget.Decide([]budget.Status{hourly, daily, roomy}, budget.Estimate{Input: 56}, decideNow)
-	if d.Breach == nil || d.Breach.Limit.ID != "h" || d.Breach.RetryAfterSeconds != 6*3600 {
+	if d.Breach == nil || d.Breach.Limit.ID != "h" || d.Breach.RetryAfterSeconds() != 6*3600 {
 		t.Fatalf("Breach = %+v; want h (less room), waiting 6h", d.Breach)
 	}
-	if d.Until == nil || d.Until.Limit.ID != "d" || d.Until.RetryAfterSeconds != 6*3600 || d.Until.Used != 9980 {
+	if d.Until == nil || d.Until.Limit.ID != "d" || d.Until.RetryAfterSeconds() != 6*3600 || d.Until.Used != 9980 {
 		t.Fatalf("Until = %+v; want d, the later reset, with its own status", d.Until)
 	}
 	if d := budget.Decide([]budget.Status{roomy}, budget.Estimate{Input: 56}, decideNow); d.Until != nil {

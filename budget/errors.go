@@ -49,7 +49,7 @@ func (e *ExceededError) Error() string {
 	}
 	return fmt.Sprintf("token budget exceeded: %s limit %s (%s, %s) used %d reserved %d of %d, retry after %s",
 		b.Limit.Level(), b.Limit.ID, b.Limit.Describe(), b.Limit.ScopeString(), b.Used, b.Reserved, b.Max,
-		time.Duration(b.RetryAfterSeconds)*time.Second)
+		b.RetryAfter)
 }
 
 // ParkedError is returned by Check-based helpers and Reserve when the request's

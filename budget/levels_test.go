@@ -70,11 +70,11 @@ func TestDecideOnce(t *testing.T) {
 		Max: 100, Used: 95, WindowStart: instant("2026-03-01T00:00:00Z"), ResetAt: budget.Forever}
 	hourly := win("h", budget.MetricTokens, 1000, 995, 0, 30*time.Minute)
 	d := budget.Decide([]budget.Status{once, hourly}, budget.Estimate{Tokens: 10}, decideNow)
-	if d.Allowed || d.Breach == nil || d.Breach.Retryable || d.Breach.RetryAfterSeconds != 1800 {
+	if d.Allowed || d.Breach == nil || d.Breach.Retryable || d.Breach.RetryAfterSeconds() != 1800 {
 		t.Fatalf("Decide = %+v; want refused, not retryable, the hourly window's 1800 s as the only wait", d.Breach)
 	}
 	d = budget.Decide([]budget.Status{once}, budget.Estimate{Tokens: 10}, decideNow)
-	if d.Allowed || d.Breach.Retryable || d.Breach.RetryAfterSeconds != 0 {
+	if d.Allowed || d.Breach.Retryable || d.Breach.RetryAfterSeconds() != 0 {
 		t.Fatalf("Decide once alone = %+v; want refused, not retryable, no wait", d.Breach)
 	}
 }

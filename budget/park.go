@@ -169,5 +169,5 @@ func parkedOf(p *ProviderState, now time.Time) *Parked {
 	if p == nil || !p.Refusing(now) {
 		return nil
 	}
-	return &Parked{ProviderState: *p, RetryAfterSeconds: ceilSeconds(p.ResumeAt.Sub(now))}
+	return &Parked{ProviderState: *p, RetryAfter: time.Duration(ceilSeconds(p.ResumeAt.Sub(now))) * time.Second}
 }

@@ -153,7 +153,7 @@ func (m *Middleware) statusBuf() *[]budget.Status {
 func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, f Format, d *budget.Decision, est budget.Estimate, now time.Time) {
 	if d.Parked != nil {
 		m.outcome(w, OutcomeParked)
-		writeError(w, f, parkedError(w.Header(), f, d.Parked.ProviderState, d.Parked.RetryAfterSeconds, m.cfg.MaxClientWait))
+		writeError(w, f, parkedError(w.Header(), f, d.Parked.ProviderState, d.Parked.RetryAfterSeconds(), m.cfg.MaxClientWait))
 		return
 	}
 	if d.Unpriced != nil {

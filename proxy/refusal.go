@@ -191,22 +191,22 @@ func exceededError(h http.Header, f Format, d *budget.Decision, est budget.Estim
 	e := est.Amount(l.Metric)
 	// never: a prepaid balance (window once), which no wait refills.
 	never := l.Window.Kind != budget.NoWindow && !l.Window.Resets()
-	if b.RetryAfterSeconds > 0 || b.Retryable {
-		h.Set("Retry-After", strconv.FormatInt(b.RetryAfterSeconds, 10))
+	if b.RetryAfterSeconds() > 0 || b.Retryable {
+		h.Set("Retry-After", strconv.FormatInt(b.RetryAfterSeconds(), 10))
 	}
-	reset := time.Duration(b.RetryAfterSeconds) * time.Second
+	reset := b.RetryAfter
 	if never {
 		reset = -1
 	}
 	setLimitHeaders(h, l.Metric, b.Max, b.Max-b.Used-b.Reserved, reset)
 	h.Set(limitHeader, l.ID)
 	h.Set(limitScopeHeader, l.ScopeString())
-	if !b.Retryable || tooLongToWait(b.RetryAfterSeconds, maxWait) {
+	if !b.Retryable || tooLongToWait(b.RetryAfterSeconds(), maxWait) {
 		h.Set("X-Should-Retry", "false")
 	}
 	win := "-"
 	det := &limitDetail{ID: l.ID, Key: l.Key, Level: string(l.Level()), Scope: string(l.Scope), ScopeValue: l.ScopeValue, Metric: string(l.Metric),
-		Limit: b.Max, Used: b.Used, Reserved: b.Reserved, Estimate: e, RetryAfterSeconds: b.RetryAfterSeconds, Retryable: b.Retryable}
+		Limit: b.Max, Used: b.Used, Reserved: b.Reserved, Estimate: e, RetryAfterSeconds: b.RetryAfterSeconds(), Retryable: b.Retryable}
 	if o := l.Owner(); o != "" {
 		det.Owner = &o
 	}
@@ -248,9 +248,9 @@ func exceededError(h http.Header, f Format, d *budget.Decision, est budget.Estim
 	case !b.Retryable:
 		msg.WriteString("; " + cannotWait(d.Limits, est, d.Price))
 	case l.Window.Kind == budget.NoWindow:
-		fmt.Fprintf(&msg, "; retry in %ds", b.RetryAfterSeconds)
+		fmt.Fprintf(&msg, "; retry in %ds", b.RetryAfterSeconds())
 	default:
-		fmt.Fprintf(&msg, "; the window resets at %s (in %s)", b.ResetAt.UTC().Format(time.RFC3339), time.Duration(b.RetryAfterSeconds)*time.Second)
+		fmt.Fprintf(&msg, "; the window resets at %s (in %s)", b.ResetAt.UTC().Format(time.RFC3339), b.RetryAfter)
 	}
 	return apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: CodeBudgetExceeded, message: msg.String(), limit: det}
 }

@@ -97,14 +97,14 @@ func writeDecision(w0 io.Writer, d *budget.Decision, est budget.Estimate) error 
 		}
 		fmt.Fprintf(w, "  limit %s (%s %s %s %s): used %s + reserved %s + %s %s limit %s; retry after %ds (%s)\n",
 			l.ID, ownerText(l), scopeString(l, identity), l.Metric, windowText(l), amountText(l, b.Used), amountText(l, b.Reserved),
-			estText, op, limitText(l, b.Max), b.RetryAfterSeconds, retry)
+			estText, op, limitText(l, b.Max), b.RetryAfterSeconds(), retry)
 	}
 	if u := d.Unpriced; u != nil {
 		fmt.Fprintf(w, "  model %q of provider %q has no price and a dollar limit applies: set one with 'budget price set'\n", u.Model, u.Provider)
 	}
 	if p := d.Parked; p != nil {
 		fmt.Fprintf(w, "  provider %s is parked (%s) until %s; retry after %ds\n",
-			p.Provider, p.Kind, tsText(p.ResumeAt), p.RetryAfterSeconds)
+			p.Provider, p.Kind, tsText(p.ResumeAt), p.RetryAfterSeconds())
 	}
 	if len(d.Limits) > 0 {
 		fmt.Fprintln(w)

@@ -108,10 +108,10 @@ func decisionObj(d *budget.Decision, fs []*budget.Forecast, at time.Time) decisi
 		if len(fs) > len(d.Limits) {
 			f = fs[len(d.Limits)]
 		}
-		o.Breach = &breachJSON{Status: jsonview.StatusOf(&b.Status, f, at), RetryAfterSeconds: b.RetryAfterSeconds, Retryable: b.Retryable}
+		o.Breach = &breachJSON{Status: jsonview.StatusOf(&b.Status, f, at), RetryAfterSeconds: b.RetryAfterSeconds(), Retryable: b.Retryable}
 	}
 	if p := d.Parked; p != nil {
-		o.Parked = &parkedJSON{providerJSON: providerObj(&p.ProviderState), RetryAfterSeconds: p.RetryAfterSeconds}
+		o.Parked = &parkedJSON{providerJSON: providerObj(&p.ProviderState), RetryAfterSeconds: p.RetryAfterSeconds()}
 	}
 	if u := d.Unpriced; u != nil {
 		o.Unpriced = &unpricedJSON{Provider: u.Provider, Model: u.Model}

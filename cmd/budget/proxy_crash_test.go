@@ -332,7 +332,7 @@ func TestProxyCrashLeasesFree(t *testing.T) {
 	defer d.Close(ctx)
 	req := budget.Request{Key: "app", Provider: "openai", Model: "m", Estimate: budget.Estimate{Input: 1, Output: 5}}
 	dec, err := d.CheckAt(ctx, req, d.Now())
-	if err != nil || dec.Allowed || dec.Breach == nil || dec.Breach.RetryAfterSeconds > 5 {
+	if err != nil || dec.Allowed || dec.Breach == nil || dec.Breach.RetryAfterSeconds() > 5 {
 		t.Fatalf("right after the crash: %+v %v; want refused by the lease, retry after at most 5s", dec, err)
 	}
 	clock.Store(killed.Add(21 * time.Second).UnixNano())

@@ -113,7 +113,7 @@ func (m *Main) refusal(ctx context.Context, t *budget.Tracker, req budget.Reques
 		return d, false, errors.Join(err, derr)
 	}
 	d.Allowed = false
-	d.Parked = &budget.Parked{ProviderState: pe.Provider, RetryAfterSeconds: ceilSeconds(pe.RetryAfter)}
+	d.Parked = &budget.Parked{ProviderState: pe.Provider, RetryAfter: time.Duration(ceilSeconds(pe.RetryAfter)) * time.Second}
 	return d, true, nil
 }
 

@@ -103,7 +103,7 @@ func testParkedRefuses(t *testing.T, newDB NewDB) {
 	req := budget.Request{Key: "k", Provider: "openai", Model: "m", Estimate: tokens(1)}
 	c.Advance(10 * time.Second)
 	d, err := tr.Check(ctx, req)
-	if err != nil || d.Allowed || d.Parked == nil || d.Parked.RetryAfterSeconds != 20 || d.Breach != nil {
+	if err != nil || d.Allowed || d.Parked == nil || d.Parked.RetryAfterSeconds() != 20 || d.Breach != nil {
 		t.Fatalf("check of a parked provider = %+v, %v; want refused, parked, 20s left, no breach", d, err)
 	}
 	var pe *budget.ParkedError

@@ -224,7 +224,7 @@ func testLeases(t *testing.T, newDB NewDB) {
 	if _, err := tr.Reserve(ctx, req, time.Minute); !errors.As(err, &ex) {
 		t.Fatalf("third lease = %v; want ExceededError", err)
 	}
-	if got := ex.Decision.Breach.RetryAfterSeconds; got != 2 {
+	if got := ex.Decision.Breach.RetryAfterSeconds(); got != 2 {
 		t.Errorf("retry_after_seconds = %d; want 2 (earliest lease expiry)", got)
 	}
 	// Renew pushes r1's lease out; then it survives past its first expiry.
@@ -235,8 +235,8 @@ func testLeases(t *testing.T, newDB NewDB) {
 	if _, err := tr.Reserve(ctx, req, time.Minute); !errors.As(err, &ex) {
 		t.Fatalf("lease after renew = %v; want still refused", err)
 	}
-	if ex.Decision.Breach.RetryAfterSeconds != 5 {
-		t.Errorf("retry_after_seconds = %d; want capped at 5", ex.Decision.Breach.RetryAfterSeconds)
+	if ex.Decision.Breach.RetryAfterSeconds() != 5 {
+		t.Errorf("retry_after_seconds = %d; want capped at 5", ex.Decision.Breach.RetryAfterSeconds())
 	}
 	if _, err := tr.Commit(ctx, r2.ID, budget.Usage{Input: 1}); err != nil {
 		t.Fatal(err)

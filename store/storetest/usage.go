@@ -54,7 +54,7 @@ func testScopeMatching(t *testing.T, newDB NewDB) {
 	if d.Allowed || d.Breach == nil || d.Breach.Limit.ID != "m" {
 		t.Fatalf("breach = %+v; want limit m", d.Breach)
 	}
-	if got := d.Breach.RetryAfterSeconds; got != 3600 {
+	if got := d.Breach.RetryAfterSeconds(); got != 3600 {
 		t.Errorf("retry_after_seconds = %d; want 3600 (to 10:00)", got)
 	}
 	noDrift(t, tr)
