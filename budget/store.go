@@ -229,25 +229,50 @@ type Team struct {
 	Keys []string
 }
 
-// Tx is one transaction of a Store. Times are stored with nanosecond
-// precision. Methods that find nothing return ErrNotFound unless they say
-// otherwise.
-//
-// Locking contract. No read takes a lock but LimitsVersion (see there). A
-// write transaction that decides
-// on counters and holds (reservations, commits, releases, renewals,
-// recovery, and events, which change counters) first calls
-// LockReservations with every reservation it will settle or renew, then
-// LockLimits with every limit whose windows it reads or writes, each at
-// most once and with ids in ascending order; only then does it read them.
-// Writers that all follow that order cannot deadlock, and while one holds
-// its locks no other transaction can change those reservations, or the
-// counters and holds of those limits, so its separate reads of a window
-// (the counter, then the holds) agree even under READ COMMITTED. Admin
-// writes take the same rows' locks implicitly (updating or deleting a
-// limit row). A store whose write transactions are already serialised
-// (SQLite's BEGIN IMMEDIATE) implements both locks as no-ops.
-type Tx interface {
+// HotTx is what the writer's batch needs on every commit: the locks, the
+// windows and reservations it decides on, and one call that applies what
+// it decided. A backend implements it (with DefinitionsTx) before anything
+// else; the locking contract on Tx is about these methods.
+type HotTx interface {
+	// The hot path: reads over sets, one explicit lock, one write (see
+	// the locking contract above).
+	// Mark identifies the database state this transaction started from,
+	// as seen through this store handle. See Mark.
+	Mark(ctx context.Context) (Mark, error)
+	// LockReservations locks the reservations ids (ascending) until the
+	// transaction ends. Ids that do not exist are skipped.
+	LockReservations(ctx context.Context, ids []string) error
+	// LockLimits locks the limits ids (ascending) until the transaction
+	// ends, so decisions on one limit's windows are made one at a time.
+	LockLimits(ctx context.Context, ids []string) error
+	// Windows reads the counters of refs, with their holds expiring after
+	// now: WindowState i answers refs[i].
+	// One statement per kind of row however many refs.
+	Windows(ctx context.Context, refs []WindowRef, now time.Time) ([]WindowState, error)
+	// Reservations reads the reservations ids with their holds; an id with
+	// no row is left out.
+	Reservations(ctx context.Context, ids []string) ([]ReservationRow, error)
+	// ExpiredReservations lists, with their holds, live reservations whose
+	// expiry is at or before now, oldest first, at most max.
+	ExpiredReservations(ctx context.Context, now time.Time, max int) ([]ReservationRow, error)
+	// Apply writes w, in this order: the events (duplicates of a stored
+	// (key, request_id) skipped) with their daily rollups (w.Rollups of
+	// the events inserted), the counters (missing rows created from
+	// the history, which then holds w's events; existing rows gain the sum
+	// of their inserted events' contributions), the rollovers (existing ones
+	// kept), the new reservations with their holds, the settlements (their
+	// holds dropped), the renewals, and the deletion of reservations settled
+	// before w.DeleteSettledBefore. inserted[i] reports whether w.Events[i]
+	// was new. A counter w expects to exist that has no row fails Apply
+	// with ErrConflict, as does a reservation to settle that is not live or
+	// expired: the caller's view was stale; it re-reads and plans again.
+	Apply(ctx context.Context, w *WriteSet) (inserted []bool, deleted int64, err error)
+}
+
+// DefinitionsTx reads and changes what limits say: limits, raises,
+// teams, organisations and key placements, and the price table, each with
+// a version that tells a cache it is stale.
+type DefinitionsTx interface {
 	// LimitsVersion changes whenever any limit is created, changed or
 	// deleted, by any process. In a write transaction a store may also lock
 	// the limit definitions shared from here until the transaction ends, so
@@ -309,7 +334,12 @@ type Tx interface {
 	// PutPrices stores prices, replacing any with the same provider, model
 	// and From, and moves PricesVersion.
 	PutPrices(ctx context.Context, ps []Price) error
+}
 
+// HistoryTx reads the usage history and what is derived from it (sums that
+// seed counters, rollups, reports, verify's counters, rollovers) and prunes
+// it.
+type HistoryTx interface {
 	// SumUsage is the history's total over [start, end) of the events
 	// l.History() selects, in l's metric. The part of the range before
 	// the prune horizon (PrunedBefore, a UTC midnight) is summed from the
@@ -340,6 +370,23 @@ type Tx interface {
 	// deleted, holding from then on the lock LockDefinitions takes, so
 	// the checks its caller makes next see every definition committed.
 	Prune(ctx context.Context, before time.Time) (int64, error)
+	// OpenReservationsBefore lists up to max reservations whose instant
+	// is before before and that are live, or expired and settled at or
+	// after committable (still committable).
+	OpenReservationsBefore(ctx context.Context, before, committable time.Time, max int) ([]ReservationRow, error)
+	// Subjects lists, sorted, the subjects that limit id has a counter row
+	// or a hold for in the window starting at start (zero: its leases).
+	Subjects(ctx context.Context, id string, start time.Time) ([]string, error)
+	// CounterRows lists every counter row, for verify.
+	CounterRows(ctx context.Context) ([]CounterRow, error)
+	// Rollovers lists the newest n rollovers of key's limits, its default
+	// limits' counters included ("" for all).
+	Rollovers(ctx context.Context, key string, n int) ([]Rollover, error)
+}
+
+// AlertTx is the alerts outbox: logged alerts, claimed by one deliverer at
+// a time and settled when delivered or rescheduled.
+type AlertTx interface {
 	// LogAlerts logs alerts; one the store already has for its (limit,
 	// subject, window, threshold) is skipped, so each is logged once.
 	LogAlerts(ctx context.Context, as []Alert) error
@@ -355,54 +402,11 @@ type Tx interface {
 	// alert whose claim is no longer owner's (or that is delivered) fails
 	// with ClaimLost.
 	SettleAlert(ctx context.Context, id, owner string, deliveredAt, next time.Time) error
-	// OpenReservationsBefore lists up to max reservations whose instant
-	// is before before and that are live, or expired and settled at or
-	// after committable (still committable).
-	OpenReservationsBefore(ctx context.Context, before, committable time.Time, max int) ([]ReservationRow, error)
-	// Subjects lists, sorted, the subjects that limit id has a counter row
-	// or a hold for in the window starting at start (zero: its leases).
-	Subjects(ctx context.Context, id string, start time.Time) ([]string, error)
-	// CounterRows lists every counter row, for verify.
-	CounterRows(ctx context.Context) ([]CounterRow, error)
-	// Rollovers lists the newest n rollovers of key's limits, its default
-	// limits' counters included ("" for all).
-	Rollovers(ctx context.Context, key string, n int) ([]Rollover, error)
+}
 
-	// The hot path: reads over sets, one explicit lock, one write (see
-	// the locking contract above).
-
-	// Mark identifies the database state this transaction started from,
-	// as seen through this store handle. See Mark.
-	Mark(ctx context.Context) (Mark, error)
-	// LockReservations locks the reservations ids (ascending) until the
-	// transaction ends. Ids that do not exist are skipped.
-	LockReservations(ctx context.Context, ids []string) error
-	// LockLimits locks the limits ids (ascending) until the transaction
-	// ends, so decisions on one limit's windows are made one at a time.
-	LockLimits(ctx context.Context, ids []string) error
-	// Windows reads the counters of refs, with their holds expiring after
-	// now: WindowState i answers refs[i].
-	// One statement per kind of row however many refs.
-	Windows(ctx context.Context, refs []WindowRef, now time.Time) ([]WindowState, error)
-	// Reservations reads the reservations ids with their holds; an id with
-	// no row is left out.
-	Reservations(ctx context.Context, ids []string) ([]ReservationRow, error)
-	// ExpiredReservations lists, with their holds, live reservations whose
-	// expiry is at or before now, oldest first, at most max.
-	ExpiredReservations(ctx context.Context, now time.Time, max int) ([]ReservationRow, error)
-	// Apply writes w, in this order: the events (duplicates of a stored
-	// (key, request_id) skipped) with their daily rollups (w.Rollups of
-	// the events inserted), the counters (missing rows created from
-	// the history, which then holds w's events; existing rows gain the sum
-	// of their inserted events' contributions), the rollovers (existing ones
-	// kept), the new reservations with their holds, the settlements (their
-	// holds dropped), the renewals, and the deletion of reservations settled
-	// before w.DeleteSettledBefore. inserted[i] reports whether w.Events[i]
-	// was new. A counter w expects to exist that has no row fails Apply
-	// with ErrConflict, as does a reservation to settle that is not live or
-	// expired: the caller's view was stale; it re-reads and plans again.
-	Apply(ctx context.Context, w *WriteSet) (inserted []bool, deleted int64, err error)
-
+// ProviderTx is the parking state of providers and the claim on their
+// probes.
+type ProviderTx interface {
 	Provider(ctx context.Context, name string) (ProviderState, error)
 	Providers(ctx context.Context) ([]ProviderState, error)
 	// ParkProvider parks p, or refreshes the kind, times and labels of a
@@ -418,6 +422,36 @@ type Tx interface {
 	// a stale list cannot probe again right after another's failure); ok
 	// reports whether this caller got it.
 	ClaimProbe(ctx context.Context, name, owner string, now, until time.Time) (ok bool, err error)
+}
+
+// Tx is one transaction of a Store, in every role above. A new backend can
+// implement HotTx and DefinitionsTx first; code that needs an optional
+// role can find it by type assertion (as the proxy finds a store's gateway
+// keys), so a missing role is one clear error, not a compile failure of the
+// whole seam. Times are stored with nanosecond
+// precision. Methods that find nothing return ErrNotFound unless they say
+// otherwise.
+//
+// Locking contract. No read takes a lock but LimitsVersion (see there). A
+// write transaction that decides
+// on counters and holds (reservations, commits, releases, renewals,
+// recovery, and events, which change counters) first calls
+// LockReservations with every reservation it will settle or renew, then
+// LockLimits with every limit whose windows it reads or writes, each at
+// most once and with ids in ascending order; only then does it read them.
+// Writers that all follow that order cannot deadlock, and while one holds
+// its locks no other transaction can change those reservations, or the
+// counters and holds of those limits, so its separate reads of a window
+// (the counter, then the holds) agree even under READ COMMITTED. Admin
+// writes take the same rows' locks implicitly (updating or deleting a
+// limit row). A store whose write transactions are already serialised
+// (SQLite's BEGIN IMMEDIATE) implements both locks as no-ops.
+type Tx interface {
+	HotTx
+	DefinitionsTx
+	HistoryTx
+	AlertTx
+	ProviderTx
 }
 
 // ExpiredBefore is the instant before which expired reservations are
