@@ -221,9 +221,6 @@ func (t *Tracker) sweep() {
 	}
 }
 
-// Store is the store behind the tracker.
-func (t *Tracker) Store() Store { return t.store }
-
 // Now is the tracker's clock.
 func (t *Tracker) Now() time.Time { return t.now() }
 

@@ -354,23 +354,17 @@ func (h *Handler) defaultStatuses(ctx context.Context, all []budget.Limit, now t
 	}
 	// The subjects of each default's current window only, not every
 	// counter row the history has.
-	keys := map[string]bool{}
-	err := h.cfg.Tracker.Store().View(ctx, func(tx budget.Tx) error {
-		for id, start := range starts {
-			subs, err := tx.Subjects(ctx, id, start)
-			if err != nil {
-				return err
-			}
-			for _, sub := range subs {
-				if k, _, _ := strings.Cut(sub, budget.SubjectSep); k != "" && keep(k) {
-					keys[k] = true
-				}
-			}
-		}
-		return nil
-	})
+	subjects, err := h.cfg.Tracker.CurrentSubjects(ctx, starts)
 	if err != nil {
 		return err
+	}
+	keys := map[string]bool{}
+	for _, subs := range subjects {
+		for _, sub := range subs {
+			if k, _, _ := strings.Cut(sub, budget.SubjectSep); k != "" && keep(k) {
+				keys[k] = true
+			}
+		}
 	}
 	for _, k := range sortedKeys(keys) {
 		rep, err := h.cfg.Tracker.Inspect(ctx, k, now, 0)

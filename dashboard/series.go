@@ -16,22 +16,7 @@ type SeriesFunc func(ctx context.Context, l *budget.Limit, edges []time.Time) ([
 // one read-only snapshot: what budget.Store's SumUsage sums, as `budget
 // verify` compares a counter with. Usage still queued in t's writer is not
 // there yet (as Inspect does not show it either).
-func StoreSeries(t *budget.Tracker) SeriesFunc {
-	return func(ctx context.Context, l *budget.Limit, edges []time.Time) ([]int64, error) {
-		out := make([]int64, max(len(edges)-1, 0))
-		err := t.Store().View(ctx, func(tx budget.Tx) error {
-			for i := range out {
-				v, err := tx.SumUsage(ctx, l, edges[i], edges[i+1])
-				if err != nil {
-					return err
-				}
-				out[i] = v
-			}
-			return nil
-		})
-		return out, err
-	}
-}
+func StoreSeries(t *budget.Tracker) SeriesFunc { return t.UsageSeries }
 
 // bucketSteps are the bucket lengths a burn-down chart picks from: the
 // shortest that cuts the window into at most maxBuckets.

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"slices"
 	"strings"
 	"time"
 
@@ -81,92 +80,16 @@ func (c limitCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), gaugeScrapeTimeout)
 	defer cancel()
-	gs, err := readGauges(ctx, t.Store(), named, t.Now())
+	// The limits with alerts, and those a config names.
+	keep := func(l *budget.Limit) bool { return len(l.Alerts) > 0 || named[l.ID] }
+	gs, err := t.Gauges(ctx, keep, t.Now())
 	if err != nil {
 		return // the store's health shows on /healthz; the other metrics still answer
 	}
 	for _, g := range gs {
-		lv := []string{g.id, g.level, g.owner, g.metric}
-		ch <- prometheus.MustNewConstMetric(c.used, prometheus.GaugeValue, float64(g.used), lv...)
-		ch <- prometheus.MustNewConstMetric(c.max, prometheus.GaugeValue, float64(g.max), lv...)
-		ch <- prometheus.MustNewConstMetric(c.utilization, prometheus.GaugeValue, float64(g.used)/float64(g.max), lv...)
+		lv := []string{g.Limit.ID, string(g.Limit.Level()), g.Limit.Owner(), string(g.Limit.Metric)}
+		ch <- prometheus.MustNewConstMetric(c.used, prometheus.GaugeValue, float64(g.Used), lv...)
+		ch <- prometheus.MustNewConstMetric(c.max, prometheus.GaugeValue, float64(g.Max), lv...)
+		ch <- prometheus.MustNewConstMetric(c.utilization, prometheus.GaugeValue, float64(g.Used)/float64(g.Max), lv...)
 	}
-}
-
-// limitGauge is what the gauges report of one limit.
-type limitGauge struct {
-	id, level, owner, metric string
-	used, max                int64
-}
-
-// readGauges reads the gauges of the limits with alerts or named, at now,
-// in one snapshot: the limits, and their windows at now (the counter, or
-// the history's sum when it has none yet, and the leases); for a limit
-// counted per key or end user, the counters of the subjects its current
-// window has rows for.
-func readGauges(ctx context.Context, s budget.Store, named map[string]bool, now time.Time) ([]limitGauge, error) {
-	var out []limitGauge
-	err := s.View(ctx, func(tx budget.Tx) error {
-		out = out[:0]
-		ls, err := tx.Limits(ctx, "")
-		if err != nil {
-			return err
-		}
-		ls = slices.DeleteFunc(ls, func(l budget.Limit) bool { return len(l.Alerts) == 0 && !named[l.ID] })
-		if len(ls) == 0 {
-			return nil
-		}
-		perSubject := func(l *budget.Limit) bool { return l.IsDefault() || l.EachUser() }
-		used := make([]int64, len(ls))
-		var refs []budget.WindowRef
-		var of []int // refs[j] is a window of ls[of[j]]
-		for i := range ls {
-			l := &ls[i]
-			switch {
-			case perSubject(l) && l.Metric == budget.MetricConcurrent:
-				used[i] = -1 // leases per key or user: not reported
-			case perSubject(l):
-				// The counters of this window only, each subject's.
-				start, end := l.Window.Bounds(now)
-				subs, err := tx.Subjects(ctx, l.ID, start)
-				if err != nil {
-					return err
-				}
-				for _, sub := range subs {
-					c := *l
-					c.Subject = sub
-					refs, of = append(refs, budget.WindowRef{Limit: &c, Start: start, End: end, NoSeed: true}), append(of, i)
-				}
-			case l.Metric == budget.MetricConcurrent:
-				refs, of = append(refs, budget.WindowRef{Limit: l}), append(of, i)
-			default:
-				start, end := l.Window.Bounds(now)
-				refs, of = append(refs, budget.WindowRef{Limit: l, Start: start, End: end}), append(of, i)
-			}
-		}
-		if len(refs) > 0 {
-			ws, err := tx.Windows(ctx, refs, now)
-			if err != nil {
-				return err
-			}
-			for j := range ws {
-				u := ws[j].Used
-				if refs[j].Limit.Metric == budget.MetricConcurrent {
-					u = int64(len(ws[j].Holds)) // those live at now
-				}
-				used[of[j]] = max(used[of[j]], u) // a subject's most used counter
-			}
-		}
-		for i := range ls {
-			if used[i] < 0 {
-				continue
-			}
-			l := &ls[i]
-			if m := l.MaxAt(now); m > 0 {
-				out = append(out, limitGauge{id: l.ID, level: string(l.Level()), owner: l.Owner(), metric: string(l.Metric), used: used[i], max: m})
-			}
-		}
-		return nil
-	})
-	return out, err
 }

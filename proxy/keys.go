@@ -47,21 +47,10 @@ const DefaultTouchInterval = time.Minute
 const DefaultRotateGrace = time.Hour
 
 // KeyStore keeps the gateway keys Keys looks up and the key functions
-// below write. Both stores (store.DB, postgres.DB) implement it; its
+// below write. Both stores (sqlite.DB, postgres.DB) implement it; its
 // contract is gatekey.Store's, defined there so a store need not import
 // this package. tokenbudget.DB.KeyStore returns the one of a database.
 type KeyStore = gatekey.Store
-
-// keyStoreOf is the KeyStore under a tracker's store: the store itself, or
-// the one Metrics.InstrumentStore wraps (which times budget transactions
-// only, so it does not pass the key methods through).
-func keyStoreOf(s budget.Store) (KeyStore, bool) {
-	if ts, ok := s.(*timedStore); ok {
-		s = ts.Store
-	}
-	ks, ok := s.(KeyStore)
-	return ks, ok
-}
 
 // ErrUnknownKey is returned by a KeyLookup for a secret that names no
 // usable key: unknown, revoked, or absent. The proxy answers 401.

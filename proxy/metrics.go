@@ -219,6 +219,9 @@ type timedStore struct {
 
 var _ budget.HealthChecker = (*timedStore)(nil)
 
+// Unwrap is the store timed, so budget.StoreAs finds its optional roles.
+func (s *timedStore) Unwrap() budget.Store { return s.Store }
+
 // Health passes the store's own through: without it the tracker could not
 // see its database file deleted or replaced under it.
 func (s *timedStore) Health() error {

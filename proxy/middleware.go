@@ -347,9 +347,10 @@ func New(t *budget.Tracker, cfg Config) (*Middleware, error) {
 	}
 	m := &Middleware{t: t, cfg: cfg, keys: cfg.Keys, log: cfg.Logger, inflightKey: map[string]int64{}}
 	if m.keys == nil {
-		ks, ok := keyStoreOf(t.Store())
+		ks, ok := budget.StoreAs[KeyStore](t)
 		if !ok {
-			return nil, budget.Invalid("Keys", fmt.Sprintf("%T", t.Store()), "is required: the tracker's store keeps no gateway keys")
+			s, _ := budget.StoreAs[budget.Store](t)
+			return nil, budget.Invalid("Keys", fmt.Sprintf("%T", s), "is required: the tracker's store keeps no gateway keys")
 		}
 		m.keys = NewKeys(ks)
 	}

@@ -20,7 +20,8 @@ func (e *env) reservation(id string) budget.ReservationRow {
 	e.t.Helper()
 	ctx := context.Background()
 	var r budget.ReservationRow
-	if err := e.db.Store().View(ctx, func(tx budget.Tx) error {
+	s, _ := budget.StoreAs[budget.Store](e.db.Tracker)
+	if err := s.View(ctx, func(tx budget.Tx) error {
 		rows, err := tx.Reservations(ctx, []string{id})
 		if err == nil && len(rows) != 1 {
 			err = fmt.Errorf("%d rows", len(rows))

@@ -207,22 +207,11 @@ func NewHandler(cfg HandlerConfig) (http.Handler, error) {
 // attempt did not fail, its database file is the one it opened; see
 // budget.Tracker.Health) and its store answers a read.
 func TrackerHealth(t *budget.Tracker) func(context.Context) error {
-	read := StoreHealth(t.Store())
 	return func(ctx context.Context) error {
 		if err := t.Health(); err != nil {
 			return err
 		}
-		return read(ctx)
-	}
-}
-
-// StoreHealth is a Health function: the store answers a read.
-func StoreHealth(s budget.Store) func(context.Context) error {
-	return func(ctx context.Context) error {
-		return s.View(ctx, func(tx budget.Tx) error {
-			_, err := tx.LimitsVersion(ctx)
-			return err
-		})
+		return t.Ping(ctx)
 	}
 }
 
