@@ -238,17 +238,42 @@ func (l *Limit) subjectFor(who *Who) string {
 	return who.User
 }
 
+// SubjectKey is the key whose counter of a default limit l is (l.Subject
+// names it, with the end user after it for a per-user default); "" for a
+// limit of a key, team or org, or a default not applied to a key.
+func (l *Limit) SubjectKey() string {
+	if !l.IsDefault() {
+		return ""
+	}
+	return DefaultSubjectKey(l.Subject)
+}
+
+// SubjectUser is the end user whose counter of a per-user limit l is;
+// "" for other limits, or when l is shown for no user.
+func (l *Limit) SubjectUser() string {
+	if !l.EachUser() {
+		return ""
+	}
+	if !l.IsDefault() {
+		return l.Subject
+	}
+	_, user, _ := strings.Cut(l.Subject, SubjectSep)
+	return user
+}
+
+// DefaultSubjectKey is the key a default limit's counter subject names.
+func DefaultSubjectKey(subject string) string {
+	k, _, _ := strings.Cut(subject, SubjectSep)
+	return k
+}
+
 // userless reports whether l is a per-user limit shown for no user (no
 // user has used it yet): it counts nothing.
 func (l *Limit) userless() bool {
 	if !l.EachUser() {
 		return false
 	}
-	_, user, _ := strings.Cut(l.Subject, SubjectSep)
-	if !l.IsDefault() {
-		user = l.Subject
-	}
-	return user == ""
+	return l.SubjectUser() == ""
 }
 
 // forWho is l as it counts a request of who: with the Subject of the

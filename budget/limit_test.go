@@ -353,3 +353,33 @@ func TestLimitSpecKeyOrDefault(t *testing.T) {
 		}
 	}
 }
+
+// The subject of a counter names the key of a default limit and the end
+// user of a per-user one; the helpers read each part, and nothing else.
+func TestSubjectParts(t *testing.T) {
+	sep := budget.SubjectSep
+	tests := []struct {
+		name      string
+		l         budget.Limit
+		key, user string
+	}{
+		{"key limit", budget.Limit{Key: "k"}, "", ""},
+		{"default for k", budget.Limit{Subject: "k"}, "k", ""},
+		{"default, not applied", budget.Limit{}, "", ""},
+		{"each user of key k", budget.Limit{Key: "k", Scope: budget.ScopeUser, ScopeValue: "*", Subject: "bob"}, "", "bob"},
+		{"each user, default for k", budget.Limit{Scope: budget.ScopeUser, ScopeValue: "*", Subject: "k" + sep + "bob"}, "k", "bob"},
+		{"each user, default, no user yet", budget.Limit{Scope: budget.ScopeUser, ScopeValue: "*", Subject: "k"}, "k", ""},
+		{"team limit", budget.Limit{Team: "eng"}, "", ""},
+	}
+	for _, tt := range tests {
+		if got := tt.l.SubjectKey(); got != tt.key {
+			t.Errorf("%s: SubjectKey = %q; want %q", tt.name, got, tt.key)
+		}
+		if got := tt.l.SubjectUser(); got != tt.user {
+			t.Errorf("%s: SubjectUser = %q; want %q", tt.name, got, tt.user)
+		}
+	}
+	if got := budget.DefaultSubjectKey("k" + sep + "bob"); got != "k" {
+		t.Errorf("DefaultSubjectKey = %q; want k", got)
+	}
+}

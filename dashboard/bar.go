@@ -97,7 +97,7 @@ func rowOf(st *budget.Status, f *budget.Forecast, c clock) limitRow {
 	case budget.LevelOrg:
 		row.Org = l.Org
 	case budget.LevelDefault:
-		row.Key = subjectKey(l)
+		row.Key = l.SubjectKey()
 	}
 	row.What = per(l)
 	if l.Scope != budget.ScopeGlobal {

@@ -3,7 +3,6 @@ package dashboard
 import (
 	"math"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
@@ -171,23 +170,10 @@ func span(d time.Duration) string {
 // eng", "default for key alice", with the end user of a per-user limit.
 func who(l *budget.Limit) string {
 	s := l.Describe()
-	if l.EachUser() && l.Subject != "" {
-		_, user, ok := strings.Cut(l.Subject, budget.SubjectSep)
-		if !ok {
-			user = l.Subject
-		}
-		s += ", user " + user
+	if u := l.SubjectUser(); u != "" {
+		s += ", user " + u
 	}
 	return s
-}
-
-// subjectKey is the key a default limit's subject names ("" for none).
-func subjectKey(l *budget.Limit) string {
-	if !l.IsDefault() {
-		return ""
-	}
-	k, _, _ := strings.Cut(l.Subject, budget.SubjectSep)
-	return k
 }
 
 // per says what l counts per what: "tokens per 1h", "dollars, never

@@ -104,7 +104,7 @@ func (h *Handler) status(ctx context.Context, id, subject string, c clock) (budg
 	case budget.LevelTeam, budget.LevelOrg:
 		rep, err = t.InspectOwned(ctx, l.Level(), l.Owner(), c.now, 0)
 	default:
-		k, _, _ := strings.Cut(subject, budget.SubjectSep)
+		k := budget.DefaultSubjectKey(subject)
 		if k == "" {
 			return budget.Status{}, nil, errNoStatus
 		}

@@ -68,7 +68,7 @@ func (p placement) applies(l *budget.Limit, f filter) bool {
 		case budget.LevelKey:
 			ok = p.keyTeam[l.Key] == f.Team
 		case budget.LevelDefault:
-			ok = p.keyTeam[subjectKey(l)] == f.Team
+			ok = p.keyTeam[l.SubjectKey()] == f.Team
 		}
 		if !ok {
 			return false
@@ -84,7 +84,7 @@ func (p placement) applies(l *budget.Limit, f filter) bool {
 		case budget.LevelKey:
 			ok = p.keyIn(l.Key, filter{Org: f.Org})
 		case budget.LevelDefault:
-			ok = p.keyIn(subjectKey(l), filter{Org: f.Org})
+			ok = p.keyIn(l.SubjectKey(), filter{Org: f.Org})
 		}
 		if !ok {
 			return false
@@ -212,7 +212,7 @@ func (h *Handler) overview(ctx context.Context, f filter, c clock) (*overviewPag
 		}
 	}
 	for i := range ss.sts {
-		if k := subjectKey(&ss.sts[i].Limit); k != "" {
+		if k := ss.sts[i].Limit.SubjectKey(); k != "" {
 			keys[k] = true
 		}
 	}
@@ -361,7 +361,7 @@ func (h *Handler) defaultStatuses(ctx context.Context, all []budget.Limit, now t
 	keys := map[string]bool{}
 	for _, subs := range subjects {
 		for _, sub := range subs {
-			if k, _, _ := strings.Cut(sub, budget.SubjectSep); k != "" && keep(k) {
+			if k := budget.DefaultSubjectKey(sub); k != "" && keep(k) {
 				keys[k] = true
 			}
 		}

@@ -12,7 +12,6 @@
 package jsonview
 
 import (
-	"strings"
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
@@ -162,14 +161,7 @@ func resetAt(t time.Time) *string {
 // about: the limit's Subject, after the key for a default limit; "" for
 // other limits.
 func User(l *budget.Limit) string {
-	if !l.EachUser() || l.Subject == "" {
-		return ""
-	}
-	if l.IsDefault() {
-		_, user, _ := strings.Cut(l.Subject, budget.SubjectSep)
-		return user
-	}
-	return l.Subject
+	return l.SubjectUser()
 }
 
 // Time formats t as RFC3339 in UTC with whole seconds (truncated).

@@ -267,11 +267,7 @@ func whose(l *budget.Limit) string {
 		d = l.Describe() + " limit " + l.ID
 	}
 	if l.EachUser() {
-		user := l.Subject
-		if l.IsDefault() {
-			_, user, _ = strings.Cut(l.Subject, budget.SubjectSep)
-		}
-		if user != "" {
+		if user := l.SubjectUser(); user != "" {
 			d += " of end user " + user
 		}
 	}

@@ -7,7 +7,6 @@ import (
 	"io"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
@@ -184,7 +183,7 @@ func ownerText(l *budget.Limit) string {
 	case budget.LevelOrg:
 		return "org:" + l.Org
 	}
-	if k, _, _ := strings.Cut(l.Subject, budget.SubjectSep); k != "" {
+	if k := l.SubjectKey(); k != "" {
 		return k + " (default)"
 	}
 	return "(default)"
