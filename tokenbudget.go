@@ -8,7 +8,6 @@ import (
 	"context"
 	_ "embed"
 	"errors"
-	"net/url"
 	"strings"
 
 	"github.com/tokenbudget/tokenbudget/budget"
@@ -76,14 +75,6 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 	return &DB{Tracker: t, store: s}, nil
 }
 
-// RedactDSN hides the password of a URL-style DSN, for messages and logs.
-func RedactDSN(dsn string) string {
-	u, err := url.Parse(dsn)
-	if err != nil || u.User == nil {
-		if i := strings.Index(dsn, "@"); i >= 0 && strings.Contains(dsn, "://") {
-			return dsn[:strings.Index(dsn, "://")+3] + "xxxxx" + dsn[i:]
-		}
-		return dsn
-	}
-	return u.Redacted()
-}
+// RedactDSN hides the password of a DSN (a URL or PostgreSQL's
+// keyword/value form), for messages and logs; a file path is unchanged.
+func RedactDSN(dsn string) string { return postgres.Redact(dsn) }
