@@ -1,11 +1,11 @@
 package dashboard
 
 import (
-	"math"
 	"strconv"
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/jsonview"
 )
 
 // How numbers and instants read on the pages: counts with thousands
@@ -60,28 +60,13 @@ func short(m budget.Metric, v int64) string {
 		case d < 1000:
 			return "$" + strconv.FormatFloat(d, 'f', 2, 64)
 		default:
-			return "$" + scaled(d)
+			return "$" + jsonview.Short(d)
 		}
 	}
 	if v < 1000 {
 		return strconv.FormatInt(v, 10)
 	}
-	return scaled(float64(v))
-}
-
-// scaled is x (>= 1000) with a k, M, B or T suffix and at most one
-// decimal: "1.5k", "12M".
-func scaled(x float64) string {
-	suffix := "k"
-	x /= 1000
-	for _, s := range []string{"M", "B", "T"} {
-		if x < 1000 {
-			break
-		}
-		x /= 1000
-		suffix = s
-	}
-	return strconv.FormatFloat(math.Round(x*10)/10, 'f', -1, 64) + suffix
+	return jsonview.Short(float64(v))
 }
 
 // unit names what metric m counts, for sentences ("tokens", "requests in

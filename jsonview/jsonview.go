@@ -12,6 +12,8 @@
 package jsonview
 
 import (
+	"math"
+	"strconv"
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
@@ -176,3 +178,17 @@ func TimeOrNull(t time.Time) *string {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// Short is x (>= 1,000) in at most four digits with a suffix, as the CLI's
+// bars and the dashboard show amounts: "1.5k", "987.7M", "1.3B", "2T".
+// Rounding never shows 1000 of a unit: 999,960 is "1M".
+func Short(x float64) string {
+	suffixes := [...]string{"k", "M", "B", "T"}
+	for i, s := range suffixes {
+		x /= 1000
+		if r := math.Round(x*10) / 10; r < 1000 || i == len(suffixes)-1 {
+			return strconv.FormatFloat(r, 'f', -1, 64) + s
+		}
+	}
+	panic("unreachable")
+}

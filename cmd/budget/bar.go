@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/jsonview"
 )
 
 // The compact inspect report: two lines per limit that fit in reportWidth
@@ -280,23 +281,12 @@ func shortAmount(l *budget.Limit, v int64) string {
 		if d < 1000 {
 			return amountText(l, v)
 		}
-		return "$" + siText(d)
+		return "$" + jsonview.Short(d)
 	}
 	if v < 10000 {
 		return strconv.FormatInt(v, 10)
 	}
-	return siText(float64(v))
-}
-
-// siText is x (>= 1,000) with one decimal and a suffix: "12.3k", "9.5M".
-func siText(x float64) string {
-	for _, u := range []string{"k", "M", "G", "T", "P"} {
-		x /= 1000
-		if x < 999.95 {
-			return strings.TrimSuffix(fmt.Sprintf("%.1f", x), ".0") + u
-		}
-	}
-	return fmt.Sprintf("%.0fE", x/1000)
+	return jsonview.Short(float64(v))
 }
 
 // writeCompactReport prints a report in reportWidth columns: the limits as
