@@ -4,26 +4,31 @@
 //
 // # The model
 //
-// A Limit caps one metric (tokens, input, output, requests, concurrent
-// requests, or dollars) for one key, one team (shared by its keys), one
-// organisation (shared by its teams' keys), or every key as a default
-// (counted per key: the key is the counter's subject), within a scope (all
-// traffic, one provider, one model or model pattern, one end user, or each
-// end user separately: the user is then the subject) over a window (fixed,
-// calendar, or once: a balance that never resets). Raises add to a limit
-// until an instant. A request is decided against every level that applies
-// to it at once, the most restrictive winning. The usage history (events,
-// each with a key, the team and organisation it was charged to, end user,
-// provider, model, token counts, cost and instant) is the truth; each
-// (limit, subject, window) has a
-// counter that always equals the history's sum over the window, created
-// from the history the first time the window is written. A reservation
-// holds an estimate on every applicable limit until it is committed with
-// the actual usage, released, or expires; a concurrent limit counts live
-// reservations (leases). The contract (docs/contract.md in the repository;
-// comments cite it as "contract section N") fixes how
-// counts, windows and decisions work; Decide is that contract as a pure
-// function of statuses.
+//   - A Limit caps one metric (tokens, input, output, requests,
+//     concurrent requests, or dollars) for one key, one team (shared by its
+//     keys), one organisation (shared by its teams' keys), or every key as
+//     a default, within a scope (all traffic, one provider, one model or
+//     pattern, one end user, or each end user). Raises add to it until an
+//     instant.
+//   - A Window is when a limit's count resets: fixed (every 1h), calendar
+//     (daily, monthly, in a time zone) or once (a balance that never
+//     resets).
+//   - Usage is one request's event in the history (key, the team and org
+//     it was charged to, end user, provider, model, token counts, cost,
+//     instant). The history is the truth.
+//   - A counter is one (limit, subject, window)'s sum of the history: the
+//     subject is the key a default counts for, or the end user of an
+//     each-user limit. It always equals the history's sum, and is created
+//     from the history the first time its window is written.
+//   - A Reservation holds an estimate on every applicable limit until it
+//     is committed with the actual usage, released, or expires; a
+//     concurrent limit counts live reservations (leases).
+//
+// A request is decided against every level that applies to it at once,
+// the most restrictive winning. The contract (docs/contract.md in the
+// repository; comments cite it as "contract section N") fixes how counts,
+// windows and decisions work; Decide is that contract as a pure function of
+// statuses.
 //
 // # The three paths
 //
