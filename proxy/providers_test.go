@@ -80,7 +80,10 @@ func TestProviderCaptures(t *testing.T) {
 	files, _ := filepath.Glob(filepath.Join(providerCapturesDir, "*"))
 	for _, f := range files {
 		name := filepath.Base(f)
-		if name != "SOURCES.md" && !covered[name] {
+		// Bedrock's and Gemini's (and Vertex's) captures are tested by
+		// their own parser packages, proxy/internal/bedrock and gemini.
+		ownPackage := strings.HasPrefix(name, "bedrock-") || strings.HasPrefix(name, "gemini-") || strings.HasPrefix(name, "vertex-")
+		if name != "SOURCES.md" && !ownPackage && !covered[name] {
 			t.Errorf("provider capture %s is not tested", name)
 		}
 	}
