@@ -2,21 +2,11 @@ package bedrock
 
 import (
 	"errors"
-	"os"
-	"path/filepath"
 	"testing"
 
+	"github.com/tokenbudget/tokenbudget/proxy/internal/captures"
 	"github.com/tokenbudget/tokenbudget/proxy/internal/wire"
 )
-
-func capture(t testing.TB, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "..", "testdata", "captures", "providers", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
 
 // The counts are SOURCES.md's: input = inputTokens + cache read + cache
 // write, each cache field counted once although the legacy duplicate names
@@ -33,7 +23,7 @@ var converseJSON = []struct {
 func TestConverseUsageCaptures(t *testing.T) {
 	for _, c := range converseJSON {
 		t.Run(c.file, func(t *testing.T) {
-			got, found, err := ConverseUsage(capture(t, c.file))
+			got, found, err := ConverseUsage(captures.Provider(t, c.file))
 			if err != nil || !found || got != c.want {
 				t.Fatalf("ConverseUsage = %+v, %v, %v; want %+v", got, found, err, c.want)
 			}
@@ -68,7 +58,7 @@ var converseStream = []struct {
 
 func TestStreamParserCaptures(t *testing.T) {
 	for _, c := range converseStream {
-		body := capture(t, c.file)
+		body := captures.Provider(t, c.file)
 		// Whole, and one byte per Write: frames split at every offset.
 		for _, step := range []int{len(body), 1, 7} {
 			var p StreamParser
@@ -87,7 +77,7 @@ func TestStreamParserCaptures(t *testing.T) {
 }
 
 func TestStreamParserCut(t *testing.T) {
-	body := capture(t, "bedrock-converse-stream-4.bin")
+	body := captures.Provider(t, "bedrock-converse-stream-4.bin")
 	var whole StreamParser
 	whole.Write(body)
 	var p StreamParser
@@ -101,7 +91,7 @@ func TestStreamParserCut(t *testing.T) {
 }
 
 func TestStreamParserOversizedFrameSkipped(t *testing.T) {
-	body := capture(t, "bedrock-converse-stream-4.bin")
+	body := captures.Provider(t, "bedrock-converse-stream-4.bin")
 	p := StreamParser{MaxFrameSize: 200}
 	p.Write(body)
 	if !errors.Is(p.Err(), ErrFrameTooLarge) {
@@ -135,7 +125,7 @@ func TestParsePath(t *testing.T) {
 
 func FuzzStreamParser(f *testing.F) {
 	for _, c := range converseStream {
-		f.Add(capture(f, c.file))
+		f.Add(captures.Provider(f, c.file))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var p StreamParser
@@ -148,7 +138,7 @@ func FuzzStreamParser(f *testing.F) {
 
 func FuzzConverseUsage(f *testing.F) {
 	for _, c := range converseJSON {
-		f.Add(capture(f, c.file))
+		f.Add(captures.Provider(f, c.file))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if tok, found, err := ConverseUsage(b); found && (err != nil || tok.Input < tok.CacheRead+tok.CacheWrite) {

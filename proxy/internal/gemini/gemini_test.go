@@ -4,21 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
 	"testing"
 
+	"github.com/tokenbudget/tokenbudget/proxy/internal/captures"
 	"github.com/tokenbudget/tokenbudget/proxy/internal/wire"
 )
-
-func capture(t testing.TB, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "..", "testdata", "captures", "providers", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
 
 // Counts from SOURCES.md: Input = promptTokenCount (cache included) +
 // toolUsePromptTokenCount; Input + Output + Reasoning is its billable column.
@@ -34,7 +24,7 @@ var jsonCaptures = []struct {
 
 func TestUsageCaptures(t *testing.T) {
 	for _, c := range jsonCaptures {
-		got, found, err := Usage(capture(t, c.file))
+		got, found, err := Usage(captures.Provider(t, c.file))
 		if got.Model == "" {
 			t.Errorf("%s: no model", c.file)
 		}
@@ -70,7 +60,7 @@ var streamCaptures = []struct {
 }
 
 func events(t testing.TB, file string, array bool) [][]byte {
-	b := capture(t, file)
+	b := captures.Provider(t, file)
 	if !array {
 		return sseData(b)
 	}
@@ -144,7 +134,7 @@ func TestUsageBadCount(t *testing.T) {
 
 func FuzzUsage(f *testing.F) {
 	for _, c := range jsonCaptures {
-		f.Add(capture(f, c.file))
+		f.Add(captures.Provider(f, c.file))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		tok, found, err := Usage(b)
