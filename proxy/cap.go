@@ -49,6 +49,13 @@ func ParseCapField(s string) (string, error) {
 // carries its own max_tokens (the API refuses one without it, so there is
 // nothing to decide for the client).
 func capField(setting string, f Format) string {
+	if f == GeminiGenerate {
+		// The settings name OpenAI's fields; Gemini has one.
+		if setting == CapNone {
+			return ""
+		}
+		return geminiCapField
+	}
 	switch f {
 	case OpenAIEmbeddings, AnthropicMessages, OpenAIImages, Unknown:
 		return ""
@@ -68,6 +75,10 @@ func capField(setting string, f Format) string {
 	return setting
 }
 
+// geminiCapField is where a Gemini request's cap goes: a member of the
+// generationConfig object.
+const geminiCapField = "generationConfig.maxOutputTokens"
+
 // withCap returns body with the top-level member field set to n, every
 // other member kept. A body without the member gets it inserted first,
 // byte for byte otherwise; one that has it (null: the client gave no cap)
@@ -78,6 +89,17 @@ func withCap(body []byte, field string, n int64) ([]byte, error) {
 		return nil, errBody
 	}
 	val := strconv.FormatInt(n, 10)
+	if parent, member, nested := strings.Cut(field, "."); nested {
+		obj := top[parent]
+		if t := bytes.TrimSpace(obj); len(t) == 0 || t[0] != '{' {
+			obj = []byte("{}") // absent or null: a new object
+		}
+		inner, err := withCap(obj, member, n)
+		if err != nil {
+			return nil, err
+		}
+		field, val = parent, string(inner)
+	}
 	if _, ok := top[field]; ok {
 		top[field] = json.RawMessage(val)
 		return json.Marshal(top)

@@ -114,6 +114,10 @@ type request struct {
 	Functions           json.RawMessage `json:"functions"`
 	User                json.RawMessage `json:"user"`
 	Metadata            json.RawMessage `json:"metadata"`
+	// Gemini generateContent (the model and the stream are in the path)
+	Contents          json.RawMessage `json:"contents"`
+	SystemInstruction json.RawMessage `json:"systemInstruction"`
+	GenerationConfig  json.RawMessage `json:"generationConfig"`
 	// images
 	Prompt  json.RawMessage `json:"prompt"`
 	Quality json.RawMessage `json:"quality"`
@@ -133,6 +137,10 @@ func ParseRequest(f Format, body []byte) (RequestInfo, error) {
 		return RequestInfo{}, errBody
 	}
 	ri := RequestInfo{Choices: 1}
+	if f == GeminiGenerate {
+		geminiRequest(&r, &ri)
+		return ri, nil
+	}
 	_ = json.Unmarshal(r.Model, &ri.Model)
 	_ = json.Unmarshal(r.Stream, &ri.Stream)
 	if len(r.StreamOptions) > 0 {
@@ -179,6 +187,33 @@ func ParseRequest(f Format, body []byte) (RequestInfo, error) {
 	}
 	ri.TextBytes, ri.Messages, ri.Parts, ri.PreTokens = s.text, s.msgs, s.parts, s.tokens
 	return ri, nil
+}
+
+// geminiRequest reads a generateContent body: its cap and candidate count
+// from generationConfig, its prompt from contents, systemInstruction and
+// tools. It names no end user (X-Budget-User does).
+func geminiRequest(r *request, ri *RequestInfo) {
+	var gc struct {
+		MaxOutputTokens json.RawMessage `json:"maxOutputTokens"`
+		CandidateCount  json.RawMessage `json:"candidateCount"`
+	}
+	if json.Unmarshal(r.GenerationConfig, &gc) == nil {
+		if raw := bytes.TrimSpace(gc.MaxOutputTokens); len(raw) > 0 && string(raw) != "null" {
+			ri.HasCap = true
+		}
+		var v int64
+		if json.Unmarshal(gc.MaxOutputTokens, &v) == nil && v > 0 {
+			ri.MaxOutput = min(v, budget.MaxTokens)
+		}
+		if json.Unmarshal(gc.CandidateCount, &v) == nil && v > 1 {
+			ri.Choices = v
+		}
+	}
+	var s scan
+	s.messages(r.Contents)
+	s.value(r.SystemInstruction)
+	s.text += int64(len(bytes.TrimSpace(r.Tools)))
+	ri.TextBytes, ri.Messages, ri.Parts = s.text, s.msgs, s.parts
 }
 
 // bodyUser is the end user a body names: the "user" string (OpenAI),
@@ -273,16 +308,25 @@ func (s *scan) walk(b []byte) {
 		forElements(b, s.walk)
 	case '{':
 		var typ []byte
+		media := false
 		forMembers(b, func(k, v []byte) {
 			if string(k) == `"type"` && len(v) > 0 && v[0] == '"' {
 				typ = v
 			}
+			// Gemini's parts: inline bytes or a file, not text.
+			media = media || string(k) == `"inlineData"` || string(k) == `"fileData"`
 		})
-		if typ != nil && attachments[string(typ[1:len(typ)-1])] {
+		if media || typ != nil && attachments[string(typ[1:len(typ)-1])] {
 			s.parts++
 			return
 		}
-		forMembers(b, func(_, v []byte) { s.walk(v) })
+		forMembers(b, func(k, v []byte) {
+			// Gemini's opaque token of a thought, sent back with the
+			// turn: not prompt text.
+			if string(k) != `"thoughtSignature"` {
+				s.walk(v)
+			}
+		})
 	}
 }
 

@@ -10,6 +10,16 @@ import (
 
 // dispatch handles the data of one complete event.
 func (p *StreamParser) dispatch(data []byte) {
+	if p.gem != nil {
+		// Each chunk repeats the usage so far: the last one wins.
+		p.gem.Event(data)
+		p.tok, p.found = p.gem.Result()
+		p.final, p.text = p.found && p.gem.Final(), p.gem.TextBytes()
+		if err := p.gem.Err(); err != nil {
+			p.fail(err)
+		}
+		return
+	}
 	p.text += streamedText(p.format, data)
 	if !hasUsageObject(data) {
 		return

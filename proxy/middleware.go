@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/proxy/internal/gemini"
 )
 
 // Mode is how the middleware admits a request.
@@ -112,23 +113,69 @@ func AzureRoutes(provider string) map[string]Route {
 	return routes
 }
 
-// routeFor is the route of path and, for an Azure deployment path, the
-// deployment it names.
-func (m *Middleware) routeFor(path string) (route Route, deployment string, ok bool) {
-	if route, ok = m.cfg.Routes[path]; ok || !strings.HasPrefix(path, deploymentsPrefix) {
-		return route, "", ok
+// GeminiPath and VertexPath are the keys in Config.Routes of Gemini's and
+// Vertex AI's generateContent routes: a request for
+// /v1beta/models/MODEL:generateContent (or :streamGenerateContent) takes
+// the route at GeminiPath, one for
+// /v1/projects/P/locations/L/publishers/google/models/MODEL:... the one at
+// VertexPath; MODEL is its model, the method says whether it streams.
+const (
+	GeminiPath = "/{version}/models/{model}:{method}"
+	VertexPath = "/{version}/projects/{project}/locations/{location}/publishers/google/models/{model}:{method}"
+)
+
+// GeminiRoutes maps Gemini's generateContent paths to GeminiGenerate with
+// the provider provider ("gemini" when "").
+func GeminiRoutes(provider string) map[string]Route {
+	if provider == "" {
+		provider = GeminiGenerate.Provider()
 	}
-	deployment, op, _ := strings.Cut(path[len(deploymentsPrefix):], "/")
-	if deployment == "" || op == "" {
-		return Route{}, "", false
+	return map[string]Route{GeminiPath: {Format: GeminiGenerate, Provider: provider}}
+}
+
+// target is where a request path leads: its route and what the path
+// itself says of the request (an Azure deployment or a Gemini model, a
+// Gemini stream).
+type target struct {
+	route  Route
+	model  string // "" when the body names it
+	stream bool
+}
+
+// routeFor is the route of path (URL.Path) with what the path says; rawPath
+// is its escaped form, where a Gemini model name is read.
+func (m *Middleware) routeFor(path, rawPath string) (t target, ok bool) {
+	if t.route, ok = m.cfg.Routes[path]; ok {
+		return t, true
 	}
-	route, ok = m.cfg.Routes[DeploymentPath+op]
-	return route, deployment, ok
+	if rest, isAzure := strings.CutPrefix(path, deploymentsPrefix); isAzure {
+		deployment, op, _ := strings.Cut(rest, "/")
+		if deployment == "" || op == "" {
+			return target{}, false
+		}
+		t.route, ok = m.cfg.Routes[DeploymentPath+op]
+		t.model = deployment
+		return t, ok
+	}
+	if strings.Contains(path, ":") {
+		gp, err := gemini.ParsePath(rawPath)
+		if err != nil {
+			return target{}, false
+		}
+		key := GeminiPath
+		if gp.Vertex {
+			key = VertexPath
+		}
+		t.route, ok = m.cfg.Routes[key]
+		t.model, t.stream = gp.Model, gp.Stream
+		return t, ok
+	}
+	return target{}, false
 }
 
 // DefaultRoutes maps the five API paths to their formats, each with the
-// provider provider, or its family's default (openai, anthropic) when
-// provider is "".
+// provider provider; when provider is "", each with its family's default
+// (openai, anthropic), and Gemini's generateContent (GeminiPath) too.
 func DefaultRoutes(provider string) map[string]Route {
 	routes := make(map[string]Route, 5)
 	for _, f := range []Format{OpenAIChat, OpenAIResponses, OpenAIEmbeddings, AnthropicMessages, OpenAIImages} {
@@ -137,6 +184,9 @@ func DefaultRoutes(provider string) map[string]Route {
 			p = f.Provider()
 		}
 		routes[f.Path()] = Route{Format: f, Provider: p}
+	}
+	if provider == "" {
+		routes[GeminiPath] = Route{Format: GeminiGenerate, Provider: GeminiGenerate.Provider()}
 	}
 	return routes
 }
@@ -443,7 +493,8 @@ func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 	if r.URL.Path == countTokensPath && m.countTokens(x, r, next) {
 		return
 	}
-	route, deployment, ok := m.routeFor(r.URL.Path)
+	tg, ok := m.routeFor(r.URL.Path, r.URL.EscapedPath())
+	route := tg.route
 	if !ok {
 		m.outcome(w, OutcomeNotFound)
 		writeError(w, Unknown, simpleError(Unknown, http.StatusNotFound, CodeNotFound, "no route "+r.URL.Path+": this proxy serves "+m.paths()))
@@ -470,9 +521,10 @@ func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 		writeError(w, f, simpleError(f, http.StatusBadRequest, CodeBadRequest, "the request body is not a JSON object"))
 		return
 	}
-	if deployment != "" {
-		ri.Model = deployment // what Azure runs, whatever the body says
+	if tg.model != "" {
+		ri.Model = tg.model // what Azure or Gemini runs, whatever the body says
 	}
+	ri.Stream = ri.Stream || tg.stream
 	// Before anything is written or logged: the model is the one string a
 	// client chooses that the tracker stores (reservations, usage), and
 	// the error quotes only its start.
@@ -535,7 +587,8 @@ func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 	r.Header.Del("Accept-Encoding")
 	r = r.WithContext(context.WithValue(ctx, infoKey{}, info))
 
-	rec := &recorder{w: w, f: f, reqID: info.RequestID, extra: extra, stripUsage: strip, maxJSON: m.cfg.MaxResponseBody}
+	rec := &recorder{w: w, f: f, reqID: info.RequestID, extra: extra, stripUsage: strip, maxJSON: m.cfg.MaxResponseBody,
+		jsonStream: f == GeminiGenerate && ri.Stream}
 	var renew *renewer
 	if res != nil {
 		renew = m.startRenew(res)

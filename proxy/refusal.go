@@ -75,7 +75,9 @@ type limitDetail struct {
 // code, and a budget refusal its limit.
 func writeError(w http.ResponseWriter, f Format, e apiError) {
 	var body any
-	if f == AnthropicMessages {
+	if f == GeminiGenerate {
+		body = googleError(e)
+	} else if f == AnthropicMessages {
 		body = struct {
 			Type  string `json:"type"`
 			Error any    `json:"error"`
@@ -107,6 +109,47 @@ func writeError(w http.ResponseWriter, f Format, e apiError) {
 	h.Del("Content-Encoding")
 	w.WriteHeader(e.status)
 	w.Write(append(b, '\n'))
+}
+
+// googleStatus is the google.rpc status name of an HTTP status, as
+// Google's APIs answer it.
+var googleStatus = map[int]string{
+	http.StatusBadRequest:            "INVALID_ARGUMENT",
+	http.StatusUnauthorized:          "UNAUTHENTICATED",
+	http.StatusForbidden:             "PERMISSION_DENIED",
+	http.StatusNotFound:              "NOT_FOUND",
+	http.StatusMethodNotAllowed:      "INVALID_ARGUMENT",
+	http.StatusRequestTimeout:        "DEADLINE_EXCEEDED",
+	http.StatusRequestEntityTooLarge: "INVALID_ARGUMENT",
+	http.StatusTooManyRequests:       "RESOURCE_EXHAUSTED",
+	http.StatusBadGateway:            "UNAVAILABLE",
+	http.StatusServiceUnavailable:    "UNAVAILABLE",
+	http.StatusGatewayTimeout:        "DEADLINE_EXCEEDED",
+}
+
+// googleError is e in Google's error shape,
+// {"error":{"code","message","status","details"}}: the SDKs read code and
+// status; the proxy's code is the reason of an ErrorInfo detail, and a
+// budget refusal's limit sits beside them.
+func googleError(e apiError) any {
+	status := googleStatus[e.status]
+	if status == "" {
+		status = "INTERNAL"
+	}
+	type errorInfo struct {
+		Type   string `json:"@type"`
+		Reason string `json:"reason"`
+		Domain string `json:"domain"`
+	}
+	return struct {
+		Error any `json:"error"`
+	}{struct {
+		Code    int          `json:"code"`
+		Message string       `json:"message"`
+		Status  string       `json:"status"`
+		Details []errorInfo  `json:"details"`
+		Limit   *limitDetail `json:"limit,omitempty"`
+	}{e.status, e.message, status, []errorInfo{{"type.googleapis.com/google.rpc.ErrorInfo", e.code, "tokenbudget"}}, e.limit}}
 }
 
 // typeFor maps a status to the error type of format f.

@@ -24,6 +24,7 @@ type recorder struct {
 	extra      http.Header // set on a 2xx response
 	stripUsage bool
 	maxJSON    int64
+	jsonStream bool // a Gemini stream: a JSON array of chunks unless SSE
 
 	status     int
 	replaced   bool // an upstream 401/403, swallowed
@@ -73,6 +74,9 @@ func (rc *recorder) WriteHeader(code int) {
 		rc.sse = ct == "text/event-stream"
 		ce := h.Get("Content-Encoding")
 		rc.encoded = ce != "" && !strings.EqualFold(ce, "identity")
+		if !rc.sse && rc.jsonStream && !rc.encoded {
+			rc.parser = newJSONStreamParser(rc.f)
+		}
 		if rc.sse && !rc.encoded {
 			rc.parser = NewStreamParser(rc.f)
 			if rc.stripUsage {

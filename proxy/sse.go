@@ -3,6 +3,8 @@ package proxy
 import (
 	"bytes"
 	"errors"
+
+	"github.com/tokenbudget/tokenbudget/proxy/internal/gemini"
 )
 
 // DefaultMaxEventSize is the default cap on the data of one SSE event.
@@ -62,6 +64,9 @@ type StreamParser struct {
 	MaxEventSize int
 
 	format Format
+	json   bool      // a JSON body, not SSE: a Gemini JSON-array stream (jsonstream.go)
+	jf     jsonFrame // its framing
+	gem    *gemini.SSE
 
 	// SSE framing
 	st        int
@@ -102,7 +107,19 @@ const (
 
 // NewStreamParser returns a parser for a stream of format f.
 func NewStreamParser(f Format) *StreamParser {
-	return &StreamParser{format: f, firstLine: true}
+	p := &StreamParser{format: f, firstLine: true}
+	if f == GeminiGenerate {
+		p.gem = &gemini.SSE{}
+	}
+	return p
+}
+
+// newJSONStreamParser returns a parser for a Gemini stream sent as a JSON
+// array of chunks (streamGenerateContent without alt=sse).
+func newJSONStreamParser(f Format) *StreamParser {
+	p := NewStreamParser(f)
+	p.json = true
+	return p
 }
 
 // Result returns the usage seen so far. found is false when no event carried
@@ -139,6 +156,10 @@ func (p *StreamParser) maxEvent() int {
 // Write parses b, the next bytes of the stream. It never fails and always
 // returns len(b), nil, so it can sit behind io.TeeReader or io.MultiWriter.
 func (p *StreamParser) Write(b []byte) (int, error) {
+	if p.json {
+		p.writeJSON(b)
+		return len(b), nil
+	}
 	p.seg = 0
 	for i := 0; i < len(b); {
 		c := b[i]

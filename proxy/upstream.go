@@ -31,6 +31,9 @@ type UpstreamConfig struct {
 	// AzureKey is put in "api-key" on Azure OpenAI routes (Route.Kind
 	// KindAzure).
 	AzureKey string
+	// GeminiKey is put in "x-goog-api-key" on Gemini routes
+	// (GeminiGenerate).
+	GeminiKey string
 	// Transport makes the upstream calls. (Optional; default a clone of
 	// http.DefaultTransport.)
 	Transport http.RoundTripper
@@ -108,6 +111,10 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 				if cfg.AzureKey != "" {
 					h.Set("Api-Key", cfg.AzureKey)
 				}
+			case f == GeminiGenerate:
+				if cfg.GeminiKey != "" {
+					h.Set("X-Goog-Api-Key", cfg.GeminiKey)
+				}
 			case f == AnthropicMessages && cfg.AnthropicKey != "":
 				h.Set("X-Api-Key", cfg.AnthropicKey)
 			case f != AnthropicMessages && f != Unknown && cfg.OpenAIKey != "":
@@ -166,7 +173,11 @@ func NewHandler(cfg HandlerConfig) (http.Handler, error) {
 	mux := http.NewServeMux()
 	api := cfg.Middleware.Wrap(cfg.Upstream)
 	for p := range cfg.Middleware.cfg.Routes {
-		mux.Handle(p, api)
+		// Gemini's keys are no mux patterns (a wildcard and a :method in
+		// one segment): "/" takes them to the middleware, which routes them.
+		if !strings.Contains(p, ":") {
+			mux.Handle(p, api)
+		}
 	}
 	ops := func(h http.Handler) http.Handler {
 		if cfg.OpsHost == nil {

@@ -21,6 +21,12 @@ const (
 	OpenAIEmbeddings         // POST /v1/embeddings
 	AnthropicMessages        // POST /v1/messages
 	OpenAIImages             // POST /v1/images/generations
+	// GeminiGenerate is the Gemini API's and Vertex AI's generateContent:
+	// POST /{version}/models/{model}:generateContent (Vertex:
+	// /{version}/projects/{p}/locations/{l}/publishers/google/models/...),
+	// and :streamGenerateContent, streamed as SSE with alt=sse, else as a
+	// JSON array of chunks. The model is in the path.
+	GeminiGenerate
 )
 
 // FormatForPath returns the Format of a request path (URL.Path, without
@@ -55,6 +61,8 @@ func (f Format) String() string {
 		return "anthropic-messages"
 	case OpenAIImages:
 		return "openai-images"
+	case GeminiGenerate:
+		return "gemini-generate"
 	}
 	return "unknown"
 }
@@ -67,6 +75,8 @@ func (f Format) Provider() string {
 		return "openai"
 	case AnthropicMessages:
 		return "anthropic"
+	case GeminiGenerate:
+		return "gemini"
 	}
 	return ""
 }
@@ -217,6 +227,13 @@ func (b *body) usage() *usage {
 // not a JSON object or a token count is not an integer from 0 to 2^53-1 (or
 // the billable sum exceeds it); found is then false. The body is only read.
 func ParseJSON(f Format, data []byte) (t Tokens, found bool, err error) {
+	if f == GeminiGenerate {
+		// One GenerateContentResponse, or a whole JSON-array stream.
+		p := newJSONStreamParser(f)
+		p.Write(data)
+		t, found = p.Result()
+		return t, found, p.Err()
+	}
 	var b body
 	if err := json.Unmarshal(data, &b); err != nil {
 		return Tokens{}, false, fmt.Errorf("proxy: %v response: %w", f, err)

@@ -84,7 +84,10 @@ type response struct {
 	Usage        *usageMetadata `json:"usageMetadata"`
 	ModelVersion string         `json:"modelVersion"`
 	Candidates   []struct {
-		Content struct {
+		// FinishReason is a string ("STOP") or, with Vertex's
+		// enum-encoding=int, a number: present on the last chunk.
+		FinishReason json.RawMessage `json:"finishReason"`
+		Content      struct {
 			Parts []struct {
 				Text string `json:"text"`
 			} `json:"parts"`
@@ -119,6 +122,17 @@ func (r *response) textBytes() (n int64) {
 	return n
 }
 
+// finished reports whether a candidate carries its finishReason: the
+// chunk ends the stream.
+func (r *response) finished() bool {
+	for _, c := range r.Candidates {
+		if v := string(c.FinishReason); v != "" && v != "null" && v != `""` && v != "0" {
+			return true
+		}
+	}
+	return false
+}
+
 // Usage returns the usage of a generateContent response body (one
 // GenerateContentResponse). found is false when it has no usageMetadata.
 func Usage(body []byte) (t wire.Tokens, found bool, err error) {
@@ -137,6 +151,7 @@ func Usage(body []byte) (t wire.Tokens, found bool, err error) {
 type SSE struct {
 	tok   wire.Tokens
 	found bool
+	final bool
 	text  int64
 	err   error
 }
@@ -154,7 +169,13 @@ func (s *SSE) Event(data []byte) {
 	if t, ok := r.tokens(); ok {
 		s.tok, s.found = t, true
 	}
+	s.final = s.final || r.finished()
 }
+
+// Final reports whether a chunk with a finishReason has arrived: the
+// usage seen is the whole response's. Before it, a stream cut short has
+// whole prompt counts and the output generated so far.
+func (s *SSE) Final() bool { return s.final }
 
 // Result returns the usage of the last event that carried it. A stream cut
 // short reports the usage of its last chunk so far: the prompt counts are
