@@ -104,6 +104,22 @@
 // x-api-key, api-key, x-goog-api-key, ?key=), and every one of those places
 // is stripped before forwarding.
 //
+// Gemini (GeminiRoutes, GeminiPath; Vertex AI's publisher paths at
+// VertexPath): generateContent and streamGenerateContent, the model and the
+// stream named by the path, the cap injected in
+// generationConfig.maxOutputTokens, usageMetadata read from a body, an
+// alt=sse stream or a JSON-array stream (framed chunk by chunk, so a stream
+// cut short keeps its last usage), refusals in Google's error shape;
+// NewUpstream sends UpstreamConfig.GeminiKey as x-goog-api-key.
+//
+// Many upstreams: KindRoutes gives the routes of an upstream of an API
+// kind under its provider name; Upstreams forwards each admitted request to
+// its route's provider's handler. With several OpenAI-kind upstreams
+// (Config.OpenAIProviders) an OpenAI-shaped request goes to the provider of
+// the first Config.ModelRoutes pattern matching its normalised model, else
+// to the one its X-Budget-Provider header (ProviderHeader, never forwarded)
+// names, else to its route's; a header naming none of them is 404.
+//
 // GET /v1/budget (BudgetPath) is self-service: with a valid gateway key
 // (the same lookup and the same 401 as step 2) the middleware answers it
 // itself with 200 {"key", "limits"} (Budget): the status of every limit

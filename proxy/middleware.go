@@ -243,6 +243,17 @@ type Config struct {
 	// lease) stay retryable. Negative: every refusal says not to retry.
 	// (Optional; default DefaultMaxClientWait, 60s.)
 	MaxClientWait time.Duration
+	// OpenAIProviders are the providers of the OpenAI-kind upstreams, in
+	// the order the operator gave them, when there are several: an
+	// OpenAI-shaped request (the routes' OpenAI paths, whose provider is
+	// the first of them) goes to the one the first matching ModelRoutes
+	// entry names, else to the one its X-Budget-Provider header
+	// (ProviderHeader) names (404 when that is none of these), else to its
+	// route's. (Optional.)
+	OpenAIProviders []string
+	// ModelRoutes route OpenAI-shaped requests by their normalised model,
+	// first match first; each names one of OpenAIProviders. (Optional.)
+	ModelRoutes []ModelRoute
 	// RequireLimits refuses a request that no enabled limit applies to
 	// (its key's own, a default, its team's or org's; a per-user limit
 	// only when it names an end user): 403 with code no_budget,
@@ -361,6 +372,10 @@ func New(t *budget.Tracker, cfg Config) (*Middleware, error) {
 			routes[p] = r
 		}
 		cfg.Routes = routes
+	}
+	cfg.ModelRoutes = slices.Clone(cfg.ModelRoutes)
+	if err := checkModelRoutes(&cfg); err != nil {
+		return nil, err
 	}
 	def := func(v *int64, d int64) {
 		if *v <= 0 {
@@ -482,6 +497,8 @@ func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 	// A gateway header: the upstream never sees it, on any path.
 	hdrUser := strings.TrimSpace(r.Header.Get(UserHeader))
 	r.Header.Del(UserHeader)
+	hdrProvider := strings.TrimSpace(r.Header.Get(ProviderHeader))
+	r.Header.Del(ProviderHeader)
 	if isModels(r.URL.Path) {
 		m.models(x, r, next)
 		return
@@ -534,6 +551,13 @@ func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 		return
 	}
 	x.model = ri.Model
+	if route.Provider, ok = m.chooseProvider(route, ri.Model, hdrProvider); !ok {
+		m.outcome(w, OutcomeNotFound)
+		writeError(w, f, simpleError(f, http.StatusNotFound, CodeNotFound, "no upstream "+clipName(hdrProvider)+
+			" (the "+ProviderHeader+" header): OpenAI-shaped requests go to "+strings.Join(m.cfg.OpenAIProviders, ", ")))
+		return
+	}
+	x.provider = route.Provider
 	user, ok := m.endUser(w, f, hdrUser, &ri)
 	if !ok {
 		return

@@ -23,8 +23,9 @@ import (
 	"github.com/tokenbudget/tokenbudget/proxy"
 )
 
-const proxyHelp = `usage: budget proxy (--upstream URL | --mock-upstream) [--listen ADDR] [--provider NAME]
-	[--upstream-key-env VAR] [--mode reserve|check] [--max-body N] [--default-max-output N]
+const proxyHelp = `usage: budget proxy (--upstream URL | --upstream NAME=URL ... | --mock-upstream) [--listen ADDR]
+	[--provider NAME] [--upstream-key-env VAR | NAME=VAR ...] [--upstream-api NAME=KIND ...]
+	[--model-route PATTERN=NAME ...] [--mode reserve|check] [--max-body N] [--default-max-output N]
 	[--cap-field auto|none|max_tokens|max_completion_tokens|max_output_tokens]
 	[--max-client-wait D] [--require-limits] [--image-tokens N] [--reservation-ttl D]
 	[--body-timeout D] [--header-timeout D] [--stream-idle-timeout D]
@@ -33,8 +34,10 @@ const proxyHelp = `usage: budget proxy (--upstream URL | --mock-upstream) [--lis
 	[--admin-listen ADDR [--admin-token-env VAR]]
 	[--alert-webhook URL [--alert-secret-env VAR]] [--metrics-limits ID,...]
 
-Serves POST /v1/chat/completions, /v1/responses, /v1/embeddings and
-/v1/messages, and GET /v1/models (other paths: 404) on --listen (default
+Serves POST /v1/chat/completions, /v1/responses, /v1/embeddings,
+/v1/images/generations, /v1/messages, Gemini's
+/v1beta/models/MODEL:generateContent and :streamGenerateContent, and GET
+/v1/models (other paths: 404) on --listen (default
 127.0.0.1:8080), forwarding them to --upstream with the upstream
 credential, under the token budgets of the database. Clients authenticate
 with a gateway key ('budget key add NAME') as "Authorization: Bearer KEY" or
@@ -69,6 +72,27 @@ x-api-key), or from --upstream-key-env VAR for every route. With
 as api-key. Clients may send the gateway key as Authorization: Bearer,
 x-api-key or api-key.
 --mock-upstream answers with the built-in mock provider instead (no account).
+
+Many upstreams: --upstream NAME=URL, repeated, gives one upstream each;
+NAME is the provider limits, prices and the usage events use. Its API kind
+is NAME when NAME is openai, anthropic, gemini or azure, else
+--upstream-api NAME=KIND says it (openai for any OpenAI-compatible server:
+DeepSeek, Groq, Mistral, xAI, OpenRouter, Together, vLLM, Ollama; vertex
+and bedrock are not served yet). Its credential is read from
+--upstream-key-env NAME=VAR, else from the kind's variable when NAME is
+the kind (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY sent as
+x-goog-api-key, AZURE_OPENAI_API_KEY), else from NAME_API_KEY
+(DEEPSEEK_API_KEY). Requests route by their native path: /v1/messages to
+the first anthropic-kind upstream, /v1beta/models/MODEL:generateContent
+and :streamGenerateContent to the first gemini one,
+/openai/deployments/NAME/... to the first azure one, and the OpenAI paths
+to the first OpenAI-kind upstream unless a --model-route PATTERN=NAME
+matches the request's normalised model (patterns as in limits; the first
+matching flag wins) or an X-Budget-Provider: NAME header names another
+OpenAI-kind upstream. A path no upstream serves is 404 naming the served
+ones; X-Budget-Provider naming no OpenAI-kind upstream is 404 too. Clients
+may send the gateway key as Authorization: Bearer, x-api-key, api-key,
+x-goog-api-key or ?key=; it never goes upstream.
 
 Every proxied response carries X-Tokenbudget-Request-Id: the request id its
 usage is recorded under (the reservation id in reserve mode). In reserve
@@ -136,10 +160,14 @@ const (
 
 // proxyOptions configure a proxy started by startProxy.
 type proxyOptions struct {
-	dsn         string
-	listen      string
-	upstream    string // "" with mock
-	mock        bool
+	dsn      string
+	listen   string
+	upstream string // "" with mock or upstreams
+	mock     bool
+	// upstreams are the --upstream NAME=URL upstreams, in flag order;
+	// modelRoutes their --model-route rules.
+	upstreams   []namedUpstream
+	modelRoutes []proxy.ModelRoute
 	provider    string
 	keyEnv      string
 	mode        proxy.Mode
@@ -183,10 +211,10 @@ func (m *Main) runProxy(ctx context.Context, args []string) (err error) {
 	var o proxyOptions
 	dsn := m.dbFlag(fs)
 	fs.StringVar(&o.listen, "listen", defaultProxyListen, "address to serve on")
-	fs.StringVar(&o.upstream, "upstream", "", "the provider's base `URL`, such as https://api.openai.com")
+	var uf upstreamFlags
+	uf.register(fs)
 	fs.BoolVar(&o.mock, "mock-upstream", false, "answer with the built-in mock provider instead of --upstream")
 	fs.StringVar(&o.provider, "provider", "", "provider `name` for every route (default openai, anthropic per route)")
-	fs.StringVar(&o.keyEnv, "upstream-key-env", "", "environment `variable` holding the upstream credential for every route")
 	mode := fs.String("mode", string(proxy.ModeReserve), "reserve (exact under concurrency) or check (faster, may overshoot)")
 	fs.Int64Var(&o.maxBody, "max-body", proxy.DefaultMaxBody, "largest request body in bytes; larger ones get 413")
 	fs.Int64Var(&o.maxOutput, "default-max-output", proxy.DefaultMaxOutput, "output estimate of a request without max tokens")
@@ -215,6 +243,14 @@ func (m *Main) runProxy(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	o.dsn = *dsn
+	if uf.named() {
+		o.upstreams, o.modelRoutes, err = uf.upstreams()
+	} else {
+		o.upstream, o.keyEnv, err = uf.single()
+	}
+	if err != nil {
+		return err
+	}
 	if o.mode, err = proxy.ParseMode(*mode); err != nil {
 		return err
 	}
@@ -248,6 +284,13 @@ func (m *Main) runProxy(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	up := p.upstream
+	if len(o.upstreams) > 0 {
+		var names []string
+		for _, u := range o.upstreams {
+			names = append(names, u.name+"="+u.url)
+		}
+		up = strings.Join(names, " ")
+	}
 	if o.mock {
 		up += " (built-in mock)"
 	}
@@ -262,11 +305,14 @@ func (m *Main) runProxy(ctx context.Context, args []string) (err error) {
 }
 
 func (o *proxyOptions) validate() error {
+	named := len(o.upstreams) > 0
 	switch {
-	case o.mock && o.upstream != "":
+	case o.mock && (o.upstream != "" || named):
 		return usagef("proxy", "--upstream and --mock-upstream exclude each other")
-	case !o.mock && o.upstream == "":
-		return usagef("proxy", "--upstream URL or --mock-upstream is required")
+	case !o.mock && o.upstream == "" && !named:
+		return usagef("proxy", "--upstream URL (or NAME=URL, repeated) or --mock-upstream is required")
+	case named && strings.TrimSpace(o.provider) != "":
+		return usagef("proxy", "--provider names the one --upstream URL; with --upstream NAME=URL each NAME is its provider")
 	}
 	if o.upstream != "" {
 		u, err := url.Parse(o.upstream)
@@ -384,43 +430,7 @@ func (m *Main) startProxy(ctx context.Context, o proxyOptions) (_ *runningProxy,
 		p.startAlerts(ctx, o)
 	}
 
-	p.upstream = o.upstream
-	if o.mock {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("mock upstream: %w", err)
-		}
-		p.mock = &http.Server{Handler: &proxy.MockUpstream{}, ReadHeaderTimeout: 10 * time.Second}
-		go p.mock.Serve(ln)
-		p.upstream = "http://" + ln.Addr().String()
-	}
-	u, err := url.Parse(p.upstream)
-	if err != nil {
-		return nil, budget.Invalid("upstream", p.upstream, err.Error())
-	}
-	uc := proxy.UpstreamConfig{URL: u, Logger: o.log, HeaderTimeout: o.headerTimeout, StreamIdleTimeout: o.idleTimeout,
-		OpenAIKey: m.Getenv("OPENAI_API_KEY"), AnthropicKey: m.Getenv("ANTHROPIC_API_KEY"), AzureKey: m.Getenv("AZURE_OPENAI_API_KEY")}
-	if o.keyEnv != "" {
-		uc.OpenAIKey = m.Getenv(o.keyEnv)
-		uc.AnthropicKey, uc.AzureKey = uc.OpenAIKey, uc.OpenAIKey
-	}
-	// The provider name azure is also the API kind: an Azure OpenAI
-	// resource serves only its deployment paths.
-	azure := strings.TrimSpace(o.provider) == proxy.KindAzure
-	routes := proxy.DefaultRoutes(strings.TrimSpace(o.provider))
-	if azure {
-		routes = proxy.AzureRoutes(proxy.KindAzure)
-		uc.OpenAIKey, uc.AnthropicKey = "", ""
-	}
-	missing := uc.OpenAIKey == "" && uc.AnthropicKey == ""
-	if azure {
-		missing = uc.AzureKey == ""
-	}
-	if !o.mock && missing {
-		o.log.Warn("no upstream credential in the environment: requests go upstream without one",
-			"variables", credentialVars(o.keyEnv))
-	}
-	up, err := proxy.NewUpstream(uc)
+	routes, up, err := m.buildUpstreams(o, p)
 	if err != nil {
 		return nil, err
 	}
@@ -431,12 +441,17 @@ func (m *Main) startProxy(ctx context.Context, o proxyOptions) (_ *runningProxy,
 	p.keys.OnTouchError = func(name string, err error) {
 		o.log.Warn("proxy: recording a gateway key's last use failed", "key", name, "err", err)
 	}
-	pc := proxy.Config{Mode: o.mode, Keys: p.keys, Routes: routes,
+	pc := proxy.Config{Mode: o.mode, Keys: p.keys, Routes: routes, ModelRoutes: o.modelRoutes,
 		DefaultMaxOutput: o.maxOutput, CapField: o.capField, MaxClientWait: o.maxClientWait, RequireLimits: o.requireLimits,
 		ImageTokens: o.imageTokens, MaxBody: o.maxBody,
 		ReservationTTL: o.reservationTTL, BodyTimeout: o.bodyTimeout, MaxInflightBytes: o.maxInflight,
 		MaxInflightBytesPerKey: o.maxInflightKey, MinBodyRate: cmp.Or(o.minBodyRate, -1),
 		Metrics: metrics, Logger: o.log}
+	for _, u := range o.upstreams {
+		if u.kind == proxy.KindOpenAI {
+			pc.OpenAIProviders = append(pc.OpenAIProviders, u.name)
+		}
+	}
 	if o.accessLog {
 		pc.AccessLog = o.log
 	}
@@ -478,11 +493,92 @@ func (m *Main) startProxy(ctx context.Context, o proxyOptions) (_ *runningProxy,
 	return p, nil
 }
 
+// buildUpstreams returns the routes and the upstream handler of o: the one
+// --upstream URL (or the mock, started here) for every route, or one
+// upstream per --upstream NAME=URL serving its kind's routes, the first of
+// each kind taking that kind's native paths.
+func (m *Main) buildUpstreams(o proxyOptions, p *runningProxy) (map[string]proxy.Route, http.Handler, error) {
+	base := proxy.UpstreamConfig{Logger: o.log, HeaderTimeout: o.headerTimeout, StreamIdleTimeout: o.idleTimeout}
+	if len(o.upstreams) > 0 {
+		routes := map[string]proxy.Route{}
+		ups := proxy.Upstreams{}
+		var missing []string
+		for _, u := range o.upstreams {
+			kr, err := proxy.KindRoutes(u.kind, u.name)
+			if err != nil {
+				return nil, nil, fmt.Errorf("upstream %s: %w", u.name, err)
+			}
+			for path, r := range kr {
+				if _, taken := routes[path]; !taken {
+					routes[path] = r
+				}
+			}
+			pu, _ := url.Parse(u.url) // checked when the flags were parsed
+			key := m.Getenv(u.keyEnv)
+			if key == "" {
+				missing = append(missing, u.name+" ($"+u.keyEnv+")")
+			}
+			uc := upstreamConfig(base, u.kind, key)
+			uc.URL = pu
+			if ups[u.name], err = proxy.NewUpstream(uc); err != nil {
+				return nil, nil, err
+			}
+		}
+		if len(missing) > 0 {
+			o.log.Warn("no upstream credential in the environment: these upstreams are called without one", "upstreams", strings.Join(missing, ", "))
+		}
+		return routes, ups, nil
+	}
+	p.upstream = o.upstream
+	if o.mock {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, nil, fmt.Errorf("mock upstream: %w", err)
+		}
+		p.mock = &http.Server{Handler: &proxy.MockUpstream{}, ReadHeaderTimeout: 10 * time.Second}
+		go p.mock.Serve(ln)
+		p.upstream = "http://" + ln.Addr().String()
+	}
+	u, err := url.Parse(p.upstream)
+	if err != nil {
+		return nil, nil, budget.Invalid("upstream", p.upstream, err.Error())
+	}
+	uc := base
+	uc.URL = u
+	uc.OpenAIKey, uc.AnthropicKey, uc.AzureKey = m.Getenv("OPENAI_API_KEY"), m.Getenv("ANTHROPIC_API_KEY"), m.Getenv("AZURE_OPENAI_API_KEY")
+	uc.GeminiKey = m.Getenv("GEMINI_API_KEY")
+	if o.keyEnv != "" {
+		uc.OpenAIKey = m.Getenv(o.keyEnv)
+		uc.AnthropicKey, uc.AzureKey, uc.GeminiKey = uc.OpenAIKey, uc.OpenAIKey, uc.OpenAIKey
+	}
+	// The provider name azure is also the API kind: an Azure OpenAI
+	// resource serves only its deployment paths.
+	azure := strings.TrimSpace(o.provider) == proxy.KindAzure
+	routes := proxy.DefaultRoutes(strings.TrimSpace(o.provider))
+	if azure {
+		routes = proxy.AzureRoutes(proxy.KindAzure)
+		uc.OpenAIKey, uc.AnthropicKey, uc.GeminiKey = "", "", ""
+	}
+	missing := uc.OpenAIKey == "" && uc.AnthropicKey == "" && uc.GeminiKey == ""
+	if azure {
+		missing = uc.AzureKey == ""
+	}
+	if !o.mock && missing {
+		o.log.Warn("no upstream credential in the environment: requests go upstream without one",
+			"variables", credentialVars(o.keyEnv))
+	}
+	up, err := proxy.NewUpstream(uc)
+	if err != nil {
+		return nil, nil, err
+	}
+	return routes, up, nil
+}
+
 func credentialVars(keyEnv string) string {
 	if keyEnv != "" {
 		return keyEnv
 	}
-	return "OPENAI_API_KEY, ANTHROPIC_API_KEY, AZURE_OPENAI_API_KEY"
+	return "OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY, AZURE_OPENAI_API_KEY"
 }
 
 // stop drains in-flight requests (at most drainTimeout, then closes the

@@ -36,6 +36,23 @@ func TestProxyFlags(t *testing.T) {
 		{"--mock-upstream", "--cap-field", "max_words"},
 		{"--mock-upstream", "--max-client-wait", "-1s"},
 		{"--mock-upstream", "--log-format", "xml"},
+		// many upstreams
+		{"--upstream", "deepseek=https://api.deepseek.com"},                                                            // no kind
+		{"--upstream", "openai=https://x", "--upstream", "openai=https://y"},                                           // twice
+		{"--upstream", "openai=ftp://x"},                                                                               // not http
+		{"--upstream", "=https://x", "--upstream", "openai=https://y"},                                                 // no name
+		{"--upstream", "openai=https://x", "--upstream-api", "other=openai"},                                           // unknown name
+		{"--upstream", "ds=https://x", "--upstream-api", "ds=cohere"},                                                  // unknown kind
+		{"--upstream", "bedrock=https://x"},                                                                            // not served yet
+		{"--upstream", "openai=https://x", "--provider", "openai"},                                                     // --provider is the single form's
+		{"--upstream", "openai=https://x", "--upstream-key-env", "anthropic=K"},                                        // unknown name
+		{"--upstream", "openai=https://x", "--upstream-key-env", "openai="},                                            // no variable
+		{"--upstream", "openai=https://x", "--model-route", "gpt-*=anthropic"},                                         // unknown name
+		{"--upstream", "openai=https://x", "--upstream", "anthropic=https://y", "--model-route", "claude-*=anthropic"}, // not OpenAI-kind
+		{"--upstream", "https://x", "--model-route", "gpt-*=openai"},                                                   // single form
+		{"--upstream", "https://x", "--upstream-key-env", "openai=K"},                                                  // single form
+		{"--upstream", "https://x", "--upstream-api", "openai=openai"},                                                 // single form
+		{"--mock-upstream", "--upstream", "openai=https://x"},
 	} {
 		db := tempDB(t)
 		mustRun(t, 2, append([]string{"proxy", "--db", db}, args...)...)
