@@ -49,15 +49,17 @@ func ParseCapField(s string) (string, error) {
 // carries its own max_tokens (the API refuses one without it, so there is
 // nothing to decide for the client).
 func capField(setting string, f Format) string {
-	if f == GeminiGenerate {
-		// The settings name OpenAI's fields; Gemini has one.
+	switch f {
+	case GeminiGenerate, BedrockConverse:
+		// The settings name OpenAI's fields; these APIs have one each.
 		if setting == CapNone {
 			return ""
 		}
+		if f == BedrockConverse {
+			return converseCapField
+		}
 		return geminiCapField
-	}
-	switch f {
-	case OpenAIEmbeddings, AnthropicMessages, OpenAIImages, Unknown:
+	case OpenAIEmbeddings, AnthropicMessages, OpenAIImages, BedrockInvoke, Unknown:
 		return ""
 	}
 	switch setting {
@@ -78,6 +80,11 @@ func capField(setting string, f Format) string {
 // geminiCapField is where a Gemini request's cap goes: a member of the
 // generationConfig object.
 const geminiCapField = "generationConfig.maxOutputTokens"
+
+// converseCapField is where a Bedrock Converse request's cap goes. An
+// InvokeModel body gets none: Anthropic's requires max_tokens, and other
+// families' fields are their own.
+const converseCapField = "inferenceConfig.maxTokens"
 
 // withCap returns body with the top-level member field set to n, every
 // other member kept. A body without the member gets it inserted first,

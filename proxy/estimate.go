@@ -111,9 +111,12 @@ type request struct {
 	Instructions        json.RawMessage `json:"instructions"`
 	Input               json.RawMessage `json:"input"`
 	Tools               json.RawMessage `json:"tools"`
+	ToolConfig          json.RawMessage `json:"toolConfig"` // Bedrock Converse
 	Functions           json.RawMessage `json:"functions"`
 	User                json.RawMessage `json:"user"`
 	Metadata            json.RawMessage `json:"metadata"`
+	// Bedrock Converse
+	InferenceConfig json.RawMessage `json:"inferenceConfig"`
 	// Gemini generateContent (the model and the stream are in the path)
 	Contents          json.RawMessage `json:"contents"`
 	SystemInstruction json.RawMessage `json:"systemInstruction"`
@@ -137,8 +140,12 @@ func ParseRequest(f Format, body []byte) (RequestInfo, error) {
 		return RequestInfo{}, errBody
 	}
 	ri := RequestInfo{Choices: 1}
-	if f == GeminiGenerate {
+	switch f {
+	case GeminiGenerate:
 		geminiRequest(&r, &ri)
+		return ri, nil
+	case BedrockConverse:
+		converseRequest(&r, &ri)
 		return ri, nil
 	}
 	_ = json.Unmarshal(r.Model, &ri.Model)
@@ -168,6 +175,14 @@ func ParseRequest(f Format, body []byte) (RequestInfo, error) {
 	}
 	var s scan
 	switch f {
+	case BedrockInvoke:
+		// A model family's own body: Anthropic's messages, or another's
+		// prompt string; every string counts as prompt.
+		var msgs []json.RawMessage
+		if json.Unmarshal(r.Messages, &msgs) == nil {
+			s.msgs = int64(len(msgs))
+		}
+		s.value(body)
 	case OpenAIEmbeddings:
 		s.embeddings(r.Input)
 	case OpenAIImages:
@@ -213,6 +228,29 @@ func geminiRequest(r *request, ri *RequestInfo) {
 	s.messages(r.Contents)
 	s.value(r.SystemInstruction)
 	s.text += int64(len(bytes.TrimSpace(r.Tools)))
+	ri.TextBytes, ri.Messages, ri.Parts = s.text, s.msgs, s.parts
+}
+
+// converseRequest reads a Bedrock Converse body: its cap from
+// inferenceConfig.maxTokens, its prompt from messages, system and
+// toolConfig (image, document and video blocks are attachments).
+func converseRequest(r *request, ri *RequestInfo) {
+	var ic struct {
+		MaxTokens json.RawMessage `json:"maxTokens"`
+	}
+	if json.Unmarshal(r.InferenceConfig, &ic) == nil {
+		if raw := bytes.TrimSpace(ic.MaxTokens); len(raw) > 0 && string(raw) != "null" {
+			ri.HasCap = true
+		}
+		var v int64
+		if json.Unmarshal(ic.MaxTokens, &v) == nil && v > 0 {
+			ri.MaxOutput = min(v, budget.MaxTokens)
+		}
+	}
+	var s scan
+	s.messages(r.Messages)
+	s.value(r.System)
+	s.text += int64(len(bytes.TrimSpace(r.ToolConfig)))
 	ri.TextBytes, ri.Messages, ri.Parts = s.text, s.msgs, s.parts
 }
 
@@ -313,8 +351,14 @@ func (s *scan) walk(b []byte) {
 			if string(k) == `"type"` && len(v) > 0 && v[0] == '"' {
 				typ = v
 			}
-			// Gemini's parts: inline bytes or a file, not text.
-			media = media || string(k) == `"inlineData"` || string(k) == `"fileData"`
+			// Gemini's parts (inline bytes, a file) and Bedrock Converse's
+			// content blocks (image, document, video): not text.
+			switch string(k) {
+			case `"inlineData"`, `"fileData"`:
+				media = true
+			case `"image"`, `"document"`, `"video"`:
+				media = media || len(v) > 0 && v[0] == '{'
+			}
 		})
 		if media || typ != nil && attachments[string(typ[1:len(typ)-1])] {
 			s.parts++

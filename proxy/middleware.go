@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/proxy/internal/bedrock"
 	"github.com/tokenbudget/tokenbudget/proxy/internal/gemini"
 )
 
@@ -124,6 +126,28 @@ const (
 	VertexPath = "/{version}/projects/{project}/locations/{location}/publishers/google/models/{model}:{method}"
 )
 
+// BedrockConversePath and BedrockInvokePath are the keys in Config.Routes
+// of Amazon Bedrock's runtime routes: /model/MODEL/converse and
+// /converse-stream take the first, /model/MODEL/invoke and
+// /invoke-with-response-stream the second; MODEL (a model id, an inference
+// profile or an ARN, unescaped) is the request's model.
+const (
+	BedrockConversePath = "/model/{model}/converse"
+	BedrockInvokePath   = "/model/{model}/invoke"
+)
+
+// BedrockRoutes maps Bedrock's runtime paths to BedrockConverse and
+// BedrockInvoke with the provider provider ("bedrock" when "").
+func BedrockRoutes(provider string) map[string]Route {
+	if provider == "" {
+		provider = BedrockConverse.Provider()
+	}
+	return map[string]Route{
+		BedrockConversePath: {Format: BedrockConverse, Provider: provider},
+		BedrockInvokePath:   {Format: BedrockInvoke, Provider: provider},
+	}
+}
+
 // GeminiRoutes maps Gemini's generateContent paths to GeminiGenerate with
 // the provider provider ("gemini" when "").
 func GeminiRoutes(provider string) map[string]Route {
@@ -157,6 +181,19 @@ func (m *Middleware) routeFor(path, rawPath string) (t target, ok bool) {
 		t.model = deployment
 		return t, ok
 	}
+	if strings.HasPrefix(path, "/model/") {
+		bp, err := bedrock.ParsePath(rawPath)
+		if err != nil {
+			return target{}, false
+		}
+		key := BedrockConversePath
+		if bp.Op == bedrock.Invoke || bp.Op == bedrock.InvokeWithResponseStream {
+			key = BedrockInvokePath
+		}
+		t.route, ok = m.cfg.Routes[key]
+		t.model, t.stream = bp.Model, bp.Stream()
+		return t, ok
+	}
 	if strings.Contains(path, ":") {
 		gp, err := gemini.ParsePath(rawPath)
 		if err != nil {
@@ -175,7 +212,8 @@ func (m *Middleware) routeFor(path, rawPath string) (t target, ok bool) {
 
 // DefaultRoutes maps the five API paths to their formats, each with the
 // provider provider; when provider is "", each with its family's default
-// (openai, anthropic), and Gemini's generateContent (GeminiPath) too.
+// (openai, anthropic), and Gemini's generateContent (GeminiPath) and
+// Bedrock's runtime paths (BedrockRoutes) too.
 func DefaultRoutes(provider string) map[string]Route {
 	routes := make(map[string]Route, 5)
 	for _, f := range []Format{OpenAIChat, OpenAIResponses, OpenAIEmbeddings, AnthropicMessages, OpenAIImages} {
@@ -187,6 +225,7 @@ func DefaultRoutes(provider string) map[string]Route {
 	}
 	if provider == "" {
 		routes[GeminiPath] = Route{Format: GeminiGenerate, Provider: GeminiGenerate.Provider()}
+		maps.Copy(routes, BedrockRoutes(""))
 	}
 	return routes
 }

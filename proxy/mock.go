@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tokenbudget/tokenbudget/proxy/internal/bedrock"
 	"github.com/tokenbudget/tokenbudget/proxy/internal/gemini"
 )
 
@@ -52,7 +53,16 @@ func (mu *MockUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	f, ok := FormatForPath(path)
 	var gp gemini.Path
-	if !ok && strings.Contains(path, ":") {
+	var bp bedrock.Path
+	if !ok && strings.HasPrefix(path, "/model/") {
+		var err error
+		if bp, err = bedrock.ParsePath(r.URL.EscapedPath()); err == nil {
+			f, ok, deployment = BedrockConverse, true, bp.Model
+			if bp.Op == bedrock.Invoke || bp.Op == bedrock.InvokeWithResponseStream {
+				f = BedrockInvoke
+			}
+		}
+	} else if !ok && strings.Contains(path, ":") {
 		var err error
 		if gp, err = gemini.ParsePath(r.URL.EscapedPath()); err == nil {
 			f, ok, deployment = GeminiGenerate, true, gp.Model
@@ -122,6 +132,12 @@ func (mu *MockUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case f == GeminiGenerate:
 		c.writeGemini(w, gp.Stream, r.URL.Query().Get("alt") == "sse")
+	case f == BedrockConverse:
+		c.writeConverse(w, bp.Stream())
+	case f == BedrockInvoke && bp.Stream():
+		c.streamInvoke(w)
+	case f == BedrockInvoke:
+		c.writeJSON(w, AnthropicMessages)
 	case !ri.Stream:
 		c.writeJSON(w, f)
 	case f == OpenAIChat:

@@ -75,7 +75,9 @@ type limitDetail struct {
 // code, and a budget refusal its limit.
 func writeError(w http.ResponseWriter, f Format, e apiError) {
 	var body any
-	if f == GeminiGenerate {
+	if f == BedrockConverse || f == BedrockInvoke {
+		body = awsError(w.Header(), e)
+	} else if f == GeminiGenerate {
 		body = googleError(e)
 	} else if f == AnthropicMessages {
 		body = struct {
@@ -150,6 +152,37 @@ func googleError(e apiError) any {
 		Details []errorInfo  `json:"details"`
 		Limit   *limitDetail `json:"limit,omitempty"`
 	}{e.status, e.message, status, []errorInfo{{"type.googleapis.com/google.rpc.ErrorInfo", e.code, "tokenbudget"}}, e.limit}}
+}
+
+// awsStatus is the exception Bedrock's runtime answers an HTTP status with.
+var awsStatus = map[int]string{
+	http.StatusBadRequest:            "ValidationException",
+	http.StatusUnauthorized:          "AccessDeniedException",
+	http.StatusForbidden:             "AccessDeniedException",
+	http.StatusNotFound:              "ResourceNotFoundException",
+	http.StatusMethodNotAllowed:      "ValidationException",
+	http.StatusRequestTimeout:        "ModelTimeoutException",
+	http.StatusRequestEntityTooLarge: "ValidationException",
+	http.StatusTooManyRequests:       "ThrottlingException",
+	http.StatusServiceUnavailable:    "ServiceUnavailableException",
+	http.StatusGatewayTimeout:        "ModelTimeoutException",
+}
+
+// awsError is e in the shape of Bedrock's REST-JSON errors: the exception
+// in the x-amzn-ErrorType header (which the AWS SDKs read first), the
+// message in the body, with the proxy's code and a budget refusal's limit
+// beside it.
+func awsError(h http.Header, e apiError) any {
+	typ := awsStatus[e.status]
+	if typ == "" {
+		typ = "InternalServerException"
+	}
+	h.Set("X-Amzn-Errortype", typ)
+	return struct {
+		Message string       `json:"message"`
+		Code    string       `json:"code"`
+		Limit   *limitDetail `json:"limit,omitempty"`
+	}{e.message, e.code, e.limit}
 }
 
 // typeFor maps a status to the error type of format f.

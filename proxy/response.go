@@ -31,7 +31,7 @@ type recorder struct {
 	retryAfter time.Duration
 	sse        bool
 	encoded    bool // a Content-Encoding we cannot read through
-	parser     *StreamParser
+	parser     usageStream
 	sw         *stripWriter
 	buf        []byte // a 2xx non-streamed body, for its usage
 	over       bool   // buf outgrew maxJSON
@@ -74,15 +74,20 @@ func (rc *recorder) WriteHeader(code int) {
 		rc.sse = ct == "text/event-stream"
 		ce := h.Get("Content-Encoding")
 		rc.encoded = ce != "" && !strings.EqualFold(ce, "identity")
-		if !rc.sse && rc.jsonStream && !rc.encoded {
-			rc.parser = newJSONStreamParser(rc.f)
-		}
-		if rc.sse && !rc.encoded {
-			rc.parser = NewStreamParser(rc.f)
+		switch {
+		case rc.encoded:
+		case ct == eventStreamType && (rc.f == BedrockConverse || rc.f == BedrockInvoke):
+			rc.sse = true // streamed, for the logs and the cancelled-stream charge
+			rc.parser = newEventStream(rc.f)
+		case rc.sse:
+			p := NewStreamParser(rc.f)
+			rc.parser = p
 			if rc.stripUsage {
 				h.Del("Content-Length")
-				rc.sw = newStripWriter(rc.w, rc.parser)
+				rc.sw = newStripWriter(rc.w, p)
 			}
+		case rc.jsonStream:
+			rc.parser = newJSONStreamParser(rc.f)
 		}
 	}
 	rc.w.WriteHeader(code)

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -34,6 +37,13 @@ type UpstreamConfig struct {
 	// GeminiKey is put in "x-goog-api-key" on Gemini routes
 	// (GeminiGenerate).
 	GeminiKey string
+	// BedrockToken, a Bedrock API key, is put in "Authorization: Bearer"
+	// on Bedrock routes. Without one, AWSCredentials sign them with SigV4
+	// (signing name bedrock) in AWSRegion, else in the region the URL's
+	// bedrock-runtime host names.
+	BedrockToken   string
+	AWSCredentials aws.CredentialsProvider
+	AWSRegion      string
 	// Transport makes the upstream calls. (Optional; default a clone of
 	// http.DefaultTransport.)
 	Transport http.RoundTripper
@@ -90,6 +100,13 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 	if cfg.StreamIdleTimeout <= 0 {
 		cfg.StreamIdleTimeout = DefaultStreamIdleTimeout
 	}
+	if cfg.BedrockToken == "" && cfg.AWSCredentials != nil {
+		region := cmp.Or(cfg.AWSRegion, regionOf(target.Host))
+		if region == "" {
+			return nil, budget.Invalid("AWSRegion", cfg.URL.String(), "names no region: set AWS_REGION or use a bedrock-runtime.REGION.amazonaws.com URL")
+		}
+		tr = &signingTransport{rt: tr, creds: cfg.AWSCredentials, region: region, signer: v4.NewSigner(), now: time.Now}
+	}
 	rp := &httputil.ReverseProxy{
 		Transport:     &timeoutTransport{rt: tr, header: cfg.HeaderTimeout, idle: cfg.StreamIdleTimeout},
 		FlushInterval: -1,
@@ -115,6 +132,10 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 				if cfg.GeminiKey != "" {
 					h.Set("X-Goog-Api-Key", cfg.GeminiKey)
 				}
+			case f == BedrockConverse || f == BedrockInvoke:
+				if cfg.BedrockToken != "" {
+					h.Set("Authorization", "Bearer "+cfg.BedrockToken)
+				} // else signingTransport signs it
 			case f == AnthropicMessages && cfg.AnthropicKey != "":
 				h.Set("X-Api-Key", cfg.AnthropicKey)
 			case f != AnthropicMessages && f != Unknown && cfg.OpenAIKey != "":

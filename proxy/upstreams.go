@@ -39,8 +39,9 @@ type ModelRoute struct {
 // KindRoutes returns the routes an upstream of kind serves under the
 // provider name: OpenAI's chat completions, Responses, embeddings and image
 // generations for openai; Messages for anthropic; generateContent
-// (GeminiPath) for gemini; the deployment paths (AzureRoutes) for azure.
-// Vertex AI and Bedrock are not served by the proxy yet: an error says so.
+// (GeminiPath) for gemini; the deployment paths (AzureRoutes) for azure;
+// Converse and InvokeModel (BedrockRoutes) for bedrock. Vertex AI is not
+// served by the proxy yet: an error says so.
 func KindRoutes(kind, provider string) (map[string]Route, error) {
 	if err := budget.CheckName("provider", provider); err != nil {
 		return nil, err
@@ -57,7 +58,9 @@ func KindRoutes(kind, provider string) (map[string]Route, error) {
 		routes = GeminiRoutes(provider)
 	case KindAzure:
 		routes = AzureRoutes(provider)
-	case KindVertex, KindBedrock:
+	case KindBedrock:
+		routes = BedrockRoutes(provider)
+	case KindVertex:
 		return nil, budget.Invalid("upstream kind", kind, "is not served by the proxy yet")
 	default:
 		return nil, budget.Invalid("upstream kind", kind, "want one of "+strings.Join(Kinds, ", "))

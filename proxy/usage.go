@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/proxy/internal/bedrock"
 	"github.com/tokenbudget/tokenbudget/proxy/internal/wire"
 )
 
@@ -27,6 +28,13 @@ const (
 	// and :streamGenerateContent, streamed as SSE with alt=sse, else as a
 	// JSON array of chunks. The model is in the path.
 	GeminiGenerate
+	// BedrockConverse is Amazon Bedrock's Converse API: POST
+	// /model/{modelId}/converse, and /converse-stream (an AWS event-stream).
+	BedrockConverse
+	// BedrockInvoke is Bedrock's InvokeModel with a model family's own body
+	// (Anthropic's Messages body for anthropic.* models): POST
+	// /model/{modelId}/invoke, and /invoke-with-response-stream.
+	BedrockInvoke
 )
 
 // FormatForPath returns the Format of a request path (URL.Path, without
@@ -63,6 +71,10 @@ func (f Format) String() string {
 		return "openai-images"
 	case GeminiGenerate:
 		return "gemini-generate"
+	case BedrockConverse:
+		return "bedrock-converse"
+	case BedrockInvoke:
+		return "bedrock-invoke"
 	}
 	return "unknown"
 }
@@ -77,6 +89,8 @@ func (f Format) Provider() string {
 		return "anthropic"
 	case GeminiGenerate:
 		return "gemini"
+	case BedrockConverse, BedrockInvoke:
+		return "bedrock"
 	}
 	return ""
 }
@@ -227,6 +241,14 @@ func (b *body) usage() *usage {
 // not a JSON object or a token count is not an integer from 0 to 2^53-1 (or
 // the billable sum exceeds it); found is then false. The body is only read.
 func ParseJSON(f Format, data []byte) (t Tokens, found bool, err error) {
+	switch f {
+	case BedrockConverse:
+		return bedrock.ConverseUsage(data)
+	case BedrockInvoke:
+		// Anthropic's response body (the only family whose invoke bodies
+		// carry usage in the captures); others have none here.
+		return ParseJSON(AnthropicMessages, data)
+	}
 	if f == GeminiGenerate {
 		// One GenerateContentResponse, or a whole JSON-array stream.
 		p := newJSONStreamParser(f)

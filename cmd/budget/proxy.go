@@ -15,6 +15,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	awscreds "github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tokenbudget/tokenbudget"
@@ -36,7 +39,9 @@ const proxyHelp = `usage: budget proxy (--upstream URL | --upstream NAME=URL ...
 
 Serves POST /v1/chat/completions, /v1/responses, /v1/embeddings,
 /v1/images/generations, /v1/messages, Gemini's
-/v1beta/models/MODEL:generateContent and :streamGenerateContent, and GET
+/v1beta/models/MODEL:generateContent and :streamGenerateContent, Bedrock's
+/model/ID/converse, /converse-stream, /invoke and
+/invoke-with-response-stream, and GET
 /v1/models (other paths: 404) on --listen (default
 127.0.0.1:8080), forwarding them to --upstream with the upstream
 credential, under the token budgets of the database. Clients authenticate
@@ -75,16 +80,22 @@ x-api-key or api-key.
 
 Many upstreams: --upstream NAME=URL, repeated, gives one upstream each;
 NAME is the provider limits, prices and the usage events use. Its API kind
-is NAME when NAME is openai, anthropic, gemini or azure, else
+is NAME when NAME is openai, anthropic, gemini, bedrock or azure, else
 --upstream-api NAME=KIND says it (openai for any OpenAI-compatible server:
 DeepSeek, Groq, Mistral, xAI, OpenRouter, Together, vLLM, Ollama; vertex
-and bedrock are not served yet). Its credential is read from
---upstream-key-env NAME=VAR, else from the kind's variable when NAME is
-the kind (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY sent as
-x-goog-api-key, AZURE_OPENAI_API_KEY), else from NAME_API_KEY
-(DEEPSEEK_API_KEY). Requests route by their native path: /v1/messages to
-the first anthropic-kind upstream, /v1beta/models/MODEL:generateContent
-and :streamGenerateContent to the first gemini one,
+is not served yet). Its credential is read from --upstream-key-env
+NAME=VAR, else from the kind's variable when NAME is the kind
+(OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY sent as x-goog-api-key,
+AZURE_OPENAI_API_KEY, AWS_BEARER_TOKEN_BEDROCK: a Bedrock API key), else
+from NAME_API_KEY (DEEPSEEK_API_KEY). A bedrock upstream without a Bedrock
+API key signs each request with SigV4 (signing name bedrock) with the AWS
+SDK's default credentials (AWS_ACCESS_KEY_ID and friends, AWS_PROFILE and
+the shared files, SSO, roles) in the URL's region
+(bedrock-runtime.REGION.amazonaws.com) or AWS_REGION. Requests route by
+their native path: /v1/messages to the first anthropic-kind upstream,
+/v1beta/models/MODEL:generateContent and :streamGenerateContent to the
+first gemini one, /model/ID/converse, /converse-stream, /invoke and
+/invoke-with-response-stream to the first bedrock one,
 /openai/deployments/NAME/... to the first azure one, and the OpenAI paths
 to the first OpenAI-kind upstream unless a --model-route PATTERN=NAME
 matches the request's normalised model (patterns as in limits; the first
@@ -430,7 +441,7 @@ func (m *Main) startProxy(ctx context.Context, o proxyOptions) (_ *runningProxy,
 		p.startAlerts(ctx, o)
 	}
 
-	routes, up, err := m.buildUpstreams(o, p)
+	routes, up, err := m.buildUpstreams(ctx, o, p)
 	if err != nil {
 		return nil, err
 	}
@@ -497,7 +508,7 @@ func (m *Main) startProxy(ctx context.Context, o proxyOptions) (_ *runningProxy,
 // --upstream URL (or the mock, started here) for every route, or one
 // upstream per --upstream NAME=URL serving its kind's routes, the first of
 // each kind taking that kind's native paths.
-func (m *Main) buildUpstreams(o proxyOptions, p *runningProxy) (map[string]proxy.Route, http.Handler, error) {
+func (m *Main) buildUpstreams(ctx context.Context, o proxyOptions, p *runningProxy) (map[string]proxy.Route, http.Handler, error) {
 	base := proxy.UpstreamConfig{Logger: o.log, HeaderTimeout: o.headerTimeout, StreamIdleTimeout: o.idleTimeout}
 	if len(o.upstreams) > 0 {
 		routes := map[string]proxy.Route{}
@@ -515,11 +526,19 @@ func (m *Main) buildUpstreams(o proxyOptions, p *runningProxy) (map[string]proxy
 			}
 			pu, _ := url.Parse(u.url) // checked when the flags were parsed
 			key := m.Getenv(u.keyEnv)
-			if key == "" {
-				missing = append(missing, u.name+" ($"+u.keyEnv+")")
-			}
 			uc := upstreamConfig(base, u.kind, key)
 			uc.URL = pu
+			switch {
+			case key != "":
+			case u.kind == proxy.KindBedrock:
+				// No Bedrock API key: SigV4 with the standard AWS
+				// credential chain (variables, profiles, SSO, roles).
+				if uc.AWSCredentials, uc.AWSRegion, err = m.awsCredentials(ctx); err != nil {
+					return nil, nil, fmt.Errorf("upstream %s: %w", u.name, err)
+				}
+			default:
+				missing = append(missing, u.name+" ($"+u.keyEnv+")")
+			}
 			if ups[u.name], err = proxy.NewUpstream(uc); err != nil {
 				return nil, nil, err
 			}
@@ -546,7 +565,7 @@ func (m *Main) buildUpstreams(o proxyOptions, p *runningProxy) (map[string]proxy
 	uc := base
 	uc.URL = u
 	uc.OpenAIKey, uc.AnthropicKey, uc.AzureKey = m.Getenv("OPENAI_API_KEY"), m.Getenv("ANTHROPIC_API_KEY"), m.Getenv("AZURE_OPENAI_API_KEY")
-	uc.GeminiKey = m.Getenv("GEMINI_API_KEY")
+	uc.GeminiKey, uc.BedrockToken = m.Getenv("GEMINI_API_KEY"), m.Getenv("AWS_BEARER_TOKEN_BEDROCK")
 	if o.keyEnv != "" {
 		uc.OpenAIKey = m.Getenv(o.keyEnv)
 		uc.AnthropicKey, uc.AzureKey, uc.GeminiKey = uc.OpenAIKey, uc.OpenAIKey, uc.OpenAIKey
@@ -557,7 +576,7 @@ func (m *Main) buildUpstreams(o proxyOptions, p *runningProxy) (map[string]proxy
 	routes := proxy.DefaultRoutes(strings.TrimSpace(o.provider))
 	if azure {
 		routes = proxy.AzureRoutes(proxy.KindAzure)
-		uc.OpenAIKey, uc.AnthropicKey, uc.GeminiKey = "", "", ""
+		uc.OpenAIKey, uc.AnthropicKey, uc.GeminiKey, uc.BedrockToken = "", "", "", ""
 	}
 	missing := uc.OpenAIKey == "" && uc.AnthropicKey == "" && uc.GeminiKey == ""
 	if azure {
@@ -572,6 +591,28 @@ func (m *Main) buildUpstreams(o proxyOptions, p *runningProxy) (map[string]proxy
 		return nil, nil, err
 	}
 	return routes, up, nil
+}
+
+// awsCredentials loads the AWS SDK's default credential chain and region,
+// reading the environment through m.Getenv: the AWS_* variables, then the
+// shared config and credentials files (AWS_PROFILE), SSO and web identity.
+func (m *Main) awsCredentials(ctx context.Context) (aws.CredentialsProvider, string, error) {
+	env := func(k string) string { return m.Getenv(k) }
+	opts := []func(*config.LoadOptions) error{}
+	if v := env("AWS_ACCESS_KEY_ID"); v != "" {
+		opts = append(opts, config.WithCredentialsProvider(awscreds.NewStaticCredentialsProvider(v, env("AWS_SECRET_ACCESS_KEY"), env("AWS_SESSION_TOKEN"))))
+	}
+	if v := cmp.Or(env("AWS_REGION"), env("AWS_DEFAULT_REGION")); v != "" {
+		opts = append(opts, config.WithRegion(v))
+	}
+	if v := env("AWS_PROFILE"); v != "" {
+		opts = append(opts, config.WithSharedConfigProfile(v))
+	}
+	cfg, err := config.LoadDefaultConfig(ctx, opts...)
+	if err != nil {
+		return nil, "", fmt.Errorf("AWS credentials: %w", err)
+	}
+	return cfg.Credentials, cfg.Region, nil
 }
 
 func credentialVars(keyEnv string) string {

@@ -179,6 +179,8 @@ func defaultKeyEnv(name, kind string) string {
 			return "GEMINI_API_KEY"
 		case proxy.KindAzure:
 			return "AZURE_OPENAI_API_KEY"
+		case proxy.KindBedrock:
+			return "AWS_BEARER_TOKEN_BEDROCK" // else SigV4 with the AWS credentials
 		}
 	}
 	return strings.ToUpper(strings.NewReplacer("-", "_", ".", "_").Replace(name)) + "_API_KEY"
@@ -196,6 +198,8 @@ func upstreamConfig(uc proxy.UpstreamConfig, kind, key string) proxy.UpstreamCon
 		uc.GeminiKey = key
 	case proxy.KindAzure:
 		uc.AzureKey = key
+	case proxy.KindBedrock:
+		uc.BedrockToken = key
 	}
 	return uc
 }

@@ -15,11 +15,11 @@ import (
 // replay is an upstream answering each request with a recorded response:
 // the file route(r) names under testdata/captures, after checking that the
 // upstream credential arrived where its kind sends it (header, want) and
-// that no gateway header did.
+// that no gateway header did. A want ending in "*" is a prefix.
 func replay(t *testing.T, header, want string, route func(*http.Request) string) *httptest.Server {
 	t.Helper()
 	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if got := r.Header.Get(header); got != want {
+		if got := r.Header.Get(header); got != want && !(strings.HasSuffix(want, "*") && strings.HasPrefix(got, strings.TrimSuffix(want, "*"))) {
 			t.Errorf("%s: upstream credential %s = %q; want %q", r.URL.Path, header, got, want)
 		}
 		if r.Header.Get("X-Budget-Provider") != "" {
@@ -31,9 +31,12 @@ func replay(t *testing.T, header, want string, route func(*http.Request) string)
 			w.WriteHeader(http.StatusInternalServerError)
 			return
 		}
-		if strings.HasSuffix(route(r), ".txt") {
+		switch {
+		case strings.HasSuffix(route(r), ".txt"):
 			w.Header().Set("Content-Type", "text/event-stream")
-		} else {
+		case strings.HasSuffix(route(r), ".bin"):
+			w.Header().Set("Content-Type", "application/vnd.amazon.eventstream")
+		default:
 			w.Header().Set("Content-Type", "application/json")
 		}
 		w.Write(data)
@@ -47,9 +50,11 @@ func fixed(name string) func(*http.Request) string {
 }
 
 // TestProxyManyUpstreams: one budget proxy with openai, anthropic, gemini,
-// azure and an OpenAI-kind deepseek upstream serves each through its
-// native path (deepseek by --model-route, and by X-Budget-Provider), sends
-// each its own credential from the environment, meters each exactly on
+// bedrock, azure and an OpenAI-kind deepseek upstream serves each through
+// its native path (deepseek by --model-route, and by X-Budget-Provider),
+// sends each its own credential from the environment (Bedrock: SigV4 from
+// the AWS variables; proxy's TestBedrockCapturesThroughProxy verifies the
+// signature), meters each exactly on
 // recorded responses (streamed and not) under its NAME as the provider,
 // and holds one team budget across all of them: once it is spent, every
 // upstream's next request is refused in its own error shape.
@@ -60,7 +65,7 @@ func TestProxyManyUpstreams(t *testing.T) {
 	secret := strings.TrimSpace(mustRun(t, 0, "key", "add", "app", "--team", "eng", "--db", db).stdout)
 	// What the recorded responses bill (testdata/captures), plus 100: room
 	// for every request's estimate until the last, none after.
-	const billed = 1146 + 1354 + 910 + 1290 + 38 + 2*639
+	const billed = 1146 + 1354 + 910 + 1290 + 38 + 2*639 + 1083 + 832
 	mustRun(t, 0, "limit", "set", "--db", db, "--team", "eng", "--limit", strconv.Itoa(billed+100), "--window", "daily")
 
 	openai := replay(t, "Authorization", "Bearer sk-openai", fixed("openai-chat-json-1.json"))
@@ -72,14 +77,21 @@ func TestProxyManyUpstreams(t *testing.T) {
 		return "providers/gemini-generatecontent-json-4.json"
 	})
 	azure := replay(t, "Api-Key", "az-key", fixed("providers/azure-chat-json-4.json"))
+	bedrock := replay(t, "Authorization", "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/*", func(r *http.Request) string {
+		if strings.HasSuffix(r.URL.Path, "/invoke-with-response-stream") {
+			return "providers/bedrock-invoke-stream-2.bin"
+		}
+		return "providers/bedrock-converse-json-4.json"
+	})
 	deepseek := replay(t, "Authorization", "Bearer ds-key", fixed("providers/deepseek-chat-json-2.json"))
 	env := map[string]string{"OPENAI_API_KEY": "sk-openai", "ANTHROPIC_API_KEY": "sk-ant", "GEMINI_API_KEY": "g-key",
-		"AZURE_OPENAI_API_KEY": "az-key", "DEEPSEEK_API_KEY": "ds-key"}
+		"AZURE_OPENAI_API_KEY": "az-key", "DEEPSEEK_API_KEY": "ds-key",
+		"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "secret", "AWS_REGION": "us-east-1"}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	line, done := startCLI(t, ctx, env, "proxy", "--db", db, "--listen", "127.0.0.1:0",
 		"--upstream", "openai="+openai.URL, "--upstream", "anthropic="+anthropic.URL, "--upstream", "gemini="+gemini.URL,
-		"--upstream", "azure="+azure.URL, "--upstream", "deepseek="+deepseek.URL,
+		"--upstream", "azure="+azure.URL, "--upstream", "deepseek="+deepseek.URL, "--upstream", "bedrock="+bedrock.URL,
 		"--upstream-api", "deepseek=openai", "--model-route", "deepseek-*=deepseek")
 	base := listenURL(t, line)
 
@@ -111,6 +123,8 @@ func TestProxyManyUpstreams(t *testing.T) {
 		{"gemini", "/v1beta/models/gemini-2.5-flash:generateContent", geminiReq, []string{"Authorization", "", "X-Goog-Api-Key", secret}},
 		{"gemini stream", "/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse", geminiReq, nil},
 		{"azure", "/openai/deployments/prod/chat/completions?api-version=2024-10-21", chat("ignored"), []string{"Authorization", "", "Api-Key", secret}},
+		{"bedrock converse", "/model/us.anthropic.claude-sonnet-4-6/converse", `{"messages":[{"role":"user","content":[{"text":"hi"}]}],"inferenceConfig":{"maxTokens":200}}`, nil},
+		{"bedrock invoke stream", "/model/anthropic.claude-3-5-sonnet-20240620-v1%3A0/invoke-with-response-stream", `{"anthropic_version":"bedrock-2023-05-31","max_tokens":200,"messages":[{"role":"user","content":"hi"}]}`, nil},
 		{"deepseek by header", "/v1/chat/completions", chat("gpt-4o-mini"), []string{"X-Budget-Provider", "deepseek"}},
 		{"deepseek by model", "/v1/chat/completions", chat("deepseek-reasoner"), nil},
 	}
@@ -130,6 +144,7 @@ func TestProxyManyUpstreams(t *testing.T) {
 		{"/v1/messages", chat("claude-sonnet-4-5"), `"type":"error"`},
 		{"/v1beta/models/gemini-2.5-flash:generateContent", geminiReq, `"status":"RESOURCE_EXHAUSTED"`},
 		{"/openai/deployments/prod/chat/completions", chat("x"), `"code":"token_budget_exceeded"`},
+		{"/model/us.anthropic.claude-sonnet-4-6/converse", `{"messages":[],"inferenceConfig":{"maxTokens":200}}`, `"code":"token_budget_exceeded"`},
 	} {
 		if code, body := send(r.path, r.body); code != http.StatusTooManyRequests || !strings.Contains(body, r.shape) {
 			t.Errorf("%s after the budget: %d %s; want 429 with %s", r.path, code, body, r.shape)
@@ -147,6 +162,7 @@ func TestProxyManyUpstreams(t *testing.T) {
 		"gemini":    {727 + 34, 108 + 469, 75 + 787, 375, 0},
 		"azure":     {16, 22, 0, 0, 0},
 		"deepseek":  {2 * 495, 2 * 26, 2 * 118, 2 * 320, 0},
+		"bedrock":   {914 + 702, 169 + 130, 0, 0, 0},
 	}
 	var total float64
 	for _, r := range rows {

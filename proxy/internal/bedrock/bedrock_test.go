@@ -1,6 +1,7 @@
 package bedrock
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
 
@@ -145,4 +146,36 @@ func FuzzConverseUsage(f *testing.F) {
 			t.Fatalf("%+v %v", tok, err)
 		}
 	})
+}
+
+// TestInvokeStreamChunks: an InvokeModelWithResponseStream capture's chunk
+// events reach Chunk decoded, one Anthropic stream event each, and the last
+// one's amazon-bedrock-invocationMetrics are kept apart.
+func TestInvokeStreamChunks(t *testing.T) {
+	b := captures.Provider(t, "bedrock-invoke-stream-2.bin")
+	var types []string
+	p := StreamParser{Chunk: func(data []byte) {
+		var e struct {
+			Type string `json:"type"`
+		}
+		if err := json.Unmarshal(data, &e); err != nil {
+			t.Errorf("chunk %q: %v", data, err)
+		}
+		types = append(types, e.Type)
+	}}
+	for rest := b; len(rest) > 0; {
+		n := min(len(rest), 37)
+		p.Write(rest[:n])
+		rest = rest[n:]
+	}
+	if p.Err() != nil || len(types) < 3 || types[0] != "message_start" || types[len(types)-1] != "message_stop" {
+		t.Fatalf("chunks %v err %v", types, p.Err())
+	}
+	// As recorded: the metrics say 98 output tokens where message_delta says 130.
+	if inv, ok := p.Invocation(); !ok || inv != (wire.Tokens{Input: 702, Output: 98}) {
+		t.Errorf("invocation metrics %+v %v", inv, ok)
+	}
+	if _, found := p.Result(); found {
+		t.Error("an invoke stream has no Converse metadata usage")
+	}
 }

@@ -38,6 +38,12 @@ const preludeLen = 12
 type StreamParser struct {
 	// MaxFrameSize caps one frame, in bytes; 0 means DefaultMaxFrameSize.
 	MaxFrameSize int
+	// Chunk, when set, gets the decoded bytes of each chunk event of an
+	// InvokeModelWithResponseStream body: one event of the model family's
+	// own stream (Anthropic's message_start, content_block_delta, ...).
+	// The caller reads the usage there; the parser keeps the
+	// amazon-bedrock-invocationMetrics of the last chunk (Invocation).
+	Chunk func(data []byte)
 
 	buf   []byte
 	skip  int64 // bytes of an oversized frame still to discard
@@ -47,7 +53,14 @@ type StreamParser struct {
 	final bool
 	text  int64
 	err   error
+	inv   wire.Tokens // amazon-bedrock-invocationMetrics
+	invOK bool
 }
+
+// Invocation returns the amazon-bedrock-invocationMetrics of an
+// InvokeModelWithResponseStream body, sent with its last chunk: input and
+// output counts for any model family. found is false before it arrives.
+func (p *StreamParser) Invocation() (t wire.Tokens, found bool) { return p.inv, p.invOK }
 
 // Result returns the usage of the metadata event; found is false until it
 // has been seen (the caller then falls back to its estimate).
@@ -162,6 +175,8 @@ func (p *StreamParser) frame(f []byte) {
 		return
 	}
 	switch header(m, ":event-type") {
+	case "chunk":
+		p.chunk(m.Payload)
 	case "contentBlockDelta":
 		var e struct {
 			Delta struct {
@@ -192,5 +207,35 @@ func (p *StreamParser) frame(f []byte) {
 		if t, ok := e.Usage.tokens(); ok {
 			p.tok, p.found, p.final = t, true, true
 		}
+	}
+}
+
+// chunk handles an InvokeModelWithResponseStream chunk event: its payload
+// is {"bytes": base64 of one event of the model's own stream}.
+func (p *StreamParser) chunk(payload []byte) {
+	var c struct {
+		Bytes []byte `json:"bytes"` // base64 in JSON
+	}
+	if err := json.Unmarshal(payload, &c); err != nil {
+		p.fail(fmt.Errorf("bedrock chunk event: %w", err))
+		return
+	}
+	var e struct {
+		Metrics *struct {
+			Input      wire.Count `json:"inputTokenCount"`
+			Output     wire.Count `json:"outputTokenCount"`
+			CacheRead  wire.Count `json:"cacheReadInputTokenCount"`
+			CacheWrite wire.Count `json:"cacheWriteInputTokenCount"`
+		} `json:"amazon-bedrock-invocationMetrics"`
+	}
+	if bytes.Contains(c.Bytes, []byte(`"amazon-bedrock-invocationMetrics"`)) && json.Unmarshal(c.Bytes, &e) == nil && e.Metrics != nil {
+		m := e.Metrics
+		if m.Input.OK || m.Output.OK {
+			p.inv = wire.Tokens{Input: m.Input.V + m.CacheRead.V + m.CacheWrite.V, Output: m.Output.V, CacheRead: m.CacheRead.V, CacheWrite: m.CacheWrite.V}
+			p.invOK = true
+		}
+	}
+	if p.Chunk != nil {
+		p.Chunk(c.Bytes)
 	}
 }
