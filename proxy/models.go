@@ -11,6 +11,9 @@ import (
 const modelsPath = "/v1/models"
 
 func isModels(path string) bool {
+	if strings.HasSuffix(path, ":generateContent") || strings.HasSuffix(path, ":streamGenerateContent") {
+		return false // Gemini's v1 API: /v1/models/MODEL:generateContent
+	}
 	return path == modelsPath || strings.HasPrefix(path, modelsPath+"/")
 }
 

@@ -495,6 +495,7 @@ func (m *Main) startProxy(ctx context.Context, o proxyOptions) (_ *runningProxy,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(o.log.Handler(), slog.LevelWarn),
+		Protocols:         proxyProtocols(),
 	}
 	go func() {
 		if err := p.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -613,6 +614,16 @@ func (m *Main) awsCredentials(ctx context.Context) (aws.CredentialsProvider, str
 		return nil, "", fmt.Errorf("AWS credentials: %w", err)
 	}
 	return cfg.Credentials, cfg.Region, nil
+}
+
+// proxyProtocols are HTTP/1.1 and HTTP/2 without TLS (prior knowledge):
+// the AWS SDKs for JavaScript speak HTTP/2 to a Bedrock runtime endpoint,
+// even an http:// one.
+func proxyProtocols() *http.Protocols {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	return &p
 }
 
 func credentialVars(keyEnv string) string {
