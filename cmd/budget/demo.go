@@ -25,7 +25,8 @@ exist yet, which is kept) it starts 'budget proxy' and the built-in mock
 provider in-process on loopback, creates the gateway key "demo" with a limit
 of 240 tokens per hour, and sends a burst of OpenAI- and Anthropic-shaped
 requests through the proxy, streamed and not (one without max_tokens, which
-the proxy gives the largest cap that fits), until the budget refuses them
+the proxy gives the largest cap that fits), and a Gemini and a Bedrock
+one, until the budget refuses them
 with 429. It prints what each request got and was charged, then the
 'budget inspect' table, and exits 0. It never reads $BUDGET_DB.
 
@@ -43,29 +44,34 @@ const demoLimit = 240
 type demoRequest struct {
 	what   string
 	path   string
-	header string // "bearer", "x-api-key" or "wrong"
+	header string // "bearer", "x-api-key", "x-goog-api-key" or "wrong"
 	body   string
+	format proxy.Format // Unknown: the path's (FormatForPath)
 }
 
 var demoRequests = []demoRequest{
 	{"chat, wrong key", "/v1/chat/completions", "wrong",
-		`{"model":"gpt-4o-mini","max_tokens":64,"messages":[{"role":"user","content":"Hello?"}]}`},
+		`{"model":"gpt-4o-mini","max_tokens":64,"messages":[{"role":"user","content":"Hello?"}]}`, proxy.Unknown},
 	{"chat gpt-4o-mini, no max_tokens", "/v1/chat/completions", "bearer",
-		`{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello in five words."}]}`},
+		`{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello in five words."}]}`, proxy.Unknown},
 	{"chat gpt-4o-mini, streamed", "/v1/chat/completions", "bearer",
-		`{"model":"gpt-4o-mini","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"Count to three."}]}`},
+		`{"model":"gpt-4o-mini","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"Count to three."}]}`, proxy.Unknown},
 	{"responses gpt-4.1-mini, streamed", "/v1/responses", "bearer",
-		`{"model":"gpt-4.1-mini","max_output_tokens":64,"stream":true,"input":"Name a colour."}`},
+		`{"model":"gpt-4.1-mini","max_output_tokens":64,"stream":true,"input":"Name a colour."}`, proxy.Unknown},
 	{"messages claude-sonnet-4-5", "/v1/messages", "x-api-key",
-		`{"model":"claude-sonnet-4-5","max_tokens":64,"messages":[{"role":"user","content":"Name a planet."}]}`},
+		`{"model":"claude-sonnet-4-5","max_tokens":64,"messages":[{"role":"user","content":"Name a planet."}]}`, proxy.Unknown},
 	{"messages claude-sonnet-4-5, streamed", "/v1/messages", "x-api-key",
-		`{"model":"claude-sonnet-4-5","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"Name a river."}]}`},
+		`{"model":"claude-sonnet-4-5","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"Name a river."}]}`, proxy.Unknown},
 	{"embeddings text-embedding-3-small", "/v1/embeddings", "bearer",
-		`{"model":"text-embedding-3-small","input":"tokens are money"}`},
+		`{"model":"text-embedding-3-small","input":"tokens are money"}`, proxy.Unknown},
+	{"gemini gemini-2.5-flash", "/v1beta/models/gemini-2.5-flash:generateContent", "x-goog-api-key",
+		`{"contents":[{"role":"user","parts":[{"text":"Name a mountain."}]}],"generationConfig":{"maxOutputTokens":8}}`, proxy.GeminiGenerate},
+	{"bedrock converse claude-3-5-haiku", "/model/anthropic.claude-3-5-haiku-20241022-v1:0/converse", "bearer",
+		`{"messages":[{"role":"user","content":[{"text":"Name a sea."}]}],"inferenceConfig":{"maxTokens":8}}`, proxy.BedrockConverse},
 	{"chat gpt-4o-mini", "/v1/chat/completions", "bearer",
-		`{"model":"gpt-4o-mini","max_tokens":64,"messages":[{"role":"user","content":"One more, please."}]}`},
+		`{"model":"gpt-4o-mini","max_tokens":64,"messages":[{"role":"user","content":"One more, please."}]}`, proxy.Unknown},
 	{"messages claude-sonnet-4-5, max_tokens 4000", "/v1/messages", "x-api-key",
-		`{"model":"claude-sonnet-4-5","max_tokens":4000,"messages":[{"role":"user","content":"Write an essay."}]}`},
+		`{"model":"claude-sonnet-4-5","max_tokens":4000,"messages":[{"role":"user","content":"Write an essay."}]}`, proxy.Unknown},
 }
 
 func (m *Main) runDemo(ctx context.Context, args []string) (err error) {
@@ -189,6 +195,8 @@ func demoSend(ctx context.Context, c *http.Client, base, secret string, dr demoR
 	case "x-api-key":
 		req.Header.Set("X-Api-Key", secret)
 		req.Header.Set("Anthropic-Version", "2023-06-01")
+	case "x-goog-api-key":
+		req.Header.Set("X-Goog-Api-Key", secret)
 	default:
 		req.Header.Set("Authorization", "Bearer tbk_not-a-key")
 	}
@@ -201,7 +209,10 @@ func demoSend(ctx context.Context, c *http.Client, base, secret string, dr demoR
 	if rem := resp.Header.Get("X-Ratelimit-Remaining-Tokens"); rem != "" {
 		res.remaining = rem
 	}
-	f, _ := proxy.FormatForPath(dr.path)
+	f := dr.format
+	if f == proxy.Unknown {
+		f, _ = proxy.FormatForPath(dr.path)
+	}
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(resp.Body)
 		res.message = errorMessage(body)

@@ -31,12 +31,21 @@ func TestDemo(t *testing.T) {
 	lines := strings.Split(s, "\n")
 	var rows []string
 	for _, l := range lines {
-		if f := strings.Fields(l); len(f) > 2 && f[0] >= "1" && f[0] <= "9" && len(f[0]) == 1 {
+		if f := strings.Fields(l); len(f) > 2 && len(f[0]) <= 2 && strings.Trim(f[0], "0123456789") == "" {
 			rows = append(rows, l)
 		}
 	}
 	if len(rows) < 8 {
 		t.Fatalf("demo printed %d request rows; want at least 8:\n%s", len(rows), s)
+	}
+	for _, kind := range []string{"gemini gemini-2.5-flash ", "bedrock converse "} {
+		served := false
+		for _, r := range rows {
+			served = served || strings.Contains(r, kind) && strings.Contains(r, " 200 ")
+		}
+		if !served {
+			t.Errorf("the demo's %srequest was not served:\n%s", kind, s)
+		}
 	}
 	if last := rows[len(rows)-1]; !strings.Contains(last, " 429 ") {
 		t.Errorf("the last request was not refused: %q", last)
