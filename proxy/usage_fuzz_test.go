@@ -39,12 +39,26 @@ func addSeeds(f *testing.F, add func(data []byte, format Format)) {
 		if err != nil {
 			f.Fatal(err)
 		}
-		add(data, formats[filepath.Base(file)])
+		name := filepath.Base(file)
+		fm, ok := formats[name]
+		switch {
+		case ok:
+		case strings.HasPrefix(name, "gemini-"), strings.HasPrefix(name, "vertex-"):
+			fm = GeminiGenerate
+		case strings.HasPrefix(name, "bedrock-converse-"):
+			fm = BedrockConverse
+		case strings.HasPrefix(name, "bedrock-invoke-"):
+			fm = BedrockInvoke
+		}
+		add(data, fm)
 	}
 	for _, c := range streamCases {
 		add([]byte(c.data), c.f)
 	}
 }
+
+// numFormats is how many Formats there are, Unknown included.
+const numFormats = int(BedrockInvoke) + 1
 
 // checkInvariants holds found usage to contract section 1.
 func checkInvariants(t *testing.T, what string, tok Tokens, found bool) {
@@ -74,7 +88,8 @@ func FuzzParseJSON(f *testing.F) {
 	f.Add([]byte(`{"usage":{"input_tokens":1,"cache_read_input_tokens":2,"cache_creation_input_tokens":3,"output_tokens":-4}}`), uint8(AnthropicMessages))
 	f.Fuzz(func(t *testing.T, data []byte, format uint8) {
 		orig := bytes.Clone(data)
-		for _, fm := range []Format{Format(format % 6), OpenAIChat, OpenAIResponses, OpenAIEmbeddings, AnthropicMessages, OpenAIImages} {
+		for _, fm := range []Format{Format(int(format) % numFormats), OpenAIChat, OpenAIResponses, OpenAIEmbeddings, AnthropicMessages, OpenAIImages,
+			GeminiGenerate, BedrockConverse, BedrockInvoke} {
 			tok, found, err := ParseJSON(fm, data)
 			if err != nil && (found || tok != (Tokens{})) {
 				t.Errorf("%v: error %v with usage %+v found=%v", fm, err, tok, found)
@@ -96,7 +111,7 @@ func FuzzStreamParser(f *testing.F) {
 		f.Add(data, uint8(format), uint64(2), true)
 	})
 	f.Fuzz(func(t *testing.T, data []byte, format uint8, seed uint64, small bool) {
-		fm := Format(format % 6)
+		fm := Format(int(format) % numFormats)
 		maxEvent := 0
 		if small {
 			maxEvent = 64
@@ -182,6 +197,48 @@ func FuzzStreamParser(f *testing.F) {
 		}
 		if len(out) < len(data) && !strings.Contains(string(data), `"usage"`) {
 			t.Fatalf("bytes removed from a stream without usage")
+		}
+		if !bytes.Equal(data, orig) {
+			t.Error("input modified")
+		}
+	})
+}
+
+// FuzzBinaryStreams: the streams that are not SSE (Bedrock's AWS
+// event-stream, Converse and InvokeModel; Gemini's JSON array) give the
+// same usage, Final and TextBytes read whole or in random pieces, within
+// the counting rules, never panicking and never modifying their input.
+func FuzzBinaryStreams(f *testing.F) {
+	addSeeds(f, func(data []byte, format Format) { f.Add(data, uint8(format), uint64(1)) })
+	f.Fuzz(func(t *testing.T, data []byte, format uint8, seed uint64) {
+		orig := bytes.Clone(data)
+		for _, mk := range []struct {
+			name string
+			new  func() usageStream
+		}{
+			{"converse", func() usageStream { return newEventStream(BedrockConverse) }},
+			{"invoke", func() usageStream { return newEventStream(BedrockInvoke) }},
+			{"gemini-array", func() usageStream { return newJSONStreamParser(GeminiGenerate) }},
+		} {
+			whole := mk.new()
+			whole.Write(data)
+			tok, found := whole.Result()
+			checkInvariants(t, mk.name, tok, found)
+			rnd := rand.New(rand.NewPCG(seed, 5))
+			split := mk.new()
+			for rest := data; len(rest) > 0; {
+				n := min(len(rest), 1+rnd.IntN(1+rnd.IntN(64)))
+				if w, err := split.Write(rest[:n]); w != n || err != nil {
+					t.Fatalf("%s: Write = %d, %v", mk.name, w, err)
+				}
+				rest = rest[n:]
+			}
+			if tok2, found2 := split.Result(); tok2 != tok || found2 != found || split.Final() != whole.Final() || split.TextBytes() != whole.TextBytes() {
+				t.Fatalf("%s: chunking changed the result: %+v %v vs %+v %v", mk.name, tok2, found2, tok, found)
+			}
+			if whole.Final() && !found {
+				t.Fatalf("%s: final without usage", mk.name)
+			}
 		}
 		if !bytes.Equal(data, orig) {
 			t.Error("input modified")
