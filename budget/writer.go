@@ -10,9 +10,9 @@ import (
 	"github.com/tokenbudget/tokenbudget/cache"
 )
 
-// run is the writer goroutine: it gathers operations into batches and
-// commits each batch in one transaction.
-func (t *Tracker) run() {
+// writeLoop is the writer goroutine: it gathers operations into batches
+// and hands each to process, which commits it in one transaction.
+func (t *Tracker) writeLoop() {
 	defer close(t.done)
 	batch := make([]*op, 0, t.cfg.BatchSize)
 	timer := time.NewTimer(time.Hour)
@@ -155,7 +155,7 @@ func (t *Tracker) process(ops []*op) bool {
 			}
 			b.ran, b.probed = false, false
 			b.reset(t.now())
-			return b.run(ctx, tx)
+			return b.try(ctx, tx)
 		})
 		if b.prevLanded {
 			// Learned by a read, so it holds even if this try then failed:
@@ -218,7 +218,7 @@ func (t *Tracker) process(ops []*op) bool {
 		}
 		backoff = min(2*backoff, t.cfg.MaxRetryBackoff)
 	}
-	t.settle(b, sums)
+	t.publish(b, sums)
 	if b == prev {
 		t.releaseTold(b)
 	}
@@ -330,8 +330,9 @@ func (b *batch) reset(now time.Time) {
 	b.missing, b.prices, b.touched, b.expired, b.evOps, b.inserted, b.again, b.visited = nil, nil, nil, nil, nil, nil, nil, nil
 }
 
-// run is one try of the batch inside tx: load, decide, write.
-func (b *batch) run(ctx context.Context, tx Tx) error {
+// try is one attempt at the batch inside tx (process makes as many as it
+// takes): load, decide, write.
+func (b *batch) try(ctx context.Context, tx Tx) error {
 	if err := b.load(ctx, tx); err != nil {
 		return err
 	}
@@ -489,10 +490,10 @@ func (t *Tracker) sleep(d time.Duration) bool {
 	}
 }
 
-// settle moves a committed batch into the cache (pending deltas become
+// publish moves a committed batch into the cache (pending deltas become
 // committed totals, holds come and go in place, so a check right after a
 // commit needs no store read) and answers the waiters.
-func (t *Tracker) settle(b *batch, sums map[*cache.Counter]*pendingSum) {
+func (t *Tracker) publish(b *batch, sums map[*cache.Counter]*pendingSum) {
 	applied := make(map[cache.Key]int64, len(b.ws.Counters))
 	counted := b.inserted
 	if b.again != nil {
