@@ -37,7 +37,7 @@ import (
 // (decide changed it) and the batch is planned again from a fresh load.
 //
 // Each operation kind says what it locks and reads beside how it decides
-// (kinds, below load). The writer's path, by name: writeLoop gathers a
+// (the table above reservationsOf). The writer's path, by name: writeLoop gathers a
 // batch, process retries it until it lands, try is one attempt (these
 // three steps), publish moves what landed into the cache and answers the
 // callers; planSettle is a commit's, release's or recovery's end of a
@@ -240,7 +240,7 @@ func (o *op) active() bool { return !o.skip && o.kind != opFlush }
 
 // load is step 1: the memory checked against the store, then what the
 // active operations must lock and read, each kind saying its own (see
-// kinds), read in a few statements: the reservations locked and read, then
+// need), read in a few statements: the reservations locked and read, then
 // the limits locked and their windows read, with providers and prices when
 // a kind needs them.
 func (b *batch) load(ctx context.Context, tx Tx) error {
@@ -252,10 +252,11 @@ func (b *batch) load(ctx context.Context, tx Tx) error {
 	}
 	n := needs{refs: make(map[cache.Key]want), limits: make(map[string]bool)}
 	for _, o := range b.ops {
-		if need := kinds[o.kind].need; o.active() && need != nil {
-			if err := need(b, ctx, tx, o, &n); err != nil {
-				return err
-			}
+		if !o.active() {
+			continue
+		}
+		if err := b.need(ctx, tx, o, &n); err != nil {
+			return err
 		}
 	}
 	return b.loadNeeds(ctx, tx, &n)
@@ -302,17 +303,18 @@ func (b *batch) recall(ctx context.Context, tx Tx) error {
 }
 
 // loadReservations locks the reservations the operations settle or renew
-// (each kind's reservations), then reads those the memory lacks; the ids
+// (see reservationsOf), then reads those the memory lacks; the ids
 // the store does not have go to b.missing.
 func (b *batch) loadReservations(ctx context.Context, tx Tx) error {
 	m := &b.t.w.mem
 	var ids []string
 	for _, o := range b.ops {
-		if add := kinds[o.kind].reservations; o.active() && add != nil {
-			var err error
-			if ids, err = add(b, ctx, tx, o, ids); err != nil {
-				return err
-			}
+		if !o.active() {
+			continue
+		}
+		var err error
+		if ids, err = b.reservationsOf(ctx, tx, o, ids); err != nil {
+			return err
 		}
 	}
 	if len(ids) == 0 {
@@ -489,7 +491,7 @@ func (b *batch) window(l *Limit, at time.Time) *memWindow {
 }
 
 // decide is step 2: every active operation, in queue order, against the
-// memory alone, by its kind's decide.
+// memory alone, by its kind (see decideOp).
 func (b *batch) decide(ctx context.Context, tx Tx) error {
 	for _, o := range b.ops {
 		if !o.active() {
@@ -499,7 +501,7 @@ func (b *batch) decide(ctx context.Context, tx Tx) error {
 			*o.out = opResult{}
 		}
 		mark := b.ws.size()
-		if err := kinds[o.kind].decide(b, ctx, tx, o); err != nil {
+		if err := b.decideOp(ctx, tx, o); err != nil {
 			// A refusal or a bad request is the caller's answer, and what
 			// the operation planned before it is dropped with it; usage is
 			// never refused, so its errors fail the batch.
@@ -515,31 +517,70 @@ func (b *batch) decide(ctx context.Context, tx Tx) error {
 	return nil
 }
 
-// kind is what a batch does with one kind of operation: what it locks and
-// reads (step 1) beside how it decides (step 2). Below, each kind's
-// functions follow one another in this order.
-type kind struct {
-	// reservations appends to ids the reservations o settles or renews;
-	// the batch locks them all, then reads those the memory lacks.
-	reservations func(b *batch, ctx context.Context, tx Tx, o *op, ids []string) ([]string, error)
-	// need adds to n the limits o locks and the windows it reads, its
-	// reservations known.
-	need func(b *batch, ctx context.Context, tx Tx, o *op, n *needs) error
-	// decide plans o against the memory alone: its writes go to b.ws, its
-	// answer to o.out; an error it returns is the caller's answer if it is
-	// a refusal and o planned nothing, else it fails the batch.
-	decide func(b *batch, ctx context.Context, tx Tx, o *op) error
+// Each kind of operation, its steps side by side: what it locks and reads
+// (step 1) beside how it decides (step 2). Below, each kind's functions
+// follow one another in this order:
+//
+//	kind     reservations (locked, then read)  need (limits locked, windows read)  decide
+//	usage    -                                 needUsage                           decideUsage
+//	reserve  -                                 needReserve                         decideReserve
+//	commit   its id                            needCommit                          decideCommit
+//	release  its id                            needSettled                         decideRelease
+//	renew    its id                            needSettled                         decideRenew
+//	recover  expiredOf                         needRecover                         decideRecover
+//
+// A flush plans nothing (it is never active). The dispatch is a switch,
+// not a table of funcs, so that what step 1 gathers stays on the stack.
+
+// reservationsOf appends to ids the reservations o settles or renews; the
+// batch locks them all, then reads those the memory lacks.
+func (b *batch) reservationsOf(ctx context.Context, tx Tx, o *op, ids []string) ([]string, error) {
+	switch o.kind {
+	case opCommit, opRelease, opRenew:
+		return append(ids, o.id), nil
+	case opRecover:
+		return b.expiredOf(ctx, tx, o, ids)
+	}
+	return ids, nil
 }
 
-// kinds by opKind. A flush plans nothing (it is never active).
-var kinds = [...]kind{
-	opUsage:   {need: (*batch).needUsage, decide: (*batch).decideUsage},
-	opFlush:   {},
-	opReserve: {need: (*batch).needReserve, decide: (*batch).decideReserve},
-	opCommit:  {reservations: (*batch).reservationOf, need: (*batch).needCommit, decide: (*batch).decideCommit},
-	opRelease: {reservations: (*batch).reservationOf, need: (*batch).needSettled, decide: (*batch).decideRelease},
-	opRenew:   {reservations: (*batch).reservationOf, need: (*batch).needSettled, decide: (*batch).decideRenew},
-	opRecover: {reservations: (*batch).expiredOf, need: (*batch).needRecover, decide: (*batch).decideRecover},
+// need adds to n the limits o locks and the windows it reads, its
+// reservations known.
+func (b *batch) need(ctx context.Context, tx Tx, o *op, n *needs) error {
+	switch o.kind {
+	case opUsage:
+		return b.needUsage(ctx, tx, o, n)
+	case opReserve:
+		return b.needReserve(ctx, tx, o, n)
+	case opCommit:
+		return b.needCommit(ctx, tx, o, n)
+	case opRelease, opRenew:
+		return b.needSettled(o, n)
+	case opRecover:
+		return b.needRecover(ctx, tx, o, n)
+	}
+	return nil
+}
+
+// decideOp plans o against the memory alone: its writes go to b.ws, its
+// answer to o.out; an error it returns is the caller's answer if it is a
+// refusal and o planned nothing, else it fails the batch (see decide).
+func (b *batch) decideOp(ctx context.Context, tx Tx, o *op) error {
+	switch o.kind {
+	case opUsage:
+		return b.decideUsage(ctx, tx, o)
+	case opReserve:
+		return b.decideReserve(ctx, tx, o)
+	case opCommit:
+		return b.decideCommit(ctx, tx, o)
+	case opRelease:
+		return b.decideRelease(o)
+	case opRenew:
+		return b.decideRenew(o)
+	case opRecover:
+		return b.decideRecover(ctx, tx, o)
+	}
+	return nil
 }
 
 // The limit filters every path shares (the writer's load and decisions,
@@ -833,12 +874,8 @@ func (b *batch) decideReserve(ctx context.Context, tx Tx, o *op) error {
 	return nil
 }
 
-// Commit, release and renew: one reservation each, by id.
-
-// reservationOf appends the reservation o names.
-func (b *batch) reservationOf(_ context.Context, _ Tx, o *op, ids []string) ([]string, error) {
-	return append(ids, o.id), nil
-}
+// Commit, release and renew: one reservation each, by id
+// (reservationsOf).
 
 // reservation is the live (or expired unrecovered) reservation id, or the
 // error its caller gets.
@@ -912,14 +949,14 @@ func (b *batch) decideCommit(ctx context.Context, tx Tx, o *op) error {
 
 // needSettled needs the limits the reservation holds on (a release or a
 // renewal reads no window: it only drops or moves holds).
-func (b *batch) needSettled(_ context.Context, _ Tx, o *op, n *needs) error {
+func (b *batch) needSettled(o *op, n *needs) error {
 	if r := b.t.w.mem.res[o.id]; r != nil {
 		n.needHolds(r)
 	}
 	return nil
 }
 
-func (b *batch) decideRelease(_ context.Context, _ Tx, o *op) error {
+func (b *batch) decideRelease(o *op) error {
 	r, err := b.reservation(o.id)
 	if err != nil {
 		return err
@@ -929,7 +966,7 @@ func (b *batch) decideRelease(_ context.Context, _ Tx, o *op) error {
 	return nil
 }
 
-func (b *batch) decideRenew(_ context.Context, _ Tx, o *op) error {
+func (b *batch) decideRenew(o *op) error {
 	r, err := b.reservation(o.id)
 	if errors.Is(err, ErrSettled) {
 		return ErrLeaseLost

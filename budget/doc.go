@@ -64,8 +64,8 @@
 // price.go and model.go; decisions in decide.go; statuses in status.go;
 // the store seam and its locking contract in store.go, the rows it
 // exchanges in rows.go; the writer in writer.go and batch.go (each
-// operation kind's steps in its kinds table); administration (limits, inspect, verify) in
-// admin.go; teams, organisations and raises in team.go; provider parking
+// operation kind's steps side by side); administration (limits,
+// inspect, verify) in admin.go; teams, organisations and raises in team.go; provider parking
 // in park.go and prober.go.
 //
 // # Concurrency
