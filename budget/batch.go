@@ -35,6 +35,13 @@ import (
 //
 // If any step fails the transaction rolls back, the memory is forgotten
 // (decide changed it) and the batch is planned again from a fresh load.
+//
+// Each operation kind says what it locks and reads beside how it decides
+// (the table above reservationsOf). The writer's path, by name: writeLoop gathers a
+// batch, process retries it until it lands, try is one attempt (these
+// three steps), publish moves what landed into the cache and answers the
+// callers; planSettle is a commit's, release's or recovery's end of a
+// reservation inside the plan.
 
 // memWindow is one counter window as the writer knows it. It is kept
 // small: the writer may know hundreds of thousands.
@@ -231,8 +238,34 @@ func (o *op) events() []Usage {
 // not a flush, which plans nothing.
 func (o *op) active() bool { return !o.skip && o.kind != opFlush }
 
-// load is step 1.
+// load is step 1: the memory checked against the store, then what the
+// active operations must lock and read, each kind saying its own (see
+// need), read in a few statements: the reservations locked and read, then
+// the limits locked and their windows read, with providers and prices when
+// a kind needs them.
 func (b *batch) load(ctx context.Context, tx Tx) error {
+	if err := b.recall(ctx, tx); err != nil {
+		return err
+	}
+	if err := b.loadReservations(ctx, tx); err != nil {
+		return err
+	}
+	n := needs{refs: make(map[cache.Key]want), limits: make(map[string]bool)}
+	for _, o := range b.ops {
+		if !o.active() {
+			continue
+		}
+		if err := b.need(ctx, tx, o, &n); err != nil {
+			return err
+		}
+	}
+	return b.loadNeeds(ctx, tx, &n)
+}
+
+// recall keeps the memory the writer kept from its last commit if the
+// store's state is still the one it knew (Tx.Mark), or forgets it, with
+// the limits and prices if their versions moved.
+func (b *batch) recall(ctx context.Context, tx Tx) error {
 	t, m := b.t, &b.t.w.mem
 	mark, err := tx.Mark(ctx)
 	if err != nil {
@@ -266,182 +299,116 @@ func (b *batch) load(ctx context.Context, tx Tx) error {
 		t.w.forgetLimits()
 	}
 	m.valid, m.expect = true, mark
+	return nil
+}
 
-	// Reservations: those the operations name and those recovery finds,
-	// locked before they are read.
+// loadReservations locks the reservations the operations settle or renew
+// (see reservationsOf), then reads those the memory lacks; the ids
+// the store does not have go to b.missing.
+func (b *batch) loadReservations(ctx context.Context, tx Tx) error {
+	m := &b.t.w.mem
 	var ids []string
 	for _, o := range b.ops {
 		if !o.active() {
 			continue
 		}
-		switch o.kind {
-		case opCommit, opRelease, opRenew:
-			ids = append(ids, o.id)
-		case opRecover:
-			rows, err := tx.ExpiredReservations(ctx, o.at, maxRecover)
-			if err != nil {
-				return err
-			}
-			if b.expired == nil {
-				b.expired = make(map[*op][]string)
-			}
-			for i := range rows {
-				ids = append(ids, rows[i].ID)
-				b.expired[o] = append(b.expired[o], rows[i].ID)
-			}
-		}
-	}
-	if len(ids) > 0 {
-		slices.Sort(ids)
-		ids = slices.Compact(ids)
-		if err := tx.LockReservations(ctx, ids); err != nil {
+		var err error
+		if ids, err = b.reservationsOf(ctx, tx, o, ids); err != nil {
 			return err
 		}
-		var need []string
-		for _, id := range ids {
-			if _, ok := m.res[id]; !ok {
-				need = append(need, id)
-			}
-		}
-		if len(need) > 0 {
-			rows, err := tx.Reservations(ctx, need)
-			if err != nil {
-				return err
-			}
-			for i := range rows {
-				r := rows[i]
-				m.res[r.ID] = &r
-			}
-			for _, id := range need {
-				if _, ok := m.res[id]; !ok {
-					if b.missing == nil {
-						b.missing = make(map[string]bool)
-					}
-					b.missing[id] = true
-				}
-			}
-		}
 	}
-
-	// The windows every operation reads or writes, and the limits they
-	// belong to.
-	type want struct {
-		ref     WindowRef
-		reserve bool // a reservation decides on it: it must be known
-	}
-	refs := make(map[cache.Key]want)
-	lockIDs := make(map[string]bool)
-	needPrices := false
-	// addEvent: who is placed (see eventWho).
-	addEvent := func(who *Who, provider, model string, at time.Time) error {
-		ls, err := t.limitsFor(ctx, tx, who)
-		if err != nil {
-			return err
-		}
-		needPrices = true
-		model = NormalizeModel(model)
-		for i := range ls {
-			l := &ls[i]
-			if l.Metric == MetricConcurrent || !l.Applies(who, provider, model) || !l.Covers(at) {
-				continue
-			}
-			l = l.forWho(who)
-			lockIDs[l.ID] = true
-			r := refAt(l, at)
-			k := windowKey(l, r.Start)
-			// A limit with alert thresholds must know its total to
-			// see one crossed.
-			if cur, ok := refs[k]; !ok || len(l.Alerts) > 0 && !cur.reserve {
-				refs[k] = want{ref: r, reserve: len(l.Alerts) > 0}
-			}
-		}
+	if len(ids) == 0 {
 		return nil
 	}
-	lockHolds := func(r *ReservationRow) {
-		for _, h := range r.Holds {
-			lockIDs[h.LimitID] = true
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	if err := tx.LockReservations(ctx, ids); err != nil {
+		return err
+	}
+	var need []string
+	for _, id := range ids {
+		if _, ok := m.res[id]; !ok {
+			need = append(need, id)
 		}
 	}
-	for _, o := range b.ops {
-		if !o.active() {
+	if len(need) == 0 {
+		return nil
+	}
+	rows, err := tx.Reservations(ctx, need)
+	if err != nil {
+		return err
+	}
+	for i := range rows {
+		r := rows[i]
+		m.res[r.ID] = &r
+	}
+	for _, id := range need {
+		if _, ok := m.res[id]; !ok {
+			if b.missing == nil {
+				b.missing = make(map[string]bool)
+			}
+			b.missing[id] = true
+		}
+	}
+	return nil
+}
+
+// needs is what the operations of a batch must lock and read once their
+// reservations are known.
+type needs struct {
+	refs   map[cache.Key]want // the windows, each once
+	limits map[string]bool    // the limits to lock
+	prices bool
+}
+
+// want is one window a batch reads.
+type want struct {
+	ref     WindowRef
+	reserve bool // a reservation decides on it: it must be known
+}
+
+// needEvent adds the windows an event of who's (placed, see eventWho)
+// counts in, and their limits.
+func (b *batch) needEvent(ctx context.Context, tx Tx, n *needs, who *Who, provider, model string, at time.Time) error {
+	ls, err := b.t.limitsFor(ctx, tx, who)
+	if err != nil {
+		return err
+	}
+	n.prices = true
+	model = NormalizeModel(model)
+	for i := range ls {
+		l := &ls[i]
+		if !l.countsEvent(who, provider, model, at) {
 			continue
 		}
-		switch o.kind {
-		case opUsage:
-			for _, ev := range o.events() {
-				who := ev.Who()
-				if !ev.Placed {
-					if err := t.place(ctx, tx, &who); err != nil {
-						return err
-					}
-				}
-				if err := addEvent(&who, ev.Provider, ev.Model, ev.At); err != nil {
-					return err
-				}
-			}
-		case opReserve:
-			who := Who{Key: o.req.Key, User: o.req.User}
-			if err := t.place(ctx, tx, &who); err != nil {
-				return err
-			}
-			ls, err := t.limitsFor(ctx, tx, &who)
-			if err != nil {
-				return err
-			}
-			model := NormalizeModel(o.req.Model)
-			for i := range ls {
-				l := &ls[i]
-				if !l.Enabled || !l.Applies(&who, o.req.Provider, model) || !l.Covers(o.at) {
-					continue
-				}
-				l = l.forWho(&who)
-				lockIDs[l.ID] = true
-				r := refAt(l, o.at)
-				refs[windowKey(l, r.Start)] = want{ref: r, reserve: true}
-				needPrices = needPrices || l.Metric == MetricUSD
-			}
-			if o.req.Provider != "" && !m.parkOK {
-				ps, err := tx.Providers(ctx)
-				if err != nil {
-					return err
-				}
-				m.parked = make(map[string]*ProviderState, len(ps))
-				for i := range ps {
-					m.parked[ps[i].Provider] = &ps[i]
-				}
-				m.parkOK = true
-			}
-		case opCommit:
-			if r := m.res[o.id]; r != nil {
-				lockHolds(r)
-				who := r.who()
-				if err := addEvent(&who, r.Provider, r.Model, r.At); err != nil {
-					return err
-				}
-			}
-		case opRelease, opRenew:
-			if r := m.res[o.id]; r != nil {
-				lockHolds(r)
-			}
-		case opRecover:
-			for _, id := range b.expired[o] {
-				r := m.res[id]
-				if r == nil {
-					continue
-				}
-				lockHolds(r)
-				if r.OnExpiry == ExpireCharge {
-					who := r.who()
-					if err := addEvent(&who, r.Provider, r.Model, r.At); err != nil {
-						return err
-					}
-				}
-			}
+		l = l.forWho(who)
+		n.limits[l.ID] = true
+		r := refAt(l, at)
+		k := windowKey(l, r.Start)
+		// A limit with alert thresholds must know its total to
+		// see one crossed.
+		if cur, ok := n.refs[k]; !ok || len(l.Alerts) > 0 && !cur.reserve {
+			n.refs[k] = want{ref: r, reserve: len(l.Alerts) > 0}
 		}
 	}
-	if len(lockIDs) > 0 {
-		ids := make([]string, 0, len(lockIDs))
-		for id := range lockIDs {
+	return nil
+}
+
+// needHolds adds the limits r holds on: settling or renewing r changes
+// their holds.
+func (n *needs) needHolds(r *ReservationRow) {
+	for _, h := range r.Holds {
+		n.limits[h.LimitID] = true
+	}
+}
+
+// loadNeeds locks n's limits, in one order, then reads the windows the
+// memory lacks, and the prices if an operation needs them.
+func (b *batch) loadNeeds(ctx context.Context, tx Tx, n *needs) error {
+	t, m := b.t, &b.t.w.mem
+	if len(n.limits) > 0 {
+		ids := make([]string, 0, len(n.limits))
+		for id := range n.limits {
 			ids = append(ids, id)
 		}
 		slices.Sort(ids)
@@ -451,7 +418,7 @@ func (b *batch) load(ctx context.Context, tx Tx) error {
 	}
 	var need []WindowRef
 	var keys []cache.Key
-	for k, r := range refs {
+	for k, r := range n.refs {
 		w := m.windows[k]
 		switch {
 		case w != nil && (w.known || !r.reserve):
@@ -483,7 +450,7 @@ func (b *batch) load(ctx context.Context, tx Tx) error {
 		for i, ws := range got {
 			r := need[i]
 			w := newMemWindow(r, ws)
-			w.hot = refs[keys[i]].reserve
+			w.hot = n.refs[keys[i]].reserve
 			w.known = !r.NoSeed || ws.Stored
 			m.windows[keys[i]] = w
 			b.visited = append(b.visited, keys[i])
@@ -497,7 +464,7 @@ func (b *batch) load(ctx context.Context, tx Tx) error {
 			}
 		}
 	}
-	if needPrices {
+	if n.prices {
 		var err error
 		if b.prices, err = t.writerPrices(ctx, tx); err != nil {
 			return err
@@ -524,7 +491,7 @@ func (b *batch) window(l *Limit, at time.Time) *memWindow {
 }
 
 // decide is step 2: every active operation, in queue order, against the
-// memory alone.
+// memory alone, by its kind (see decideOp).
 func (b *batch) decide(ctx context.Context, tx Tx) error {
 	for _, o := range b.ops {
 		if !o.active() {
@@ -534,46 +501,7 @@ func (b *batch) decide(ctx context.Context, tx Tx) error {
 			*o.out = opResult{}
 		}
 		mark := b.ws.size()
-		var err error
-		switch o.kind {
-		case opUsage:
-			if o.evs != nil { // RecordSync: its caller hears of a prune that raced it
-				if h := b.t.horizon.Load(); h != 0 {
-					for i := range o.evs {
-						if o.evs[i].At.UnixNano() < h {
-							o.out.err = horizonError(&o.evs[i], h)
-							break
-						}
-					}
-					if o.out.err != nil {
-						continue
-					}
-				}
-			}
-			for _, ev := range o.events() {
-				if !ev.Placed {
-					who := ev.Who()
-					if err = b.t.place(ctx, tx, &who); err != nil {
-						break
-					}
-					ev.Team, ev.Org = who.Team, who.Org
-				}
-				if err = b.event(ctx, tx, ev, o); err != nil {
-					break
-				}
-			}
-		case opReserve:
-			err = b.reserve(ctx, tx, o)
-		case opCommit:
-			err = b.commit(ctx, tx, o)
-		case opRelease:
-			err = b.release(o)
-		case opRenew:
-			err = b.renew(o)
-		case opRecover:
-			err = b.recover(ctx, tx, o)
-		}
-		if err != nil {
+		if err := b.decideOp(ctx, tx, o); err != nil {
 			// A refusal or a bad request is the caller's answer, and what
 			// the operation planned before it is dropped with it; usage is
 			// never refused, so its errors fail the batch.
@@ -589,9 +517,139 @@ func (b *batch) decide(ctx context.Context, tx Tx) error {
 	return nil
 }
 
-// event plans one event: priced, appended, and added to every matching
-// limit window (disabled limits count too: only enforcement stops). Its
-// team and organisation are final (placed, or the reservation's).
+// Each kind of operation, its steps side by side: what it locks and reads
+// (step 1) beside how it decides (step 2). Below, each kind's functions
+// follow one another in this order:
+//
+//	kind     reservations (locked, then read)  need (limits locked, windows read)  decide
+//	usage    -                                 needUsage                           decideUsage
+//	reserve  -                                 needReserve                         decideReserve
+//	commit   its id                            needCommit                          decideCommit
+//	release  its id                            needSettled                         decideRelease
+//	renew    its id                            needSettled                         decideRenew
+//	recover  expiredOf                         needRecover                         decideRecover
+//
+// A flush plans nothing (it is never active). The dispatch is a switch,
+// not a table of funcs, so that what step 1 gathers stays on the stack.
+
+// reservationsOf appends to ids the reservations o settles or renews; the
+// batch locks them all, then reads those the memory lacks.
+func (b *batch) reservationsOf(ctx context.Context, tx Tx, o *op, ids []string) ([]string, error) {
+	switch o.kind {
+	case opCommit, opRelease, opRenew:
+		return append(ids, o.id), nil
+	case opRecover:
+		return b.expiredOf(ctx, tx, o, ids)
+	}
+	return ids, nil
+}
+
+// need adds to n the limits o locks and the windows it reads, its
+// reservations known.
+func (b *batch) need(ctx context.Context, tx Tx, o *op, n *needs) error {
+	switch o.kind {
+	case opUsage:
+		return b.needUsage(ctx, tx, o, n)
+	case opReserve:
+		return b.needReserve(ctx, tx, o, n)
+	case opCommit:
+		return b.needCommit(ctx, tx, o, n)
+	case opRelease, opRenew:
+		return b.needSettled(o, n)
+	case opRecover:
+		return b.needRecover(ctx, tx, o, n)
+	}
+	return nil
+}
+
+// decideOp plans o against the memory alone: its writes go to b.ws, its
+// answer to o.out; an error it returns is the caller's answer if it is a
+// refusal and o planned nothing, else it fails the batch (see decide).
+func (b *batch) decideOp(ctx context.Context, tx Tx, o *op) error {
+	switch o.kind {
+	case opUsage:
+		return b.decideUsage(ctx, tx, o)
+	case opReserve:
+		return b.decideReserve(ctx, tx, o)
+	case opCommit:
+		return b.decideCommit(ctx, tx, o)
+	case opRelease:
+		return b.decideRelease(o)
+	case opRenew:
+		return b.decideRenew(o)
+	case opRecover:
+		return b.decideRecover(ctx, tx, o)
+	}
+	return nil
+}
+
+// The limit filters every path shares (the writer's load and decisions,
+// Record's cache overlay, Check).
+
+// countsEvent reports whether an event of who's on provider and model
+// (normalised) at at counts in l: every limit that applies and covers at
+// but a concurrent one, enabled or not (a disabled limit's counters keep
+// counting; only enforcement stops).
+func (l *Limit) countsEvent(who *Who, provider, model string, at time.Time) bool {
+	return l.Metric != MetricConcurrent && l.Applies(who, provider, model) && l.Covers(at)
+}
+
+// decidesRequest reports whether a request of who's on provider and model
+// (normalised) at at is decided on l: an enabled limit that applies and
+// covers at.
+func (l *Limit) decidesRequest(who *Who, provider, model string, at time.Time) bool {
+	return l.Enabled && l.Applies(who, provider, model) && l.Covers(at)
+}
+
+// Usage (Record, RecordSync).
+
+// needUsage places each event, then needs the windows it counts in.
+func (b *batch) needUsage(ctx context.Context, tx Tx, o *op, n *needs) error {
+	for _, ev := range o.events() {
+		who := ev.Who()
+		if !ev.Placed {
+			if err := b.t.place(ctx, tx, &who); err != nil {
+				return err
+			}
+		}
+		if err := b.needEvent(ctx, tx, n, &who, ev.Provider, ev.Model, ev.At); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decideUsage plans o's events; usage is never refused, but a
+// RecordSync's caller hears of a prune that raced it.
+func (b *batch) decideUsage(ctx context.Context, tx Tx, o *op) error {
+	if o.evs != nil {
+		if h := b.t.horizon.Load(); h != 0 {
+			for i := range o.evs {
+				if o.evs[i].At.UnixNano() < h {
+					o.out.err = horizonError(&o.evs[i], h)
+					return nil
+				}
+			}
+		}
+	}
+	for _, ev := range o.events() {
+		if !ev.Placed {
+			who := ev.Who()
+			if err := b.t.place(ctx, tx, &who); err != nil {
+				return err
+			}
+			ev.Team, ev.Org = who.Team, who.Org
+		}
+		if err := b.event(ctx, tx, ev, o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// event plans one event: priced, appended, and added to every limit
+// window it counts in. Its team and organisation are final (placed, or
+// the reservation's). Usage, commits and charges all record through it.
 func (b *batch) event(ctx context.Context, tx Tx, ev Usage, o *op) error {
 	who := ev.Who()
 	ls, err := b.t.limitsFor(ctx, tx, &who)
@@ -611,7 +669,7 @@ func (b *batch) event(ctx context.Context, tx Tx, ev Usage, o *op) error {
 	ev.Unpriced = false
 	if noPrice {
 		for j := range ls {
-			if ls[j].Metric == MetricUSD && ls[j].Applies(&who, ev.Provider, model) && ls[j].Covers(ev.At) {
+			if ls[j].Metric == MetricUSD && ls[j].countsEvent(&who, ev.Provider, model, ev.At) {
 				ev.Unpriced = true
 				break
 			}
@@ -620,7 +678,7 @@ func (b *batch) event(ctx context.Context, tx Tx, ev Usage, o *op) error {
 	ew := EventWrite{Usage: ev, NoPrice: noPrice}
 	for j := range ls {
 		l := &ls[j]
-		if l.Metric == MetricConcurrent || !l.Applies(&who, ev.Provider, model) || !l.Covers(ev.At) {
+		if !l.countsEvent(&who, ev.Provider, model, ev.At) {
 			continue
 		}
 		l = l.forWho(&who)
@@ -682,9 +740,50 @@ type internalError struct{ s string }
 
 func (e *internalError) Error() string { return "budget: internal: " + e.s }
 
-// reserve plans one reservation: refused, or held on every applicable
-// enabled limit.
-func (b *batch) reserve(ctx context.Context, tx Tx, o *op) error {
+// Reserve.
+
+// needReserve places the request, then needs every window it is decided
+// on (known: a reservation decides on their totals), the prices if one is
+// a usd limit's, and the parked providers if it names one.
+func (b *batch) needReserve(ctx context.Context, tx Tx, o *op, n *needs) error {
+	t, m := b.t, &b.t.w.mem
+	who := Who{Key: o.req.Key, User: o.req.User}
+	if err := t.place(ctx, tx, &who); err != nil {
+		return err
+	}
+	ls, err := t.limitsFor(ctx, tx, &who)
+	if err != nil {
+		return err
+	}
+	model := NormalizeModel(o.req.Model)
+	for i := range ls {
+		l := &ls[i]
+		if !l.decidesRequest(&who, o.req.Provider, model, o.at) {
+			continue
+		}
+		l = l.forWho(&who)
+		n.limits[l.ID] = true
+		r := refAt(l, o.at)
+		n.refs[windowKey(l, r.Start)] = want{ref: r, reserve: true}
+		n.prices = n.prices || l.Metric == MetricUSD
+	}
+	if o.req.Provider != "" && !m.parkOK {
+		ps, err := tx.Providers(ctx)
+		if err != nil {
+			return err
+		}
+		m.parked = make(map[string]*ProviderState, len(ps))
+		for i := range ps {
+			m.parked[ps[i].Provider] = &ps[i]
+		}
+		m.parkOK = true
+	}
+	return nil
+}
+
+// decideReserve plans one reservation: refused, or held on every limit it
+// is decided on.
+func (b *batch) decideReserve(ctx context.Context, tx Tx, o *op) error {
 	t, m := b.t, &b.t.w.mem
 	req, at := o.req, o.at
 	if req.Provider != "" {
@@ -706,7 +805,7 @@ func (b *batch) reserve(ctx context.Context, tx Tx, o *op) error {
 	var statuses []Status
 	for i := range ls {
 		l := &ls[i]
-		if !l.Enabled || !l.Applies(&who, req.Provider, model) || !l.Covers(at) {
+		if !l.decidesRequest(&who, req.Provider, model, at) {
 			continue
 		}
 		l = l.forWho(&who)
@@ -775,7 +874,11 @@ func (b *batch) reserve(ctx context.Context, tx Tx, o *op) error {
 	return nil
 }
 
-// reservation is o's reservation, or the error its caller gets.
+// Commit, release and renew: one reservation each, by id
+// (reservationsOf).
+
+// reservation is the live (or expired unrecovered) reservation id, or the
+// error its caller gets.
 func (b *batch) reservation(id string) (*ReservationRow, error) {
 	r := b.t.w.mem.res[id]
 	if r == nil || b.missing[id] {
@@ -787,8 +890,9 @@ func (b *batch) reservation(id string) (*ReservationRow, error) {
 	return r, nil
 }
 
-// settle plans the end of r: state set, holds dropped from memory.
-func (b *batch) settle(r *ReservationRow, state ReservationState) {
+// planSettle plans the end of r in this batch: state set, holds dropped
+// from memory. (Tracker.publish later drops them from the cache.)
+func (b *batch) planSettle(r *ReservationRow, state ReservationState) {
 	b.ws.Settles = append(b.ws.Settles, Settle{ID: r.ID, State: state, At: b.now, Holds: r.Holds})
 	for _, h := range r.Holds {
 		if w := b.t.w.mem.windows[h.windowKey()]; w != nil {
@@ -799,7 +903,21 @@ func (b *batch) settle(r *ReservationRow, state ReservationState) {
 	r.SettledAt = b.now
 }
 
-func (b *batch) commit(ctx context.Context, tx Tx, o *op) error {
+// needCommit needs the limits the reservation holds on and the windows
+// its event counts in, charged to whom it held for.
+func (b *batch) needCommit(ctx context.Context, tx Tx, o *op, n *needs) error {
+	r := b.t.w.mem.res[o.id]
+	if r == nil {
+		return nil
+	}
+	n.needHolds(r)
+	who := r.who()
+	return b.needEvent(ctx, tx, n, &who, r.Provider, r.Model, r.At)
+}
+
+// decideCommit records the actual usage as the reservation's event and
+// settles it.
+func (b *batch) decideCommit(ctx context.Context, tx Tx, o *op) error {
 	r, err := b.reservation(o.id)
 	if err != nil {
 		return err
@@ -824,22 +942,31 @@ func (b *batch) commit(ctx context.Context, tx Tx, o *op) error {
 		}
 	}
 	o.out.holds = r.Holds
-	b.settle(r, ReservationCommitted)
+	b.planSettle(r, ReservationCommitted)
 	o.out.settlement = out
 	return nil
 }
 
-func (b *batch) release(o *op) error {
+// needSettled needs the limits the reservation holds on (a release or a
+// renewal reads no window: it only drops or moves holds).
+func (b *batch) needSettled(o *op, n *needs) error {
+	if r := b.t.w.mem.res[o.id]; r != nil {
+		n.needHolds(r)
+	}
+	return nil
+}
+
+func (b *batch) decideRelease(o *op) error {
 	r, err := b.reservation(o.id)
 	if err != nil {
 		return err
 	}
 	o.out.holds = r.Holds
-	b.settle(r, ReservationReleased)
+	b.planSettle(r, ReservationReleased)
 	return nil
 }
 
-func (b *batch) renew(o *op) error {
+func (b *batch) decideRenew(o *op) error {
 	r, err := b.reservation(o.id)
 	if errors.Is(err, ErrSettled) {
 		return ErrLeaseLost
@@ -872,7 +999,47 @@ func (b *batch) renew(o *op) error {
 	return nil
 }
 
-func (b *batch) recover(ctx context.Context, tx Tx, o *op) error {
+// Recover.
+
+// expiredOf appends the live reservations expired at o's instant (at most
+// maxRecover), and keeps them as o's.
+func (b *batch) expiredOf(ctx context.Context, tx Tx, o *op, ids []string) ([]string, error) {
+	rows, err := tx.ExpiredReservations(ctx, o.at, maxRecover)
+	if err != nil {
+		return ids, err
+	}
+	if b.expired == nil {
+		b.expired = make(map[*op][]string)
+	}
+	for i := range rows {
+		ids = append(ids, rows[i].ID)
+		b.expired[o] = append(b.expired[o], rows[i].ID)
+	}
+	return ids, nil
+}
+
+// needRecover needs the limits each expired reservation holds on, and the
+// windows the charge of an ExpireCharge one counts in.
+func (b *batch) needRecover(ctx context.Context, tx Tx, o *op, n *needs) error {
+	for _, id := range b.expired[o] {
+		r := b.t.w.mem.res[id]
+		if r == nil {
+			continue
+		}
+		n.needHolds(r)
+		if r.OnExpiry == ExpireCharge {
+			who := r.who()
+			if err := b.needEvent(ctx, tx, n, &who, r.Provider, r.Model, r.At); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// decideRecover settles o's expired reservations (charging the
+// ExpireCharge ones) and plans the deletion of old settled ones.
+func (b *batch) decideRecover(ctx context.Context, tx Tx, o *op) error {
 	res := &o.out.recovered
 	ids := b.expired[o]
 	o.out.more = len(ids) >= maxRecover
@@ -893,7 +1060,7 @@ func (b *batch) recover(ctx context.Context, tx Tx, o *op) error {
 			res.ChargedReservations++
 		}
 		o.out.dropped[id] = r.Holds
-		b.settle(r, ReservationExpired)
+		b.planSettle(r, ReservationExpired)
 		res.ReleasedReservations++
 		for _, h := range r.Holds {
 			if h.WindowStart.IsZero() {

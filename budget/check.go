@@ -49,7 +49,7 @@ func (t *Tracker) check(ctx context.Context, req Request, now time.Time, clock i
 	who := Who{Key: req.Key, Team: kl.team, Org: kl.org, User: req.User}
 	for i := range kl.limits {
 		l := &kl.limits[i]
-		if !l.Enabled || !l.Applies(&who, req.Provider, model) || !l.Covers(now) {
+		if !l.decidesRequest(&who, req.Provider, model, now) {
 			continue
 		}
 		if statuses == nil {

@@ -285,7 +285,7 @@ func (t *Tracker) addPendingEvent(o *op, ev *Usage) {
 	}
 	for i := range kl.limits {
 		l := &kl.limits[i]
-		if l.Metric == MetricConcurrent || !l.Applies(&who, ev.Provider, model) || !l.Covers(ev.At) {
+		if !l.countsEvent(&who, ev.Provider, model, ev.At) {
 			continue
 		}
 		w := kl.window(i, ev.At)

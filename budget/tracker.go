@@ -188,7 +188,7 @@ func New(ctx context.Context, store Store, cfg Config) (*Tracker, error) {
 	}
 	t.w.init()
 	t.startRetention()
-	go t.run() // recovery runs on the writer
+	go t.writeLoop() // recovery runs on the writer
 	// Record refuses events before the prune horizon from the start; if the
 	// store cannot say yet, the writer's first batch reads it (its limits
 	// version starts unknown).

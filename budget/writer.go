@@ -10,9 +10,9 @@ import (
 	"github.com/tokenbudget/tokenbudget/cache"
 )
 
-// run is the writer goroutine: it gathers operations into batches and
-// commits each batch in one transaction.
-func (t *Tracker) run() {
+// writeLoop is the writer goroutine: it gathers operations into batches
+// and hands each to process, which commits it in one transaction.
+func (t *Tracker) writeLoop() {
 	defer close(t.done)
 	batch := make([]*op, 0, t.cfg.BatchSize)
 	timer := time.NewTimer(time.Hour)
@@ -112,30 +112,7 @@ type pendingSum struct {
 // up only when Close's context ends, and reports whether the batch landed.
 func (t *Tracker) process(ops []*op) bool {
 	sums := make(map[*cache.Counter]*pendingSum)
-	for _, o := range ops {
-		o.skip, o.told = false, false
-		switch {
-		case o.kind == opUsage:
-			for _, c := range o.contribs {
-				ps := sums[c.c]
-				if ps == nil {
-					ps = &pendingSum{key: c.key}
-					sums[c.c] = ps
-				}
-				ps.queued += c.delta
-			}
-		case o.withdrawable():
-			// A caller whose context ended before the writer got here has
-			// been told so: its operation must never happen.
-			if !o.state.CompareAndSwap(opQueued, opClaimed) {
-				o.skip, o.told = true, true
-			}
-		}
-	}
-	// One BeginCommit per counter, so seq is odd for the whole commit.
-	for c := range sums {
-		c.BeginCommit()
-	}
+	claim(ops, sums)
 	m := &t.w.mem
 	var b *batch
 	dups := make(map[string]bool)
@@ -155,7 +132,7 @@ func (t *Tracker) process(ops []*op) bool {
 			}
 			b.ran, b.probed = false, false
 			b.reset(t.now())
-			return b.run(ctx, tx)
+			return b.try(ctx, tx)
 		})
 		if b.prevLanded {
 			// Learned by a read, so it holds even if this try then failed:
@@ -187,26 +164,7 @@ func (t *Tracker) process(ops []*op) bool {
 			attempt--
 			continue
 		}
-		t.stats.failures.Add(1)
-		t.w.fail(err)
-		if t.cfg.OnError != nil {
-			t.cfg.OnError(err)
-		}
-		if attempt >= t.cfg.FlushFailures {
-			// Tell the waiters in this batch. Usage and settlements stay and
-			// are retried (a charge is never given up), but a reservation or
-			// renewal whose caller saw an error must not happen later.
-			for _, o := range ops {
-				if o.told || o.kind == opUsage && o.done == nil {
-					continue
-				}
-				o.told = true
-				if o.withdrawable() {
-					o.skip = true
-				}
-				o.answer(opResult{err: err})
-			}
-		}
+		t.failed(ops, err, attempt)
 		if cx := t.closing(); cx != nil && cx.Err() != nil {
 			t.abandon(ops, sums, err)
 			return false
@@ -218,11 +176,66 @@ func (t *Tracker) process(ops []*op) bool {
 		}
 		backoff = min(2*backoff, t.cfg.MaxRetryBackoff)
 	}
-	t.settle(b, sums)
+	t.publish(b, sums)
 	if b == prev {
 		t.releaseTold(b)
 	}
 	return true
+}
+
+// claim takes ops for one commit: the withdrawable ones whose callers
+// gave up are skipped, and the pending deltas the events queued are summed
+// into sums per cached counter, each counter begun once (so its seq is odd
+// for the whole commit).
+func claim(ops []*op, sums map[*cache.Counter]*pendingSum) {
+	for _, o := range ops {
+		o.skip, o.told = false, false
+		switch {
+		case o.kind == opUsage:
+			for _, c := range o.contribs {
+				ps := sums[c.c]
+				if ps == nil {
+					ps = &pendingSum{key: c.key}
+					sums[c.c] = ps
+				}
+				ps.queued += c.delta
+			}
+		case o.withdrawable():
+			// A caller whose context ended before the writer got here has
+			// been told so: its operation must never happen.
+			if !o.state.CompareAndSwap(opQueued, opClaimed) {
+				o.skip, o.told = true, true
+			}
+		}
+	}
+	for c := range sums {
+		c.BeginCommit()
+	}
+}
+
+// failed counts a failed attempt at ops and reports err; from
+// FlushFailures attempts on it tells the waiters. Usage and settlements
+// stay and are retried (a charge is never given up), but a reservation or
+// renewal whose caller saw an error must not happen later.
+func (t *Tracker) failed(ops []*op, err error, attempt int) {
+	t.stats.failures.Add(1)
+	t.w.fail(err)
+	if t.cfg.OnError != nil {
+		t.cfg.OnError(err)
+	}
+	if attempt < t.cfg.FlushFailures {
+		return
+	}
+	for _, o := range ops {
+		if o.told || o.kind == opUsage && o.done == nil {
+			continue
+		}
+		o.told = true
+		if o.withdrawable() {
+			o.skip = true
+		}
+		o.answer(opResult{err: err})
+	}
 }
 
 // releaseTold releases the reservations of b, a try found to have landed
@@ -330,8 +343,9 @@ func (b *batch) reset(now time.Time) {
 	b.missing, b.prices, b.touched, b.expired, b.evOps, b.inserted, b.again, b.visited = nil, nil, nil, nil, nil, nil, nil, nil
 }
 
-// run is one try of the batch inside tx: load, decide, write.
-func (b *batch) run(ctx context.Context, tx Tx) error {
+// try is one attempt at the batch inside tx (process makes as many as it
+// takes): load, decide, write.
+func (b *batch) try(ctx context.Context, tx Tx) error {
 	if err := b.load(ctx, tx); err != nil {
 		return err
 	}
@@ -489,10 +503,10 @@ func (t *Tracker) sleep(d time.Duration) bool {
 	}
 }
 
-// settle moves a committed batch into the cache (pending deltas become
+// publish moves a committed batch into the cache (pending deltas become
 // committed totals, holds come and go in place, so a check right after a
 // commit needs no store read) and answers the waiters.
-func (t *Tracker) settle(b *batch, sums map[*cache.Counter]*pendingSum) {
+func (t *Tracker) publish(b *batch, sums map[*cache.Counter]*pendingSum) {
 	applied := make(map[cache.Key]int64, len(b.ws.Counters))
 	counted := b.inserted
 	if b.again != nil {

@@ -65,7 +65,9 @@ func fixed() time.Time { return time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC) }
 // errInjected is what flaky's writes fail with.
 var errInjected = errors.New("disk I/O error (injected)")
 
-// flaky fails every write while fail is set.
+// flaky fails every write while fail is set. (Writer behaviour under
+// failing writes is tested in budget/ on a memstore behind
+// budget/internal/faultstore; here it serves what is about SQLite.)
 type flaky struct {
 	budget.Store
 	fail      atomic.Bool
@@ -96,14 +98,6 @@ func (f *flaky) fire(ch *chan struct{}) {
 	}
 }
 
-// breakWrites makes every write fail and returns a wait for the first
-// write refused from then on.
-func (f *flaky) breakWrites() func(context.Context) error {
-	ch := f.arm(&f.refused)
-	f.fail.Store(true)
-	return func(ctx context.Context) error { return waitClosed(ctx, ch, "no write was attempted") }
-}
-
 // heal stops the failures and returns a wait for the next successful write.
 func (f *flaky) heal() func(context.Context) error {
 	ch := f.arm(&f.succeeded)
@@ -120,22 +114,6 @@ func (f *flaky) arm(ch *chan struct{}) <-chan struct{} {
 		*ch = make(chan struct{})
 	}
 	return *ch
-}
-
-// stuckWriter is a tracker (config changed by mod) on a store whose writes
-// all fail, its writer holding one event of key k in a failing batch.
-func stuckWriter(t *testing.T, mod func(*budget.Config)) (*flaky, *budget.Tracker) {
-	t.Helper()
-	f := &flaky{Store: openStore(t, tmpDB(t))}
-	tr := newTracker(t, f, mod)
-	refused := f.breakWrites()
-	if err := tr.Record(context.Background(), budget.Usage{Key: "k", Provider: "p", Model: "m", Input: 1}); err != nil {
-		t.Fatal(err)
-	}
-	if err := refused(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return f, tr
 }
 
 func waitClosed(ctx context.Context, ch <-chan struct{}, what string) error {
