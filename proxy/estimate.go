@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/tokenbudget/tokenbudget/budget"
@@ -127,18 +126,84 @@ type request struct {
 	Size    json.RawMessage `json:"size"`
 }
 
+// set keeps the member k (a JSON string literal) of a body's top level when
+// it is a field of request, matched as encoding/json matches names
+// (case-insensitively; the last of duplicates wins).
+func (r *request) set(k, v []byte) {
+	name := string(k[1 : len(k)-1])
+	if bytes.IndexByte(k, '\\') >= 0 {
+		if json.Unmarshal(k, &name) != nil {
+			return
+		}
+	}
+	var dst *json.RawMessage
+	switch strings.ToLower(name) {
+	case "model":
+		dst = &r.Model
+	case "stream":
+		dst = &r.Stream
+	case "stream_options":
+		dst = &r.StreamOptions
+	case "max_tokens":
+		dst = &r.MaxTokens
+	case "max_completion_tokens":
+		dst = &r.MaxCompletionTokens
+	case "max_output_tokens":
+		dst = &r.MaxOutputTokens
+	case "n":
+		dst = &r.N
+	case "messages":
+		dst = &r.Messages
+	case "system":
+		dst = &r.System
+	case "instructions":
+		dst = &r.Instructions
+	case "input":
+		dst = &r.Input
+	case "tools":
+		dst = &r.Tools
+	case "toolconfig":
+		dst = &r.ToolConfig
+	case "functions":
+		dst = &r.Functions
+	case "user":
+		dst = &r.User
+	case "metadata":
+		dst = &r.Metadata
+	case "inferenceconfig":
+		dst = &r.InferenceConfig
+	case "contents":
+		dst = &r.Contents
+	case "systeminstruction":
+		dst = &r.SystemInstruction
+	case "generationconfig":
+		dst = &r.GenerationConfig
+	case "prompt":
+		dst = &r.Prompt
+	case "quality":
+		dst = &r.Quality
+	case "size":
+		dst = &r.Size
+	default:
+		return
+	}
+	*dst = v
+}
+
 // ParseRequest reads a request body of format f: its model, stream flags,
 // output cap, end user and the counts RequestInfo.Estimate is made of. A
 // body that is not a JSON object is an error; fields of an unexpected type
 // are ignored.
 func ParseRequest(f Format, body []byte) (RequestInfo, error) {
-	var r request
-	if err := json.Unmarshal(body, &r); err != nil {
-		return RequestInfo{}, fmt.Errorf("%w: %v", errBody, err)
-	}
-	if b := bytes.TrimSpace(body); len(b) == 0 || b[0] != '{' {
+	// One validation, then the top level's members by a scan: decoding
+	// into a struct of raw values through reflection took most of a
+	// request's parse.
+	b := bytes.TrimSpace(body)
+	if len(b) == 0 || b[0] != '{' || !json.Valid(b) {
 		return RequestInfo{}, errBody
 	}
+	var r request
+	forMembers(b, r.set)
 	ri := RequestInfo{Choices: 1}
 	switch f {
 	case GeminiGenerate:

@@ -109,7 +109,11 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 	}
 	rp := &httputil.ReverseProxy{
 		Transport:     &timeoutTransport{rt: tr, header: cfg.HeaderTimeout, idle: cfg.StreamIdleTimeout},
-		FlushInterval: -1,
+		// 0: ReverseProxy flushes each write of a stream by itself (an SSE
+		// Content-Type or a body without a Content-Length: Bedrock's
+		// event-streams, Gemini's JSON arrays); a body of known length is
+		// written without a flush per write.
+		FlushInterval: 0,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(&target)
 			h := pr.Out.Header

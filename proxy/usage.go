@@ -3,7 +3,9 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/tokenbudget/tokenbudget/budget"
 	"github.com/tokenbudget/tokenbudget/proxy/internal/bedrock"
@@ -225,6 +227,44 @@ type body struct {
 	} `json:"x_groq"`
 }
 
+// decode fills b from a response body as json.Unmarshal would (names
+// matched case-insensitively, the last duplicate winning, a member of the
+// wrong type an error), but decodes only the members b keeps: the answer's
+// text, most of the body, is validated once and never decoded.
+func (b *body) decode(data []byte) error {
+	d := bytes.TrimSpace(data)
+	if len(d) == 0 || d[0] != '{' || !json.Valid(d) {
+		return json.Unmarshal(data, b) // null, or the decoder's own error
+	}
+	var err error
+	forMembers(d, func(k, v []byte) {
+		if err != nil {
+			return
+		}
+		name := string(k[1 : len(k)-1])
+		if bytes.IndexByte(k, '\\') >= 0 {
+			_ = json.Unmarshal(k, &name)
+		}
+		switch strings.ToLower(name) {
+		case "model":
+			err = json.Unmarshal(v, &b.Model)
+		case "usage":
+			b.Usage = nil
+			err = json.Unmarshal(v, &b.Usage)
+		case "service_tier":
+			err = json.Unmarshal(v, &b.ServiceTier)
+		case "x_groq":
+			b.XGroq = nil
+			err = json.Unmarshal(v, &b.XGroq)
+		case "choices":
+			if v[0] != '[' && v[0] != 'n' {
+				err = errors.New("choices is not an array")
+			}
+		}
+	})
+	return err
+}
+
 // usage returns b's usage object: the top-level one, else Groq's
 // x_groq.usage.
 func (b *body) usage() *usage {
@@ -257,7 +297,7 @@ func ParseJSON(f Format, data []byte) (t Tokens, found bool, err error) {
 		return t, found, p.Err()
 	}
 	var b body
-	if err := json.Unmarshal(data, &b); err != nil {
+	if err := b.decode(data); err != nil {
 		return Tokens{}, false, fmt.Errorf("proxy: %v response: %w", f, err)
 	}
 	u := b.usage()
