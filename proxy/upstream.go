@@ -108,7 +108,7 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 		tr = &signingTransport{rt: tr, creds: cfg.AWSCredentials, region: region, signer: v4.NewSigner(), now: time.Now}
 	}
 	rp := &httputil.ReverseProxy{
-		Transport:     &timeoutTransport{rt: tr, header: cfg.HeaderTimeout, idle: cfg.StreamIdleTimeout},
+		Transport: &timeoutTransport{rt: tr, header: cfg.HeaderTimeout, idle: cfg.StreamIdleTimeout},
 		// 0: ReverseProxy flushes each write of a stream by itself (an SSE
 		// Content-Type or a body without a Content-Length: Bedrock's
 		// event-streams, Gemini's JSON arrays); a body of known length is
