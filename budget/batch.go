@@ -658,7 +658,7 @@ func (b *batch) event(ctx context.Context, tx Tx, ev Usage, o *op) error {
 	}
 	model := NormalizeModel(ev.Model)
 	noPrice := false
-	switch p := b.prices.Lookup(ev.Provider, model, ev.At); {
+	switch p := b.prices.For(ev.Provider, model, ev.ServiceTier, ev.Input, ev.At); {
 	case ev.CostKnown: // priced, or found unpriceable, when it was first written
 		noPrice = ev.NoPrice
 	case p != nil:
@@ -831,7 +831,7 @@ func (b *batch) decideReserve(ctx context.Context, tx Tx, o *op) error {
 	var price *Price
 	if hasUSD(ls) {
 		var ok bool
-		if price, ok = priceEstimate(b.prices, statuses, req.Provider, model, at, &req.Estimate); !ok {
+		if price, ok = priceEstimate(b.prices, statuses, &req, model, at); !ok {
 			d := Decide(statuses, req.Estimate, at)
 			d.Allowed, d.Unpriced = false, &Unpriced{Provider: req.Provider, Model: req.Model}
 			o.out.err = &UnpricedError{Provider: req.Provider, Model: req.Model, Decision: d}

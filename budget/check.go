@@ -70,7 +70,7 @@ func (t *Tracker) check(ctx context.Context, req Request, now time.Time, clock i
 				return Decision{}, err
 			}
 			var ok bool
-			if price, ok = priceEstimate(table, statuses, req.Provider, model, now, &req.Estimate); !ok {
+			if price, ok = priceEstimate(table, statuses, &req, model, now); !ok {
 				unpriced = &Unpriced{Provider: req.Provider, Model: req.Model}
 			}
 			break

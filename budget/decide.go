@@ -55,6 +55,10 @@ type Request struct {
 	// user-scope limits apply by it.
 	User     string
 	Estimate Estimate
+	// ServiceTier is the tier the request asks to be served at ("flex",
+	// "priority"; "" standard): its estimate is priced at that tier's
+	// price (Prices.For).
+	ServiceTier string
 }
 
 // Status is one limit as it stands at an instant.

@@ -20,12 +20,22 @@ const MaxPrice = 1_000_000 * MicrosPerUSD
 
 // Price is what one model of one provider costs per million tokens, in
 // micro-dollars (the unit of the providers' price pages, scaled), from an
-// instant on. Its identity is (Provider, Model, From): a new From adds a
-// version, the same From replaces it. Model is a normalised name or a
-// pattern, matched like a model-scope limit's value.
+// instant on. Its identity is (Provider, Model, Tier, AboveInput, From): a
+// new From adds a version, the same From replaces it. Model is a
+// normalised name or a pattern, matched like a model-scope limit's value.
+//
+// Tier and AboveInput make a model's price a table of rows: Tier "" is the
+// standard price, another tier ("flex", "priority", "batch"; see
+// NormalizeTier) the price of requests served at it; AboveInput > 0 is a
+// long-context row, the price of a request whose prompt (Input) is more than
+// AboveInput tokens (Gemini's and Claude's prices above 200,000 prompt
+// tokens). A request is priced at its tier's row with the largest
+// AboveInput below its prompt, else at the standard tier's (Prices.For).
 type Price struct {
 	Provider   string
 	Model      string
+	Tier       string
+	AboveInput int64
 	From       time.Time
 	Input      int64 // uncached prompt tokens
 	Output     int64
@@ -39,6 +49,8 @@ type Price struct {
 // defaults. A zero From means now.
 type PriceSpec struct {
 	Provider, Model               string
+	Tier                          string // "": standard (NormalizeTier)
+	AboveInput                    int64  // 0: any prompt size
 	From                          time.Time
 	Input, Output                 string
 	CacheRead, CacheWrite, Reason *string
@@ -60,6 +72,19 @@ func (s PriceSpec) Parse(now time.Time) (Price, error) {
 		return p, invalid("model", p.Model, "a model name or pattern takes no brackets (patterns use * and ?)")
 	}
 	p.Model = NormalizeModel(p.Model)
+	p.Tier = NormalizeTier(s.Tier)
+	if p.Tier != "" {
+		if err := CheckName("tier", p.Tier); err != nil {
+			return p, err
+		}
+		if strings.ContainsAny(p.Tier, "*?") {
+			return p, invalid("tier", s.Tier, "a tier is a name such as flex, priority or batch, not a pattern")
+		}
+	}
+	if s.AboveInput < 0 || s.AboveInput > MaxTokens {
+		return p, invalid("above_input", s.AboveInput, "must be between 0 and 2^53-1 prompt tokens")
+	}
+	p.AboveInput = s.AboveInput
 	if p.From.IsZero() {
 		p.From = now
 	}
@@ -86,6 +111,19 @@ func (s PriceSpec) Parse(now time.Time) (Price, error) {
 		}
 	}
 	return p, nil
+}
+
+// NormalizeTier is the price tier of a service tier as a request or a
+// response names it: lower case, spaces trimmed, and the names providers
+// give the standard tier ("default", "standard", "auto", "on_demand") as
+// "".
+func NormalizeTier(t string) string {
+	t = strings.ToLower(strings.TrimSpace(t))
+	switch t {
+	case "default", "standard", "auto", "on_demand":
+		return ""
+	}
+	return t
 }
 
 func parsePrice(field, s string) (int64, error) {
@@ -213,9 +251,10 @@ func NewPrices(ps []Price) *Prices {
 	}
 	for _, l := range t.byProvider {
 		slices.SortFunc(l, func(a, b Price) int {
-			// Each model's versions stay together (Lookup walks them as one
-			// entry), newest first.
-			return cmp.Or(cmp.Compare(patternRank(a.Model), patternRank(b.Model)), strings.Compare(a.Model, b.Model), b.From.Compare(a.From))
+			// Each model's rows stay together (For walks them as one
+			// entry): by tier, the highest threshold first, newest first.
+			return cmp.Or(cmp.Compare(patternRank(a.Model), patternRank(b.Model)), strings.Compare(a.Model, b.Model),
+				strings.Compare(a.Tier, b.Tier), cmp.Compare(b.AboveInput, a.AboveInput), b.From.Compare(a.From))
 		})
 	}
 	return t
@@ -231,33 +270,58 @@ func patternRank(m string) int {
 	return 1 + MaxNameLen - len(m)
 }
 
-// Lookup is the price in force at at for provider and the normalised
-// model: the newest version from at or before at of the most specific
-// entry that matches (an exact name before a pattern), or nil.
+// Lookup is the standard price in force at at for provider and the
+// normalised model, for any prompt size: For(provider, model, "", 0, at).
 func (t *Prices) Lookup(provider, model string, at time.Time) *Price {
+	return t.For(provider, model, "", 0, at)
+}
+
+// For is the price in force at at for a request of provider and the
+// normalised model served at tier (NormalizeTier) with a prompt of input
+// tokens: in the most specific entry matching the model (an exact name
+// before a pattern), the row of tier with the largest AboveInput below
+// input (a row with AboveInput 0 always applies), each row at its newest
+// version from at or before at; a tier the entry has no row for is priced
+// at the standard tier's. nil when no entry matches, or the entry has no
+// row in force.
+func (t *Prices) For(provider, model, tier string, input int64, at time.Time) *Price {
 	if t == nil {
 		return nil
 	}
+	tier = NormalizeTier(tier)
 	l := t.byProvider[provider]
 	for i := 0; i < len(l); {
-		// One entry (model) at a time: its versions are contiguous, newest first.
+		// One entry (model) at a time: its rows are contiguous.
 		j := i
 		for j < len(l) && l[j].Model == l[i].Model {
 			j++
 		}
 		if MatchModel(l[i].Model, model) {
-			for k := i; k < j; k++ {
-				if !l[k].From.After(at) {
-					return &l[k]
-				}
+			if p := pick(l[i:j], tier, input, at); p != nil || tier == "" {
+				return p
 			}
+			return pick(l[i:j], "", input, at)
 		}
 		i = j
 	}
 	return nil
 }
 
-// All lists every price version, by provider, model, then From.
+// pick is the row of one entry's rows (sorted by tier, AboveInput
+// descending, From descending) for tier and a prompt of input tokens at at.
+func pick(rows []Price, tier string, input int64, at time.Time) *Price {
+	for k := range rows {
+		p := &rows[k]
+		if p.Tier != tier || (p.AboveInput > 0 && input <= p.AboveInput) || p.From.After(at) {
+			continue
+		}
+		return p // the largest threshold below input, newest first
+	}
+	return nil
+}
+
+// All lists every price version, by provider, model, tier, AboveInput,
+// then From.
 func (t *Prices) All() []Price {
 	var out []Price
 	if t == nil {
@@ -267,7 +331,8 @@ func (t *Prices) All() []Price {
 		out = append(out, l...)
 	}
 	slices.SortFunc(out, func(a, b Price) int {
-		return cmp.Or(strings.Compare(a.Provider, b.Provider), strings.Compare(a.Model, b.Model), a.From.Compare(b.From))
+		return cmp.Or(strings.Compare(a.Provider, b.Provider), strings.Compare(a.Model, b.Model), strings.Compare(a.Tier, b.Tier),
+			cmp.Compare(a.AboveInput, b.AboveInput), a.From.Compare(b.From))
 	})
 	return out
 }

@@ -1,6 +1,7 @@
 package budget_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -134,4 +135,83 @@ func TestPriceSpec(t *testing.T) {
 			t.Errorf("Parse(%+v) = %v; want an error naming %s", tc.spec, err, tc.field)
 		}
 	}
+}
+
+// TestPricesForTierAndThreshold: a request is priced at its tier's row with
+// the largest prompt threshold below its prompt, each row at its newest
+// version in force; a tier without a row of its own is priced at the
+// standard tier's, and the standard names providers give ("default",
+// "on_demand") are the standard tier.
+func TestPricesForTierAndThreshold(t *testing.T) {
+	d := func(s string) time.Time { t, _ := time.Parse(time.DateOnly, s); return t }
+	spec := func(tier string, above int64, from, in, out string) budget.Price {
+		p, err := budget.PriceSpec{Provider: "google", Model: "gemini-2.5-pro", Tier: tier, AboveInput: above, From: d(from), Input: in, Output: out}.Parse(d(from))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	table := budget.NewPrices([]budget.Price{
+		spec("", 0, "2026-01-01", "1.25", "10"),
+		spec("", 200_000, "2026-01-01", "2.50", "15"),
+		spec("", 0, "2026-06-01", "1.00", "8"), // a newer standard version
+		spec("Flex", 0, "2026-01-01", "0.625", "5"),
+		spec("priority", 0, "2026-01-01", "2.25", "18"),
+	})
+	at := d("2026-03-01")
+	for _, c := range []struct {
+		tier  string
+		input int64
+		at    time.Time
+		want  string // input price
+	}{
+		{"", 1000, at, "1.25"},
+		{"default", 200_000, at, "1.25"}, // at the threshold: not above it
+		{"", 200_001, at, "2.50"},
+		{"on_demand", 500_000, at, "2.50"},
+		{"flex", 1000, at, "0.625"},
+		{"flex", 300_000, at, "0.625"}, // flex has no long-context row of its own
+		{"priority", 1000, at, "2.25"},
+		{"batch", 1000, at, "1.25"}, // no batch row: the standard tier's
+		{"batch", 300_000, at, "2.50"},
+		{"", 1000, d("2026-07-01"), "1.00"},
+		{"", 300_000, d("2026-07-01"), "2.50"}, // the long-context row has no newer version
+	} {
+		p := table.For("google", "gemini-2.5-pro", c.tier, c.input, c.at)
+		if p == nil || budget.FormatUSD(p.Input) != budget.FormatUSD(mustUSD(t, c.want)) {
+			t.Errorf("For(%q, %d, %s) = %+v; want input %s", c.tier, c.input, c.at.Format(time.DateOnly), p, c.want)
+		}
+	}
+	if p := table.For("google", "gemini-2.5-pro", "", 1000, d("2025-12-31")); p != nil {
+		t.Errorf("before every version: %+v", p)
+	}
+	// The cost changes at the threshold: 200,000 prompt tokens at $1.25,
+	// 200,001 at $2.50 (per million), 1,000 output at $10 or $15.
+	for _, c := range []struct {
+		input int64
+		want  int64
+	}{{200_000, 250_000 + 10_000}, {200_001, 500_003 + 15_000}} {
+		u := budget.Usage{Input: c.input, Output: 1000}
+		if got := table.For("google", "gemini-2.5-pro", "", c.input, at).Cost(&u); got != c.want {
+			t.Errorf("cost of %d prompt tokens: %d; want %d micro-dollars", c.input, got, c.want)
+		}
+	}
+	for _, bad := range []budget.PriceSpec{
+		{Provider: "p", Model: "m", Input: "1", Output: "1", AboveInput: -1},
+		{Provider: "p", Model: "m", Input: "1", Output: "1", Tier: "fl*x"},
+		{Provider: "p", Model: "m", Input: "1", Output: "1", Tier: "fl\nex"},
+	} {
+		if _, err := bad.Parse(at); !errors.Is(err, budget.ErrInvalid) {
+			t.Errorf("%+v: %v; want budget.ErrInvalid", bad, err)
+		}
+	}
+}
+
+func mustUSD(t *testing.T, s string) int64 {
+	t.Helper()
+	v, err := budget.ParseUSD("usd", s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

@@ -61,16 +61,18 @@ func (t *Tracker) writerPrices(ctx context.Context, tx Tx) (*Prices, error) {
 	return w.prices.table, nil
 }
 
-// priceEstimate fills est.USD when a usd limit is among statuses: the
-// estimate priced at the price in force at at, which it returns (nil when
-// no usd limit applies). ok is false when a usd limit applies and no price
+// priceEstimate fills req.Estimate.USD when a usd limit is among
+// statuses: the estimate priced at the price in force at at for the
+// request's tier and prompt estimate, which it returns (nil when no usd
+// limit applies). ok is false when a usd limit applies and no price
 // matches: the request must be refused, as it would count $0.
-func priceEstimate(table *Prices, statuses []Status, provider, model string, at time.Time, est *Estimate) (price *Price, ok bool) {
+func priceEstimate(table *Prices, statuses []Status, req *Request, model string, at time.Time) (price *Price, ok bool) {
+	est := &req.Estimate
 	for i := range statuses {
 		if statuses[i].Limit.Metric != MetricUSD {
 			continue
 		}
-		p := table.Lookup(provider, model, at)
+		p := table.For(req.Provider, model, req.ServiceTier, est.Input+est.Tokens, at)
 		if p == nil {
 			return nil, false
 		}

@@ -278,7 +278,7 @@ func (t *Tracker) addPendingEvent(o *op, ev *Usage) {
 		// The overlay's cost comes from the cached table (no I/O here); the
 		// writer prices the event again when it stores it.
 		if s := t.prices.Load(); s != nil {
-			if p := s.table.Lookup(ev.Provider, model, ev.At); p != nil {
+			if p := s.table.For(ev.Provider, model, ev.ServiceTier, ev.Input, ev.At); p != nil {
 				ev.Cost = p.Cost(ev)
 			}
 		}

@@ -56,6 +56,11 @@ type Usage struct {
 	// a key later moves.
 	Team string `json:"team,omitempty"`
 	Org  string `json:"org,omitempty"`
+	// ServiceTier is the tier the provider says it served the request at
+	// ("flex", "priority", "batch"; "" standard, see NormalizeTier): the
+	// event is priced at that tier's price and its prompt size's row
+	// (Prices.For). Only the cost it yields is stored.
+	ServiceTier string `json:"service_tier,omitempty"`
 }
 
 // Who is whose event u is.
@@ -104,6 +109,7 @@ func (u Usage) Normalize(at time.Time) (Usage, error) {
 	u.User = strings.TrimSpace(u.User)
 	u.Team = strings.TrimSpace(u.Team)
 	u.Org = strings.TrimSpace(u.Org)
+	u.ServiceTier = NormalizeTier(u.ServiceTier)
 	if u.NoPrice && !u.CostKnown {
 		return u, invalid("cost", "null", "no price is a known cost: set CostKnown too")
 	}
@@ -114,7 +120,7 @@ func (u Usage) Normalize(at time.Time) (Usage, error) {
 		return u, invalid("key", u.Key, "must not be empty")
 	}
 	if err := checkNames("key", u.Key, "provider", u.Provider, "model", u.Model, "request_id", u.RequestID,
-		"user", u.User, "team", u.Team, "org", u.Org); err != nil {
+		"user", u.User, "team", u.Team, "org", u.Org, "service_tier", u.ServiceTier); err != nil {
 		return u, err
 	}
 	for _, f := range []struct {
