@@ -267,8 +267,8 @@ type counterRow struct {
 }
 
 type priceKey struct {
-	provider, model string
-	from            int64
+	provider, model, tier string
+	above, from           int64
 }
 
 type provider struct {

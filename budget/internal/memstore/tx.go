@@ -245,7 +245,7 @@ func (t *tx) PutPrices(_ context.Context, ps []budget.Price) error {
 	own(t.st, "prices", &t.st.prices)
 	for _, p := range ps {
 		p.From = stored(p.From)
-		t.st.prices[priceKey{p.Provider, p.Model, ns(p.From)}] = p
+		t.st.prices[priceKey{p.Provider, p.Model, p.Tier, p.AboveInput, ns(p.From)}] = p
 	}
 	t.st.pricesVersion++
 	return nil
