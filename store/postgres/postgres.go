@@ -46,6 +46,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/store/internal/sqlq"
 	"github.com/tokenbudget/tokenbudget/store/internal/sqlrow"
 )
 
@@ -270,7 +271,9 @@ func (d *DB) View(ctx context.Context, fn func(budget.Tx) error) error {
 
 func (d *DB) run(ctx context.Context, ro bool, fn func(budget.Tx) error) error {
 	return d.runSQL(ctx, ro, func(x *sqlx.Tx) error {
-		return fn(&tx{db: d, tx: x, ro: ro})
+		t := &tx{db: d, tx: x, ro: ro}
+		t.Tx = sqlq.Tx{X: execer{t}, D: sqlq.Postgres}
+		return fn(t)
 	})
 }
 

@@ -32,6 +32,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/store/internal/sqlq"
 	"github.com/tokenbudget/tokenbudget/store/internal/sqlrow"
 )
 
@@ -473,6 +474,7 @@ func (db *DB) once(ctx context.Context, pool *sqlx.DB, ro bool, fn func(budget.T
 		}
 	}()
 	x := &tx{db: db, tx: t, ro: ro}
+	x.Tx = sqlq.Tx{X: execer{x}, D: sqlq.SQLite}
 	if err = fn(x); err != nil {
 		return db.wrap(err)
 	}
