@@ -222,17 +222,3 @@ func (t *tx) Prune(ctx context.Context, before time.Time) (int64, error) {
 	}
 	return deleted, nil
 }
-
-func (t *tx) OpenReservationsBefore(ctx context.Context, before, committable time.Time, max int) ([]budget.ReservationRow, error) {
-	var rows []sqlrow.Reservation
-	if err := t.tx.SelectContext(ctx, &rows, `SELECT `+sqlrow.ReservationCols+` FROM reservations
-		WHERE at < $1 AND (state = 'live' OR state = 'expired' AND settled_at >= $2) ORDER BY id COLLATE "C" LIMIT $3`,
-		before.UnixNano(), committable.UnixNano(), max); err != nil {
-		return nil, fmt.Errorf("read open reservations: %w", err)
-	}
-	out := make([]budget.ReservationRow, len(rows))
-	for i := range rows {
-		out[i] = rows[i].Decode()
-	}
-	return out, nil
-}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/jmoiron/sqlx"
 
@@ -190,53 +189,4 @@ func (t *tx) insertUsage(ctx context.Context, evs []budget.EventWrite) ([]bool, 
 		return nil, fmt.Errorf("insert usage: %w", err)
 	}
 	return inserted, nil
-}
-
-func (t *tx) CounterRows(ctx context.Context) ([]budget.CounterRow, error) {
-	var rows []struct {
-		LimitID string `db:"limit_id"`
-		Subject string `db:"subject"`
-		Start   int64  `db:"window_start"`
-		End     int64  `db:"window_end"`
-		Used    int64  `db:"used"`
-	}
-	if err := t.tx.SelectContext(ctx, &rows, `SELECT limit_id, subject, window_start, window_end, used FROM counters
-		ORDER BY limit_id COLLATE "C", subject COLLATE "C", window_start`); err != nil {
-		return nil, fmt.Errorf("read counters: %w", err)
-	}
-	out := make([]budget.CounterRow, len(rows))
-	for i, r := range rows {
-		out[i] = budget.CounterRow{LimitID: r.LimitID, Subject: r.Subject, WindowStart: time.Unix(0, r.Start).UTC(), WindowEnd: time.Unix(0, r.End).UTC(), Used: r.Used}
-	}
-	return out, nil
-}
-
-func (t *tx) Rollovers(ctx context.Context, key string, n int) ([]budget.Rollover, error) {
-	var rows []struct {
-		LimitID   string `db:"limit_id"`
-		Subject   string `db:"subject"`
-		Start     int64  `db:"window_start"`
-		PrevStart int64  `db:"prev_window_start"`
-		PrevUsed  int64  `db:"prev_used"`
-		LoggedAt  int64  `db:"logged_at"`
-	}
-	q := `SELECT r.limit_id, r.subject, r.window_start, r.prev_window_start, r.prev_used, r.logged_at FROM rollovers r`
-	args := []any{n}
-	if key != "" {
-		// Its own limits', and the defaults' counters for it (per user too:
-		// key, budget.SubjectSep, user).
-		q += ` JOIN limits l ON l.id = r.limit_id WHERE l.key = $2 OR l.key = '' AND l.team = '' AND l.org = ''
-			AND (r.subject = $2 OR starts_with(r.subject, $3))`
-		args = append(args, key, key+budget.SubjectSep)
-	}
-	q += ` ORDER BY r.logged_at DESC, r.window_start DESC, r.limit_id COLLATE "C" LIMIT $1`
-	if err := t.tx.SelectContext(ctx, &rows, q, args...); err != nil {
-		return nil, fmt.Errorf("read rollovers: %w", err)
-	}
-	out := make([]budget.Rollover, len(rows))
-	for i, r := range rows {
-		out[i] = budget.Rollover{LimitID: r.LimitID, Subject: r.Subject, WindowStart: time.Unix(0, r.Start).UTC(),
-			PrevWindowStart: time.Unix(0, r.PrevStart).UTC(), PrevUsed: r.PrevUsed, LoggedAt: fromNs(r.LoggedAt)}
-	}
-	return out, nil
 }

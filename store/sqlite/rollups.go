@@ -162,17 +162,3 @@ func (t *tx) Prune(ctx context.Context, before time.Time) (int64, error) {
 	}
 	return n, nil
 }
-
-func (t *tx) OpenReservationsBefore(ctx context.Context, before, committable time.Time, max int) ([]budget.ReservationRow, error) {
-	var rows []sqlrow.Reservation
-	if err := t.sel(ctx, &rows, `SELECT `+sqlrow.ReservationCols+` FROM reservations
-		WHERE at < ? AND (state = 'live' OR state = 'expired' AND settled_at >= ?) ORDER BY id LIMIT ?`,
-		before.UnixNano(), committable.UnixNano(), max); err != nil {
-		return nil, fmt.Errorf("read open reservations: %w", err)
-	}
-	out := make([]budget.ReservationRow, len(rows))
-	for i := range rows {
-		out[i] = rows[i].Decode()
-	}
-	return out, nil
-}

@@ -15,6 +15,7 @@ package sqlq
 
 import (
 	"context"
+	"database/sql"
 	"strings"
 
 	"github.com/jmoiron/sqlx"
@@ -38,6 +39,12 @@ const collateC = ` COLLATE "C"`
 // with $1, $2, ... for PostgreSQL.
 func New(q string) Query {
 	return Query{strings.ReplaceAll(q, collateC, ""), sqlx.Rebind(sqlx.DOLLAR, q)}
+}
+
+// Each is a statement the dialects spell differently (each text written
+// as for New, with the same arguments), for Go shared around it.
+func Each(sqlite, postgres string) Query {
+	return Query{New(sqlite)[SQLite], New(postgres)[Postgres]}
 }
 
 // In is q's text in d.
@@ -74,4 +81,19 @@ func (t Tx) query(ctx context.Context, q *Query, args ...any) (*sqlx.Rows, error
 
 func (t Tx) exec(ctx context.Context, q *Query, args ...any) (int64, error) {
 	return t.X.Exec(ctx, q.In(t.D), args...)
+}
+
+// scanOne scans the one row of rows into dest and closes rows.
+func scanOne(rows *sqlx.Rows, dest ...any) error {
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return sql.ErrNoRows
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return err
+	}
+	return rows.Close()
 }
