@@ -94,17 +94,6 @@ func (t *tx) UnpricedEvents(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-func (t *tx) Prices(ctx context.Context) ([]budget.Price, error) {
-	return sqlrow.Prices(ctx, t.tx)
-}
-
-func (t *tx) PutPrices(ctx context.Context, ps []budget.Price) error {
-	if err := t.write(); err != nil {
-		return err
-	}
-	return sqlrow.PutPrices(ctx, t.tx, ps)
-}
-
 // LimitsVersion reads the version; in a write transaction it first takes
 // the schema's limits lock shared (one call of a function doing both), so
 // no limit changes until this transaction ends and what it resolves from

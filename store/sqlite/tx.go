@@ -164,17 +164,6 @@ func (t *tx) UnpricedEvents(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-func (t *tx) Prices(ctx context.Context) ([]budget.Price, error) {
-	return sqlrow.Prices(ctx, t.tx)
-}
-
-func (t *tx) PutPrices(ctx context.Context, ps []budget.Price) error {
-	if err := t.write(); err != nil {
-		return err
-	}
-	return sqlrow.PutPrices(ctx, t.tx, ps)
-}
-
 // ---- usage and counters
 
 func (t *tx) insertUsage(ctx context.Context, evs []budget.EventWrite) ([]bool, error) {
