@@ -70,6 +70,8 @@ type Options struct {
 // DB is a budget.Store on one PostgreSQL database (the schema its DSN's
 // search_path names, public by default).
 type DB struct {
+	sqlq.Keys // gatekey.Store, through keyTx
+
 	name    string   // the DSN without its password
 	secrets []string // what to scrub from error messages
 	db      *sqlx.DB
@@ -94,6 +96,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 		opts.ConnAttempts = 4
 	}
 	d := &DB{name: Redact(dsn), secrets: secretsOf(dsn), opts: opts}
+	d.Keys = sqlq.Keys{Run: d.keyTx}
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		var pe *pgconn.ParseConfigError

@@ -62,6 +62,8 @@ type Options struct {
 
 // DB is a budget.Store on one SQLite file.
 type DB struct {
+	sqlq.Keys // gatekey.Store, through keyTx
+
 	path string
 	w    *sqlx.DB // one connection, BEGIN IMMEDIATE
 	r    *sqlx.DB // query-only pool, deferred BEGIN
@@ -143,6 +145,7 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	db := &DB{path: path, w: w, r: r, file: fi}
+	db.Keys = sqlq.Keys{Run: db.keyTx}
 	// Neither pool has connected yet: the writer connects (and switches the
 	// file to WAL) only for a migration or the first write, so read-only
 	// tools never take the write lock.
