@@ -11,8 +11,6 @@ import (
 	"github.com/tokenbudget/tokenbudget/store/internal/sqlrow"
 )
 
-// ---- providers
-
 // ProbeFailed counts the failure with one atomic UPDATE, which keeps the
 // row locked until the transaction ends, so the resume-at it then writes is
 // computed from this transaction's own count.
@@ -36,5 +34,3 @@ func (t *tx) ProbeFailed(ctx context.Context, name string, next func(budget.Prov
 	}
 	return p, nil
 }
-
-// ---- gateway keys

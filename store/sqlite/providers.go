@@ -8,8 +8,6 @@ import (
 	"github.com/tokenbudget/tokenbudget/budget"
 )
 
-// ---- providers
-
 func (t *tx) ProbeFailed(ctx context.Context, name string, next func(budget.ProviderState) time.Time) (budget.ProviderState, error) {
 	n, err := t.exec(ctx, `UPDATE providers SET probe_failures = probe_failures + 1, probe_owner = '', probe_until = 0 WHERE provider = ?`, name)
 	if err != nil {
@@ -28,5 +26,3 @@ func (t *tx) ProbeFailed(ctx context.Context, name string, next func(budget.Prov
 	}
 	return p, nil
 }
-
-// ---- gateway keys

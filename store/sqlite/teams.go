@@ -1,8 +1,6 @@
 package sqlite
 
-import (
-	"context"
-)
+import "context"
 
 // LockDefinitions does nothing but require a write transaction: BEGIN
 // IMMEDIATE already serialises them.
