@@ -64,15 +64,6 @@ func (t *tx) LogAlerts(ctx context.Context, as []budget.Alert) error {
 	return nil
 }
 
-func (t *tx) Alerts(ctx context.Context, n int) ([]budget.Alert, error) {
-	var rows []sqlrow.Alert
-	if err := t.tx.SelectContext(ctx, &rows, `SELECT `+sqlrow.AlertCols+` FROM alerts
-		ORDER BY at DESC, id COLLATE "C" DESC LIMIT $1`, n); err != nil {
-		return nil, fmt.Errorf("read alerts: %w", err)
-	}
-	return sqlrow.DecodeAlerts(rows), nil
-}
-
 func (t *tx) ClaimAlerts(ctx context.Context, owner string, now, until time.Time, max int) ([]budget.Alert, error) {
 	if err := t.write(); err != nil {
 		return nil, err
@@ -87,19 +78,4 @@ func (t *tx) ClaimAlerts(ctx context.Context, owner string, now, until time.Time
 		return nil, fmt.Errorf("claim alerts: %w", err)
 	}
 	return sqlrow.DecodeAlerts(rows), nil
-}
-
-func (t *tx) SettleAlert(ctx context.Context, id, owner string, deliveredAt, next time.Time) error {
-	q, arg := `UPDATE alerts SET delivered_at = $1, claim_owner = '', claim_until = 0`, ns(deliveredAt)
-	if deliveredAt.IsZero() {
-		q, arg = `UPDATE alerts SET attempts = attempts + 1, next_attempt = $1, claim_owner = '', claim_until = 0`, ns(next)
-	}
-	n, err := t.exec(ctx, q+` WHERE id = $2 AND claim_owner = $3 AND delivered_at = 0`, arg, id, owner)
-	if err != nil {
-		return fmt.Errorf("settle alert %s: %w", id, err)
-	}
-	if n == 0 {
-		return budget.ClaimLost(id)
-	}
-	return nil
 }

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"time"
 
 	"github.com/jmoiron/sqlx"
 
@@ -15,53 +14,6 @@ import (
 // Update's (serialization failures, deadlocks); reads run in View's
 // read-only snapshot.
 var _ gatekey.Store = (*DB)(nil)
-
-// InsertKey implements gatekey.Store.
-func (d *DB) InsertKey(ctx context.Context, k gatekey.Key) error {
-	return d.keyTx(ctx, false, func(x sqlrow.KeyTx) error { return x.Insert(ctx, k) })
-}
-
-// KeyByHash implements gatekey.Store.
-func (d *DB) KeyByHash(ctx context.Context, hash string) (k gatekey.Key, err error) {
-	err = d.keyTx(ctx, true, func(x sqlrow.KeyTx) error {
-		k, err = x.ByHash(ctx, hash)
-		return err
-	})
-	return k, err
-}
-
-// RotateKey implements gatekey.Store.
-func (d *DB) RotateKey(ctx context.Context, name, hash string, graceUntil time.Time) error {
-	return d.keyTx(ctx, false, func(x sqlrow.KeyTx) error { return x.Rotate(ctx, name, hash, graceUntil) })
-}
-
-// ReuseKey implements gatekey.Store.
-func (d *DB) ReuseKey(ctx context.Context, k gatekey.Key) error {
-	return d.keyTx(ctx, false, func(x sqlrow.KeyTx) error { return x.Reuse(ctx, k) })
-}
-
-// TouchKey implements gatekey.Store.
-func (d *DB) TouchKey(ctx context.Context, name string, at time.Time) error {
-	return d.keyTx(ctx, false, func(x sqlrow.KeyTx) error { return x.Touch(ctx, name, at) })
-}
-
-// ListKeys implements gatekey.Store.
-func (d *DB) ListKeys(ctx context.Context) (ks []gatekey.Key, err error) {
-	err = d.keyTx(ctx, true, func(x sqlrow.KeyTx) error {
-		ks, err = x.List(ctx)
-		return err
-	})
-	return ks, err
-}
-
-// RevokeKey implements gatekey.Store.
-func (d *DB) RevokeKey(ctx context.Context, name string, at time.Time) (revoked bool, err error) {
-	err = d.keyTx(ctx, false, func(x sqlrow.KeyTx) error {
-		revoked, err = x.Revoke(ctx, name, at)
-		return err
-	})
-	return revoked, err
-}
 
 // keyTx runs fn in a read-only (ro) or write transaction through runSQL,
 // the retry loop under Update and View: the key statements need no

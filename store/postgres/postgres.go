@@ -46,6 +46,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/store/internal/sqlq"
 	"github.com/tokenbudget/tokenbudget/store/internal/sqlrow"
 )
 
@@ -69,6 +70,8 @@ type Options struct {
 // DB is a budget.Store on one PostgreSQL database (the schema its DSN's
 // search_path names, public by default).
 type DB struct {
+	sqlq.Keys // gatekey.Store, through keyTx
+
 	name    string   // the DSN without its password
 	secrets []string // what to scrub from error messages
 	db      *sqlx.DB
@@ -93,6 +96,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 		opts.ConnAttempts = 4
 	}
 	d := &DB{name: Redact(dsn), secrets: secretsOf(dsn), opts: opts}
+	d.Keys = sqlq.Keys{Run: d.keyTx}
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		var pe *pgconn.ParseConfigError
@@ -270,7 +274,9 @@ func (d *DB) View(ctx context.Context, fn func(budget.Tx) error) error {
 
 func (d *DB) run(ctx context.Context, ro bool, fn func(budget.Tx) error) error {
 	return d.runSQL(ctx, ro, func(x *sqlx.Tx) error {
-		return fn(&tx{db: d, tx: x, ro: ro})
+		t := &tx{db: d, tx: x, ro: ro}
+		t.Tx = sqlq.Tx{X: execer{t}, D: sqlq.Postgres}
+		return fn(t)
 	})
 }
 

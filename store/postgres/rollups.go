@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/store/internal/sqlq"
 	"github.com/tokenbudget/tokenbudget/store/internal/sqlrow"
 )
 
@@ -78,54 +79,8 @@ const (
 		LEAST(SUM(cost), 9007199254740991)::bigint, COUNT(*) FILTER (WHERE no_price)`
 )
 
-// groupBy is the select list and GROUP BY list of a sum per day (dayExpr,
-// the SQL of the day) and the columns of by (budget.RollupColumns); the
-// other dimensions are selected as empty strings.
-func groupBy(dayExpr string, by []budget.Dim) (sel, group string) {
-	cols := budget.RollupColumns(by)
-	sel, group = dayExpr+` AS day`, `1`
-	for _, d := range budget.AllDims {
-		if col := sqlrow.DimColumn(d); slices.Contains(cols, d) {
-			sel += `, ` + col
-			group += `, ` + col
-		} else {
-			sel += `, ''`
-		}
-	}
-	return sel, group
-}
-
-// scanRollups reads rows of groupBy's select list and the sums.
-func (t *tx) scanRollups(ctx context.Context, q string, args []any) ([]budget.Rollup, error) {
-	rows, err := t.tx.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []budget.Rollup
-	for rows.Next() {
-		var r sqlrow.Rollup
-		if err := rows.Scan(&r.Day, &r.Key, &r.Team, &r.Org, &r.User, &r.Provider, &r.Model, &r.Requests, &r.Input, &r.Output,
-			&r.Reasoning, &r.CacheRead, &r.CacheWrite, &r.Cost, &r.NoPrice); err != nil {
-			return nil, err
-		}
-		out = append(out, r.Decode())
-	}
-	return out, rows.Err()
-}
-
 func (t *tx) Rollups(ctx context.Context, from, to time.Time, key string, by []budget.Dim) ([]budget.Rollup, error) {
-	sel, group := groupBy(`day`, by)
-	q, args := `SELECT `+sel+`, `+qRollupTotals+` FROM rollups WHERE day >= $1 AND day < $2`, []any{from.UnixNano(), to.UnixNano()}
-	if key != "" {
-		q += ` AND key = $3`
-		args = append(args, key)
-	}
-	out, err := t.scanRollups(ctx, q+` GROUP BY `+group, args)
-	if err != nil {
-		return nil, fmt.Errorf("read rollups: %w", err)
-	}
-	return out, nil
+	return t.ReadRollups(ctx, qRollupTotals, from, to, key, by)
 }
 
 // eventsIn is the condition (a WHERE clause, placeholders from $1) on
@@ -141,9 +96,9 @@ func eventsIn(from, to time.Time, key string) (string, []any) {
 }
 
 func (t *tx) EventTotals(ctx context.Context, from, to time.Time, key string, by []budget.Dim) ([]budget.Rollup, error) {
-	sel, group := groupBy(qDayOf, by)
+	sel, group := sqlq.GroupBy(qDayOf, by)
 	where, args := eventsIn(from, to, key)
-	out, err := t.scanRollups(ctx, `SELECT `+sel+`, `+qEventTotals+` FROM usage`+where+` GROUP BY `+group, args)
+	out, err := t.ScanRollups(ctx, `SELECT `+sel+`, `+qEventTotals+` FROM usage`+where+` GROUP BY `+group, args)
 	if err != nil {
 		return nil, fmt.Errorf("sum events by day: %w", err)
 	}
@@ -152,25 +107,7 @@ func (t *tx) EventTotals(ctx context.Context, from, to time.Time, key string, by
 
 func (t *tx) Events(ctx context.Context, from, to time.Time, key string, fn func(budget.Usage) error) error {
 	where, args := eventsIn(from, to, key)
-	rows, err := t.tx.QueryxContext(ctx, `SELECT `+sqlrow.EventCols+` FROM usage`+where+
-		` ORDER BY at, key COLLATE "C", request_id COLLATE "C"`, args...)
-	if err != nil {
-		return fmt.Errorf("read events: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var e sqlrow.Event
-		if err := rows.StructScan(&e); err != nil {
-			return fmt.Errorf("read events: %w", err)
-		}
-		if err := fn(e.Decode()); err != nil {
-			return err
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read events: %w", err)
-	}
-	return nil
+	return t.ScanEvents(ctx, `SELECT `+sqlrow.EventCols+` FROM usage`+where+` ORDER BY at, key COLLATE "C", request_id COLLATE "C"`, args, fn)
 }
 
 func (t *tx) PrunedBefore(ctx context.Context) (time.Time, error) {
@@ -221,18 +158,4 @@ func (t *tx) Prune(ctx context.Context, before time.Time) (int64, error) {
 		return 0, fmt.Errorf("move the prune horizon and the limits version: %w", err)
 	}
 	return deleted, nil
-}
-
-func (t *tx) OpenReservationsBefore(ctx context.Context, before, committable time.Time, max int) ([]budget.ReservationRow, error) {
-	var rows []sqlrow.Reservation
-	if err := t.tx.SelectContext(ctx, &rows, `SELECT `+sqlrow.ReservationCols+` FROM reservations
-		WHERE at < $1 AND (state = 'live' OR state = 'expired' AND settled_at >= $2) ORDER BY id COLLATE "C" LIMIT $3`,
-		before.UnixNano(), committable.UnixNano(), max); err != nil {
-		return nil, fmt.Errorf("read open reservations: %w", err)
-	}
-	out := make([]budget.ReservationRow, len(rows))
-	for i := range rows {
-		out[i] = rows[i].Decode()
-	}
-	return out, nil
 }

@@ -28,14 +28,6 @@ func (t *tx) LogAlerts(ctx context.Context, as []budget.Alert) error {
 	return nil
 }
 
-func (t *tx) Alerts(ctx context.Context, n int) ([]budget.Alert, error) {
-	var rows []sqlrow.Alert
-	if err := t.sel(ctx, &rows, `SELECT `+sqlrow.AlertCols+` FROM alerts ORDER BY at DESC, id DESC LIMIT ?`, n); err != nil {
-		return nil, fmt.Errorf("read alerts: %w", err)
-	}
-	return sqlrow.DecodeAlerts(rows), nil
-}
-
 func (t *tx) ClaimAlerts(ctx context.Context, owner string, now, until time.Time, max int) ([]budget.Alert, error) {
 	var rows []sqlrow.Alert
 	if err := t.sel(ctx, &rows, `UPDATE alerts SET claim_owner = ?, claim_until = ?
@@ -47,21 +39,6 @@ func (t *tx) ClaimAlerts(ctx context.Context, owner string, now, until time.Time
 	out := sqlrow.DecodeAlerts(rows)
 	sortAlerts(out)
 	return out, nil
-}
-
-func (t *tx) SettleAlert(ctx context.Context, id, owner string, deliveredAt, next time.Time) error {
-	q, args := `UPDATE alerts SET delivered_at = ?, claim_owner = '', claim_until = 0`, []any{ns(deliveredAt)}
-	if deliveredAt.IsZero() {
-		q, args = `UPDATE alerts SET attempts = attempts + 1, next_attempt = ?, claim_owner = '', claim_until = 0`, []any{ns(next)}
-	}
-	n, err := t.exec(ctx, q+` WHERE id = ? AND claim_owner = ? AND delivered_at = 0`, append(args, id, owner)...)
-	if err != nil {
-		return fmt.Errorf("settle alert %s: %w", id, err)
-	}
-	if n == 0 {
-		return budget.ClaimLost(id)
-	}
-	return nil
 }
 
 // sortAlerts orders claimed alerts as they are due: next attempt, then

@@ -89,13 +89,7 @@ func (t *tx) Windows(ctx context.Context, refs []budget.WindowRef, now time.Time
 	}
 	sum := func(l *budget.Limit, start, end time.Time) (int64, error) { return t.SumUsage(ctx, l, start, end) }
 	err := sqlrow.CompleteWindows(refs, out, sum, func(l *budget.Limit, prevStart time.Time) (latest, prev *int64, err error) {
-		err = t.scan(ctx, `SELECT (SELECT MAX(window_start) FROM counters WHERE limit_id = ? AND subject = ?),
-			(SELECT used FROM counters WHERE limit_id = ? AND subject = ? AND window_start = ?)`,
-			[]any{l.ID, l.Subject, l.ID, l.Subject, ns(prevStart)}, func(s scanner) error { return s.Scan(&latest, &prev) })
-		if err != nil {
-			err = fmt.Errorf("read counters of %s: %w", l.ID, err)
-		}
-		return latest, prev, err
+		return t.CounterBefore(ctx, l, prevStart)
 	})
 	if err != nil {
 		return nil, err
@@ -140,19 +134,6 @@ func (t *tx) Reservations(ctx context.Context, ids []string) ([]budget.Reservati
 	return out, nil
 }
 
-func (t *tx) ExpiredReservations(ctx context.Context, now time.Time, max int) ([]budget.ReservationRow, error) {
-	var rows []sqlrow.Reservation
-	if err := t.sel(ctx, &rows, `SELECT `+sqlrow.ReservationCols+` FROM reservations
-		WHERE state = 'live' AND expires_at <= ? ORDER BY expires_at, id LIMIT ?`, now.UnixNano(), max); err != nil {
-		return nil, fmt.Errorf("read expired reservations: %w", err)
-	}
-	out := make([]budget.ReservationRow, len(rows))
-	for i := range rows {
-		out[i] = rows[i].Decode()
-	}
-	return out, nil
-}
-
 const (
 	qInsertReservationsN = `INSERT INTO reservations (id, key, team, org, end_user, provider, model, est_tokens, est_input, est_output, at, expires_at, state, settled_at, on_expiry, holds)
 		VALUES %s`
@@ -188,30 +169,12 @@ func (t *tx) Apply(ctx context.Context, w *budget.WriteSet) ([]bool, int64, erro
 	if err := t.settle(ctx, w.Settles); err != nil {
 		return nil, 0, err
 	}
-	for _, r := range w.Renewals {
-		n, err := t.exec(ctx, `UPDATE reservations SET expires_at = ? WHERE id = ? AND state = 'live'`, ns(r.ExpiresAt), r.ID)
-		if err != nil {
-			return nil, 0, fmt.Errorf("renew reservation %s: %w", r.ID, err)
-		}
-		if n != 1 {
-			return nil, 0, fmt.Errorf("%w: renew reservation %s: it is no longer live", budget.ErrConflict, r.ID)
-		}
-		for _, h := range r.Holds {
-			if h.ExpiresAt.Equal(budget.Forever) {
-				continue
-			}
-			if _, err := t.exec(ctx, `UPDATE holds SET expires_at = ? WHERE limit_id = ? AND subject = ? AND window_start = ? AND reservation_id = ?`,
-				ns(r.ExpiresAt), h.LimitID, h.Subject, ns(h.WindowStart), r.ID); err != nil {
-				return nil, 0, fmt.Errorf("renew holds of %s: %w", r.ID, err)
-			}
-		}
+	if err := t.Renew(ctx, w.Renewals); err != nil {
+		return nil, 0, err
 	}
-	var deleted int64
-	if !w.DeleteSettledBefore.IsZero() {
-		if deleted, err = t.exec(ctx, `DELETE FROM reservations WHERE state <> 'live' AND settled_at < ? AND (state <> 'expired' OR settled_at < ?)`,
-			w.DeleteSettledBefore.UnixNano(), w.ExpiredBefore().UnixNano()); err != nil {
-			return nil, 0, fmt.Errorf("delete settled reservations: %w", err)
-		}
+	deleted, err := t.DeleteSettled(ctx, w)
+	if err != nil {
+		return nil, 0, err
 	}
 	return inserted, deleted, nil
 }

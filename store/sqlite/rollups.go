@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"slices"
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/store/internal/sqlq"
 	"github.com/tokenbudget/tokenbudget/store/internal/sqlrow"
 )
 
@@ -39,51 +39,8 @@ func (t *tx) addRollups(ctx context.Context, rs []budget.Rollup) error {
 	return nil
 }
 
-// groupBy is the select list and GROUP BY list of a sum per day (day,
-// the SQL of the day column) and the columns of by; the other dimensions
-// are selected as ”.
-func groupBy(day string, by []budget.Dim) (sel, group string) {
-	cols := budget.RollupColumns(by)
-	sel, group = day+` AS day`, `1`
-	for _, d := range budget.AllDims {
-		col := sqlrow.DimColumn(d)
-		if slices.Contains(cols, d) {
-			sel += `, ` + col
-			group += `, ` + col
-		} else {
-			sel += `, ''`
-		}
-	}
-	return sel, group
-}
-
-// scanRollups reads rows of groupBy's select list and the sums.
-func (t *tx) scanRollups(ctx context.Context, q string, args []any) ([]budget.Rollup, error) {
-	var out []budget.Rollup
-	err := t.scan(ctx, q, args, func(s scanner) error {
-		var r sqlrow.Rollup
-		if err := s.Scan(&r.Day, &r.Key, &r.Team, &r.Org, &r.User, &r.Provider, &r.Model, &r.Requests, &r.Input, &r.Output,
-			&r.Reasoning, &r.CacheRead, &r.CacheWrite, &r.Cost, &r.NoPrice); err != nil {
-			return err
-		}
-		out = append(out, r.Decode())
-		return nil
-	})
-	return out, err
-}
-
 func (t *tx) Rollups(ctx context.Context, from, to time.Time, key string, by []budget.Dim) ([]budget.Rollup, error) {
-	sel, group := groupBy("day", by)
-	q, args := `SELECT `+sel+`, `+rollupTotals+` FROM rollups WHERE day >= ? AND day < ?`, []any{from.UnixNano(), to.UnixNano()}
-	if key != "" {
-		q += ` AND key = ?`
-		args = append(args, key)
-	}
-	out, err := t.scanRollups(ctx, q+` GROUP BY `+group, args)
-	if err != nil {
-		return nil, fmt.Errorf("read rollups: %w", err)
-	}
-	return out, nil
+	return t.ReadRollups(ctx, rollupTotals, from, to, key, by)
 }
 
 const day = int64(24 * time.Hour)
@@ -101,9 +58,9 @@ func eventsIn(q string, from, to time.Time, key string) (string, []any) {
 }
 
 func (t *tx) EventTotals(ctx context.Context, from, to time.Time, key string, by []budget.Dim) ([]budget.Rollup, error) {
-	sel, group := groupBy(dayOf("at"), by)
+	sel, group := sqlq.GroupBy(dayOf("at"), by)
 	q, args := eventsIn(`SELECT `+sel+`, `+rollupSums+` FROM usage`, from, to, key)
-	out, err := t.scanRollups(ctx, q+` GROUP BY `+group, args)
+	out, err := t.ScanRollups(ctx, q+` GROUP BY `+group, args)
 	if err != nil {
 		return nil, fmt.Errorf("sum events by day: %w", err)
 	}
@@ -112,24 +69,7 @@ func (t *tx) EventTotals(ctx context.Context, from, to time.Time, key string, by
 
 func (t *tx) Events(ctx context.Context, from, to time.Time, key string, fn func(budget.Usage) error) error {
 	q, args := eventsIn(`SELECT `+sqlrow.EventCols+` FROM usage`, from, to, key)
-	rows, err := t.query(ctx, q+` ORDER BY at, key, request_id`, args...)
-	if err != nil {
-		return fmt.Errorf("read events: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var e sqlrow.Event
-		if err := rows.StructScan(&e); err != nil {
-			return fmt.Errorf("read events: %w", err)
-		}
-		if err := fn(e.Decode()); err != nil {
-			return err
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read events: %w", err)
-	}
-	return nil
+	return t.ScanEvents(ctx, q+` ORDER BY at, key, request_id`, args, fn)
 }
 
 func (t *tx) PrunedBefore(ctx context.Context) (time.Time, error) {
@@ -161,18 +101,4 @@ func (t *tx) Prune(ctx context.Context, before time.Time) (int64, error) {
 		return 0, fmt.Errorf("move the limits version: %w", err)
 	}
 	return n, nil
-}
-
-func (t *tx) OpenReservationsBefore(ctx context.Context, before, committable time.Time, max int) ([]budget.ReservationRow, error) {
-	var rows []sqlrow.Reservation
-	if err := t.sel(ctx, &rows, `SELECT `+sqlrow.ReservationCols+` FROM reservations
-		WHERE at < ? AND (state = 'live' OR state = 'expired' AND settled_at >= ?) ORDER BY id LIMIT ?`,
-		before.UnixNano(), committable.UnixNano(), max); err != nil {
-		return nil, fmt.Errorf("read open reservations: %w", err)
-	}
-	out := make([]budget.ReservationRow, len(rows))
-	for i := range rows {
-		out[i] = rows[i].Decode()
-	}
-	return out, nil
 }

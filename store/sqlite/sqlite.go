@@ -32,6 +32,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/store/internal/sqlq"
 	"github.com/tokenbudget/tokenbudget/store/internal/sqlrow"
 )
 
@@ -61,6 +62,8 @@ type Options struct {
 
 // DB is a budget.Store on one SQLite file.
 type DB struct {
+	sqlq.Keys // gatekey.Store, through keyTx
+
 	path string
 	w    *sqlx.DB // one connection, BEGIN IMMEDIATE
 	r    *sqlx.DB // query-only pool, deferred BEGIN
@@ -142,6 +145,7 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	db := &DB{path: path, w: w, r: r, file: fi}
+	db.Keys = sqlq.Keys{Run: db.keyTx}
 	// Neither pool has connected yet: the writer connects (and switches the
 	// file to WAL) only for a migration or the first write, so read-only
 	// tools never take the write lock.
@@ -473,6 +477,7 @@ func (db *DB) once(ctx context.Context, pool *sqlx.DB, ro bool, fn func(budget.T
 		}
 	}()
 	x := &tx{db: db, tx: t, ro: ro}
+	x.Tx = sqlq.Tx{X: execer{x}, D: sqlq.SQLite}
 	if err = fn(x); err != nil {
 		return db.wrap(err)
 	}

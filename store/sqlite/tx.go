@@ -11,11 +11,13 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/store/internal/sqlq"
 	"github.com/tokenbudget/tokenbudget/store/internal/sqlrow"
 )
 
 // tx implements budget.Tx on one SQLite transaction.
 type tx struct {
+	sqlq.Tx  // the statements both stores share, run through execer
 	db       *DB
 	tx       *sqlx.Tx
 	ro       bool
@@ -116,13 +118,26 @@ func (t *tx) query(ctx context.Context, q string, args ...any) (*sqlx.Rows, erro
 	return t.tx.QueryxContext(ctx, q, args...)
 }
 
+// execer runs the shared statements through t's prepared statements.
+type execer struct{ t *tx }
+
+func (e execer) Get(ctx context.Context, dest any, q string, args ...any) error {
+	return e.t.get(ctx, dest, q, args...)
+}
+
+func (e execer) Select(ctx context.Context, dest any, q string, args ...any) error {
+	return e.t.sel(ctx, dest, q, args...)
+}
+
+func (e execer) Query(ctx context.Context, q string, args ...any) (*sqlx.Rows, error) {
+	return e.t.query(ctx, q, args...)
+}
+
+func (e execer) Exec(ctx context.Context, q string, args ...any) (int64, error) {
+	return e.t.exec(ctx, q, args...)
+}
+
 // ---- limits
-
-const limitCols = `id, key, team, org, scope, scope_value, metric, max, window, window_seconds, reset_time, timezone, enabled, alerts`
-
-// limitSelect is what a limit is read with: its columns and its creation,
-// a once window's anchor.
-const limitSelect = limitCols + `, created_at`
 
 func (t *tx) LimitsVersion(ctx context.Context) (int64, error) {
 	var v int64
@@ -141,107 +156,12 @@ func (t *tx) Versions(ctx context.Context) (limits, prices int64, err error) {
 	return limits, prices, nil
 }
 
-func (t *tx) PricesVersion(ctx context.Context) (int64, error) {
-	var v int64
-	if err := t.get(ctx, &v, `SELECT value FROM meta WHERE name = 'prices_version'`); err != nil {
-		return 0, fmt.Errorf("read prices version: %w", err)
-	}
-	return v, nil
-}
-
 func (t *tx) UnpricedEvents(ctx context.Context) (int64, error) {
 	var n int64
 	if err := t.tx.GetContext(ctx, &n, `SELECT COUNT(*) FROM usage WHERE unpriced <> 0`); err != nil {
 		return 0, fmt.Errorf("count unpriced events: %w", err)
 	}
 	return n, nil
-}
-
-func (t *tx) Prices(ctx context.Context) ([]budget.Price, error) {
-	return sqlrow.Prices(ctx, t.tx)
-}
-
-func (t *tx) PutPrices(ctx context.Context, ps []budget.Price) error {
-	if err := t.write(); err != nil {
-		return err
-	}
-	return sqlrow.PutPrices(ctx, t.tx, ps)
-}
-
-func (t *tx) Limits(ctx context.Context, key string) ([]budget.Limit, error) {
-	if key == "" {
-		return t.limits(ctx, `TRUE`)
-	}
-	return t.limits(ctx, `key = ? OR key = '' AND team = '' AND org = ''`, key)
-}
-
-func (t *tx) OwnedLimits(ctx context.Context, level budget.Level, owner string) ([]budget.Limit, error) {
-	col, err := sqlrow.OwnerColumn(level)
-	if err != nil {
-		return nil, err
-	}
-	return t.limits(ctx, col+` = ? AND `+col+` <> ''`, owner)
-}
-
-// limits reads the limits where holds (with args) and their raises.
-func (t *tx) limits(ctx context.Context, where string, args ...any) ([]budget.Limit, error) {
-	var rows []sqlrow.Limit
-	if err := t.sel(ctx, &rows, `SELECT `+limitSelect+` FROM limits WHERE `+where, args...); err != nil {
-		return nil, fmt.Errorf("read limits: %w", err)
-	}
-	ls, err := sqlrow.DecodeLimits(rows)
-	if err != nil || len(ls) == 0 {
-		return ls, err
-	}
-	var raises []sqlrow.Raise
-	if err := t.sel(ctx, &raises, `SELECT `+sqlrow.RaiseCols+` FROM raises WHERE limit_id IN (SELECT id FROM limits WHERE `+where+`)`, args...); err != nil {
-		return nil, fmt.Errorf("read raises: %w", err)
-	}
-	sqlrow.AttachRaises(ls, raises)
-	return ls, nil
-}
-
-func (t *tx) Limit(ctx context.Context, id string) (budget.Limit, error) {
-	ls, err := t.limits(ctx, `id = ?`, id)
-	if err != nil {
-		return budget.Limit{}, fmt.Errorf("read limit %s: %w", id, err)
-	}
-	if len(ls) == 0 {
-		return budget.Limit{}, fmt.Errorf("limit %q: %w", id, budget.ErrNotFound)
-	}
-	return ls[0], nil
-}
-
-func (t *tx) InsertLimit(ctx context.Context, l budget.Limit, now time.Time) error {
-	args := append(sqlrow.LimitArgs(l), ns(now), ns(now))
-	_, err := t.exec(ctx, `INSERT INTO limits (`+limitCols+`, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...)
-	if err != nil {
-		return fmt.Errorf("insert limit %s: %w", l.ID, err)
-	}
-	return nil
-}
-
-func (t *tx) UpdateLimit(ctx context.Context, l budget.Limit, now time.Time) error {
-	n, err := t.exec(ctx, `UPDATE limits SET max = ?, reset_time = ?, timezone = ?, enabled = ?, alerts = ?, updated_at = ? WHERE id = ?`,
-		l.Max, l.Window.ResetTime, l.Window.ZoneName(), l.Enabled, sqlrow.AlertsText(l.Alerts), ns(now), l.ID)
-	if err != nil {
-		return fmt.Errorf("update limit %s: %w", l.ID, err)
-	}
-	if n == 0 {
-		return fmt.Errorf("limit %q: %w", l.ID, budget.ErrNotFound)
-	}
-	return nil
-}
-
-func (t *tx) DeleteLimit(ctx context.Context, id string) error {
-	n, err := t.exec(ctx, `DELETE FROM limits WHERE id = ?`, id)
-	if err != nil {
-		return fmt.Errorf("delete limit %s: %w", id, err)
-	}
-	if n == 0 {
-		return fmt.Errorf("limit %q: %w", id, budget.ErrNotFound)
-	}
-	return nil
 }
 
 // ---- usage and counters
@@ -354,52 +274,4 @@ func historyWhere(q string, args []any, h budget.History, partial bool) (string,
 		args = append(args, h.User)
 	}
 	return q, args
-}
-
-func (t *tx) CounterRows(ctx context.Context) ([]budget.CounterRow, error) {
-	var rows []struct {
-		LimitID string `db:"limit_id"`
-		Subject string `db:"subject"`
-		Start   int64  `db:"window_start"`
-		End     int64  `db:"window_end"`
-		Used    int64  `db:"used"`
-	}
-	if err := t.sel(ctx, &rows, `SELECT limit_id, subject, window_start, window_end, used FROM counters ORDER BY limit_id, subject, window_start`); err != nil {
-		return nil, fmt.Errorf("read counters: %w", err)
-	}
-	out := make([]budget.CounterRow, len(rows))
-	for i, r := range rows {
-		out[i] = budget.CounterRow{LimitID: r.LimitID, Subject: r.Subject, WindowStart: time.Unix(0, r.Start).UTC(), WindowEnd: time.Unix(0, r.End).UTC(), Used: r.Used}
-	}
-	return out, nil
-}
-
-func (t *tx) Rollovers(ctx context.Context, key string, n int) ([]budget.Rollover, error) {
-	var rows []struct {
-		LimitID   string `db:"limit_id"`
-		Subject   string `db:"subject"`
-		Start     int64  `db:"window_start"`
-		PrevStart int64  `db:"prev_window_start"`
-		PrevUsed  int64  `db:"prev_used"`
-		LoggedAt  int64  `db:"logged_at"`
-	}
-	q := `SELECT r.limit_id, r.subject, r.window_start, r.prev_window_start, r.prev_used, r.logged_at FROM rollovers r`
-	args := []any{}
-	if key != "" {
-		// Its own limits', and the defaults' counters for it (per user too).
-		q += ` JOIN limits l ON l.id = r.limit_id WHERE l.key = ? OR l.key = '' AND l.team = '' AND l.org = ''
-			AND (r.subject = ? OR substr(r.subject, 1, length(?) + 1) = ? || char(31))`
-		args = append(args, key, key, key, key)
-	}
-	q += ` ORDER BY r.logged_at DESC, r.window_start DESC, r.limit_id LIMIT ?`
-	args = append(args, n)
-	if err := t.sel(ctx, &rows, q, args...); err != nil {
-		return nil, fmt.Errorf("read rollovers: %w", err)
-	}
-	out := make([]budget.Rollover, len(rows))
-	for i, r := range rows {
-		out[i] = budget.Rollover{LimitID: r.LimitID, Subject: r.Subject, WindowStart: time.Unix(0, r.Start).UTC(),
-			PrevWindowStart: time.Unix(0, r.PrevStart).UTC(), PrevUsed: r.PrevUsed, LoggedAt: fromNs(r.LoggedAt)}
-	}
-	return out, nil
 }

@@ -1,0 +1,44 @@
+package sqlq
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/store/internal/sqlrow"
+)
+
+var (
+	qPrices = New(`SELECT provider, model, from_at, input, output, cache_read, cache_write, reasoning FROM prices`)
+	// qPutPrice replaces a price version (same provider, model and from).
+	qPutPrice = New(`INSERT INTO prices (provider, model, from_at, input, output, cache_read, cache_write, reasoning)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (provider, model, from_at) DO UPDATE SET input = excluded.input,
+		output = excluded.output, cache_read = excluded.cache_read, cache_write = excluded.cache_write, reasoning = excluded.reasoning`)
+	qMovePrices = New(`UPDATE meta SET value = value + 1 WHERE name = 'prices_version'`)
+)
+
+func (t Tx) Prices(ctx context.Context) ([]budget.Price, error) {
+	var rows []sqlrow.Price
+	if err := t.sel(ctx, &rows, &qPrices); err != nil {
+		return nil, fmt.Errorf("read prices: %w", err)
+	}
+	out := make([]budget.Price, len(rows))
+	for i, r := range rows {
+		out[i] = budget.Price{Provider: r.Provider, Model: r.Model, From: sqlrow.FromNs(r.From), Input: r.Input, Output: r.Output,
+			CacheRead: r.CacheRead, CacheWrite: r.CacheWrite, Reasoning: r.Reasoning}
+	}
+	return out, nil
+}
+
+// PutPrices upserts ps and moves the prices version.
+func (t Tx) PutPrices(ctx context.Context, ps []budget.Price) error {
+	for _, p := range ps {
+		if _, err := t.exec(ctx, &qPutPrice, p.Provider, p.Model, sqlrow.Ns(p.From), p.Input, p.Output, p.CacheRead, p.CacheWrite, p.Reasoning); err != nil {
+			return fmt.Errorf("store price of %s/%s: %w", p.Provider, p.Model, err)
+		}
+	}
+	if _, err := t.exec(ctx, &qMovePrices); err != nil {
+		return fmt.Errorf("move prices version: %w", err)
+	}
+	return nil
+}
