@@ -131,18 +131,22 @@ CREATE TABLE IF NOT EXISTS rollups (
     PRIMARY KEY (day, key, team, org, end_user, provider, model)
 ) WITHOUT ROWID;
 
--- prices: USD per million tokens, in micro-dollars, per (provider, model, from);
--- model is a normalised name or a pattern.
+-- prices: USD per million tokens, in micro-dollars, per (provider, model,
+-- tier, above_input, from); model is a normalised name or a pattern, tier ''
+-- the standard tier, above_input 0 or the prompt tokens a long-context row
+-- applies above.
 CREATE TABLE IF NOT EXISTS prices (
     provider    TEXT    NOT NULL,
     model       TEXT    NOT NULL,
+    tier        TEXT    NOT NULL DEFAULT '',
+    above_input INTEGER NOT NULL DEFAULT 0,
     from_at     INTEGER NOT NULL,
     input       INTEGER NOT NULL,
     output      INTEGER NOT NULL,
     cache_read  INTEGER NOT NULL,
     cache_write INTEGER NOT NULL,
     reasoning   INTEGER NOT NULL,
-    PRIMARY KEY (provider, model, from_at)
+    PRIMARY KEY (provider, model, tier, above_input, from_at)
 ) WITHOUT ROWID;
 
 -- counters: a limit's usage in one window for one subject (the key a default

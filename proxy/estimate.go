@@ -54,6 +54,10 @@ type RequestInfo struct {
 	// one), spaces trimmed. The middleware prefers the X-Budget-User header
 	// (UserHeader) and validates the result.
 	User string
+	// ServiceTier is the body's service_tier ("flex", "priority"; OpenAI's,
+	// Groq's): the estimate is priced at that tier, and so is the usage
+	// when the response names no tier.
+	ServiceTier string
 	// UserField is the body field User came from ("user" or
 	// "metadata.user_id"; "" when none), for error messages.
 	UserField string
@@ -124,6 +128,8 @@ type request struct {
 	Prompt  json.RawMessage `json:"prompt"`
 	Quality json.RawMessage `json:"quality"`
 	Size    json.RawMessage `json:"size"`
+	// OpenAI's and Groq's tier of service
+	ServiceTier json.RawMessage `json:"service_tier"`
 }
 
 // set keeps the member k (a JSON string literal) of a body's top level when
@@ -184,6 +190,8 @@ func (r *request) set(k, v []byte) {
 		dst = &r.Quality
 	case "size":
 		dst = &r.Size
+	case "service_tier":
+		dst = &r.ServiceTier
 	default:
 		return
 	}
@@ -232,6 +240,12 @@ func ParseRequest(f Format, body []byte) (RequestInfo, error) {
 		}
 	}
 	ri.User, ri.UserField = bodyUser(r.User, r.Metadata)
+	if json.Unmarshal(r.ServiceTier, &ri.ServiceTier) == nil {
+		ri.ServiceTier = budget.NormalizeTier(ri.ServiceTier)
+		if budget.CheckName("service_tier", ri.ServiceTier) != nil {
+			ri.ServiceTier = "" // not a tier the tracker could store: priced as standard
+		}
+	}
 	if f == OpenAIChat || f == OpenAIImages {
 		var n int64
 		if json.Unmarshal(r.N, &n) == nil && n > 1 {

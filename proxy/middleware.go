@@ -626,7 +626,7 @@ func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 	}
 	info := &Info{Key: key, User: user, Route: route, Request: ri, Estimate: est}
 	x.est = &info.Estimate
-	req := budget.Request{Key: key, Provider: route.Provider, Model: ri.Model, User: user, Estimate: est}
+	req := budget.Request{Key: key, Provider: route.Provider, Model: ri.Model, User: user, Estimate: est, ServiceTier: ri.ServiceTier}
 	extra := make(http.Header, 8)
 	res, ok := m.admit(w, r, f, req, minOutput, info, extra)
 	if !ok {

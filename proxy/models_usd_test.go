@@ -229,3 +229,56 @@ func TestProxyRateLimitHeadersLeaveOutDollars(t *testing.T) {
 		})
 	}
 }
+
+// TestProxyPricesServiceTier: a request asking for the flex tier is
+// estimated at the flex row and charged at the tier the response says it
+// was served at (flex, or default when the provider fell back); a Gemini
+// prompt above a long-context row's threshold is charged at that row.
+func TestProxyPricesServiceTier(t *testing.T) {
+	t.Parallel()
+	var reply string
+	e := newEnv(t, envOptions{mode: proxy.ModeReserve}, func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, reply) })
+	ctx := context.Background()
+	max := int64(100 * budget.MicrosPerUSD)
+	l, _, err := e.db.SetLimit(ctx, budget.LimitSpec{Key: "team", Metric: "usd", Window: "monthly", Max: &max})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.SetPrices(ctx,
+		budget.PriceSpec{Provider: "openai", Model: "o3", Input: "2", Output: "8"},
+		budget.PriceSpec{Provider: "openai", Model: "o3", Tier: "flex", Input: "1", Output: "4"},
+		budget.PriceSpec{Provider: "gemini", Model: "gemini-2.5-pro", Input: "1.25", Output: "10"},
+		budget.PriceSpec{Provider: "gemini", Model: "gemini-2.5-pro", AboveInput: 200_000, Input: "2.50", Output: "15"},
+	); err != nil {
+		t.Fatal(err)
+	}
+	flex := `{"model":"o3","service_tier":"flex","max_completion_tokens":1000,"messages":[{"role":"user","content":"hi"}]}`
+	var spent int64
+	for _, c := range []struct {
+		name, path, body, reply string
+		cost                    int64
+	}{
+		// 100k in at $1, 10k out at $4 (flex); the same at $2 and $8 (default).
+		{"flex", "/v1/chat/completions", flex, `{"model":"o3","service_tier":"flex","usage":{"prompt_tokens":100000,"completion_tokens":10000}}`, 140_000},
+		{"fell back to default", "/v1/chat/completions", flex, `{"model":"o3","service_tier":"default","usage":{"prompt_tokens":100000,"completion_tokens":10000}}`, 280_000},
+		{"long context", geminiModelPath[:len("/v1beta/models/")] + "gemini-2.5-pro:generateContent", geminiBody("hi", `{"maxOutputTokens":100}`),
+			`{"candidates":[{"content":{"parts":[{"text":"ok"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":300000,"candidatesTokenCount":1000}}`,
+			750_000 + 15_000},
+	} {
+		reply = c.reply
+		r := e.do(c.path, c.body)
+		if r.status != http.StatusOK {
+			t.Fatalf("%s: %d %s", c.name, r.status, r.body)
+		}
+		used, _ := e.used(l.ID)
+		if used-spent != c.cost {
+			t.Errorf("%s: charged %d micro-dollars; want %d", c.name, used-spent, c.cost)
+		}
+		spent = used
+	}
+	// The flex estimate: 1000 output at $4/M plus the prompt at $1/M.
+	ri, _ := proxy.ParseRequest(proxy.OpenAIChat, []byte(flex))
+	if ri.ServiceTier != "flex" {
+		t.Errorf("ServiceTier %q; want flex", ri.ServiceTier)
+	}
+}

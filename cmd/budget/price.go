@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/csv"
 	"encoding/json"
@@ -10,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -43,14 +45,22 @@ func (m *Main) runPrice(ctx context.Context, args []string) error {
 }
 
 const priceSetHelp = `usage: budget price set --provider P --model M --input X --output Y
-	[--cache-read X] [--cache-write X] [--reasoning Y] [--from T] [--json]
+	[--cache-read X] [--cache-write X] [--reasoning Y] [--tier T] [--above-input N]
+	[--from T] [--json]
 
 Prices are USD per million tokens, up to 6 decimal places. --cache-read and
 --cache-write default to the input price, --reasoning to the output price.
 --model is matched like a model limit's value (normalised; * and ? make a
-pattern). A price's identity is (provider, model, from): a new --from
-(default now) adds a version, which prices the events from that instant on;
-the same --from replaces it. Creates the database like 'limit set'.
+pattern). --tier names the service tier the row prices (flex, priority,
+batch, ...; default, standard, auto and on_demand are the standard tier,
+the default): a request or response naming that tier is priced at it, a
+tier without rows at the standard price. --above-input N makes a
+long-context row: it prices a request whose prompt is more than N tokens
+(Gemini's and Claude's prices above 200000); a request takes its tier's
+row with the largest N below its prompt. A price's identity is (provider,
+model, tier, above-input, from): a new --from (default now) adds a
+version, which prices the events from that instant on; the same --from
+replaces it. Creates the database like 'limit set'.
 
 `
 
@@ -65,6 +75,8 @@ func (m *Main) runPriceSet(ctx context.Context, args []string) (err error) {
 	cr := fs.String("cache-read", "", "USD per million cache-read tokens (default: the input price)")
 	cw := fs.String("cache-write", "", "USD per million cache-write tokens (default: the input price)")
 	rs := fs.String("reasoning", "", "USD per million reasoning tokens (default: the output price)")
+	fs.StringVar(&s.Tier, "tier", "", "service tier this row prices: flex, priority, batch, ... (default: the standard tier)")
+	fs.Int64Var(&s.AboveInput, "above-input", 0, "a long-context row: applies to prompts of more than `N` tokens")
 	from := fs.String("from", "", "RFC3339 instant the price applies from (default now)")
 	asJSON := fs.Bool("json", false, "print the price as JSON")
 	pos, err := m.parseArgs(fs, priceSetHelp, args)
@@ -106,16 +118,24 @@ func (m *Main) runPriceSet(ctx context.Context, args []string) (err error) {
 	if *asJSON {
 		return writeJSON(m.Stdout, priceObj(ps[0]))
 	}
-	_, err = fmt.Fprintf(m.Stdout, "%s %s from %s\n", ps[0].Provider, ps[0].Model, ts(ps[0].From))
+	row := ""
+	if ps[0].Tier != "" {
+		row += " tier " + ps[0].Tier
+	}
+	if ps[0].AboveInput > 0 {
+		row += fmt.Sprintf(" above %d input tokens", ps[0].AboveInput)
+	}
+	_, err = fmt.Fprintf(m.Stdout, "%s %s%s from %s\n", ps[0].Provider, ps[0].Model, row, ts(ps[0].From))
 	return err
 }
 
 const priceLsHelp = `usage: budget price ls [--json]
 
-Lists every price version by provider, model and from, in USD per million
-tokens. With --json prints {"prices": [{"provider", "model", "from",
-"input", "output", "cache_read", "cache_write", "reasoning"}]} (prices as
-decimal strings of dollars).
+Lists every price version by provider, model, tier, threshold and from, in
+USD per million tokens. With --json prints {"prices": [{"provider",
+"model", "tier", "above_input", "from", "input", "output", "cache_read",
+"cache_write", "reasoning"}]} (prices as decimal strings of dollars; tier ""
+is the standard tier, above_input 0 a row for any prompt).
 
 `
 
@@ -153,9 +173,13 @@ func (m *Main) runPriceLs(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	w := newTable(m.Stdout)
-	fmt.Fprintln(w, "PROVIDER\tMODEL\tFROM\tINPUT $/M\tOUTPUT $/M\tCACHE READ $/M\tCACHE WRITE $/M\tREASONING $/M")
+	fmt.Fprintln(w, "PROVIDER\tMODEL\tTIER\tABOVE INPUT\tFROM\tINPUT $/M\tOUTPUT $/M\tCACHE READ $/M\tCACHE WRITE $/M\tREASONING $/M")
 	for _, p := range ps {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Provider, p.Model, ts(p.From), budget.FormatUSD(p.Input),
+		tier, above := cmp.Or(p.Tier, "standard"), "-"
+		if p.AboveInput > 0 {
+			above = itoa(p.AboveInput)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Provider, p.Model, tier, above, ts(p.From), budget.FormatUSD(p.Input),
 			budget.FormatUSD(p.Output), budget.FormatUSD(p.CacheRead), budget.FormatUSD(p.CacheWrite), budget.FormatUSD(p.Reasoning))
 	}
 	return w.Flush()
@@ -166,6 +190,8 @@ func (m *Main) runPriceLs(ctx context.Context, args []string) (err error) {
 type priceJSON struct {
 	Provider   string `json:"provider"`
 	Model      string `json:"model"`
+	Tier       string `json:"tier"`
+	AboveInput int64  `json:"above_input"`
 	From       string `json:"from"`
 	Input      string `json:"input"`
 	Output     string `json:"output"`
@@ -175,7 +201,7 @@ type priceJSON struct {
 }
 
 func priceObj(p budget.Price) priceJSON {
-	return priceJSON{p.Provider, p.Model, ts(p.From), budget.FormatUSD(p.Input), budget.FormatUSD(p.Output),
+	return priceJSON{p.Provider, p.Model, p.Tier, p.AboveInput, ts(p.From), budget.FormatUSD(p.Input), budget.FormatUSD(p.Output),
 		budget.FormatUSD(p.CacheRead), budget.FormatUSD(p.CacheWrite), budget.FormatUSD(p.Reasoning)}
 }
 
@@ -183,9 +209,10 @@ const priceImportHelp = `usage: budget price import FILE|-
 
 Adds or replaces the prices of FILE (- reads stdin), all or nothing: every
 entry is validated before anything is written. JSON: {"prices": [{"provider",
-"model", "from", "input", "output", "cache_read", "cache_write",
-"reasoning"}]}, or that array alone (prices as numbers or strings of dollars per million tokens;
-from, cache_read, cache_write and reasoning optional; unknown fields are
+"model", "tier", "above_input", "from", "input", "output", "cache_read",
+"cache_write", "reasoning"}]}, or that array alone (prices as numbers or strings of dollars per million tokens;
+tier, above_input, from, cache_read, cache_write and reasoning optional (see
+'price set' for tier and above_input); unknown fields are
 invalid). CSV: a header naming those columns (provider, model, input and
 output required), then one price per line. A FILE named *.json, or whose
 first character is '{' or '[', is JSON; anything else is CSV. Errors name
@@ -231,12 +258,14 @@ func (m *Main) runPriceImport(ctx context.Context, args []string) (err error) {
 }
 
 // priceFields are the fields of a price entry, for errors.
-const priceFields = "provider, model, from, input, output, cache_read, cache_write, reasoning"
+const priceFields = "provider, model, tier, above_input, from, input, output, cache_read, cache_write, reasoning"
 
 // priceEntry is one price of a JSON price file.
 type priceEntry struct {
 	Provider   string       `json:"provider"`
 	Model      string       `json:"model"`
+	Tier       string       `json:"tier"`
+	AboveInput int64        `json:"above_input"`
 	From       string       `json:"from"`
 	Input      json.Number  `json:"input"`
 	Output     json.Number  `json:"output"`
@@ -290,7 +319,8 @@ func parsePriceFile(name string, data []byte, now time.Time) ([]budget.PriceSpec
 			if err := dec.Decode(&p); err != nil {
 				return nil, fmt.Errorf("%s: %w", at, priceJSONError(err))
 			}
-			specs = append(specs, budget.PriceSpec{Provider: p.Provider, Model: p.Model, Input: string(p.Input), Output: string(p.Output),
+			specs = append(specs, budget.PriceSpec{Provider: p.Provider, Model: p.Model, Tier: p.Tier, AboveInput: p.AboveInput,
+				Input: string(p.Input), Output: string(p.Output),
 				CacheRead: str(p.CacheRead), CacheWrite: str(p.CacheWrite), Reason: str(p.Reasoning), From: fromText(p.From)})
 			where, froms = append(where, at), append(froms, p.From)
 		}
@@ -308,7 +338,7 @@ func parsePriceFile(name string, data []byte, now time.Time) ([]budget.PriceSpec
 		for i, h := range header {
 			h = strings.TrimSpace(h)
 			switch h {
-			case "provider", "model", "from", "input", "output", "cache_read", "cache_write", "reasoning":
+			case "provider", "model", "tier", "above_input", "from", "input", "output", "cache_read", "cache_write", "reasoning":
 				col[h] = i
 			default:
 				return nil, budget.Invalid("field", h, "unknown; want "+priceFields)
@@ -341,6 +371,14 @@ func parsePriceFile(name string, data []byte, now time.Time) ([]budget.PriceSpec
 			s.Model, _ = get("model")
 			s.Input, _ = get("input")
 			s.Output, _ = get("output")
+			s.Tier, _ = get("tier")
+			if v, ok := get("above_input"); ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					return nil, fmt.Errorf("line %d: %w", line, budget.Invalid("above_input", v, "want a whole number of prompt tokens"))
+				}
+				s.AboveInput = n
+			}
 			from, _ := get("from")
 			s.From = fromText(from)
 			specs = append(specs, s)

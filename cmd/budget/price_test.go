@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -126,5 +127,52 @@ func TestPriceFileErrors(t *testing.T) {
 	}
 	if r := mustRun(t, 0, "price", "import", "--db", db, arr); r.stdout != "stored 1 prices\n" {
 		t.Errorf("price import of a JSON array: got %v", r)
+	}
+}
+
+// TestPriceTiers: price set --tier and --above-input add rows of their own
+// beside the standard one (same provider, model and from); ls --json lists
+// them with tier and above_input; import reads both from JSON and CSV (the
+// example table of every provider kind, testdata/prices/providers.json);
+// a bad tier or threshold is exit 2 naming it, with nothing written.
+func TestPriceTiers(t *testing.T) {
+	t.Parallel()
+	db := tempDB(t)
+	from := "2026-01-01T00:00:00Z"
+	mustRun(t, 0, "price", "set", "--db", db, "--provider", "openai", "--model", "o3", "--input", "2", "--output", "8", "--from", from)
+	out := mustRun(t, 0, "price", "set", "--db", db, "--provider", "openai", "--model", "o3", "--tier", "Flex", "--input", "1", "--output", "4", "--from", from).stdout
+	if out != "openai o3 tier flex from "+from+"\n" {
+		t.Errorf("price set --tier printed %q", out)
+	}
+	mustRun(t, 0, "price", "set", "--db", db, "--provider", "openai", "--model", "o3", "--above-input", "200000", "--input", "4", "--output", "16", "--from", from)
+	rows := decode(t, mustRun(t, 0, "price", "ls", "--db", db, "--json").stdout)["prices"].([]any)
+	var got []string
+	for _, r := range rows {
+		p := r.(map[string]any)
+		got = append(got, fmt.Sprintf("%s/%v/%s", p["tier"], p["above_input"], p["input"]))
+	}
+	if strings.Join(got, " ") != "/0/2.00 /200000/4.00 flex/0/1.00" {
+		t.Errorf("price ls --json rows %v", got)
+	}
+	for _, bad := range [][]string{{"--tier", "fl*x"}, {"--above-input", "-5"}} {
+		mustRun(t, 2, append([]string{"price", "set", "--db", db, "--provider", "openai", "--model", "o3", "--input", "1", "--output", "1"}, bad...)...)
+	}
+	if n := len(decode(t, mustRun(t, 0, "price", "ls", "--db", db, "--json").stdout)["prices"].([]any)); n != 3 {
+		t.Errorf("%d prices after refused sets; want 3", n)
+	}
+	db2 := tempDB(t)
+	out = mustRun(t, 0, "price", "import", "--db", db2, filepath.Join("..", "..", "testdata", "prices", "providers.json")).stdout
+	if out != "stored 15 prices\n" {
+		t.Errorf("import of the providers' table: %q", out)
+	}
+	csvFile := filepath.Join(t.TempDir(), "p.csv")
+	os.WriteFile(csvFile, []byte("provider,model,tier,above_input,input,output\ngemini,gemini-2.5-pro,,200000,2.50,15\nopenai,o3,batch,,1,4\n"), 0o644)
+	mustRun(t, 0, "price", "import", "--db", db, csvFile)
+	if n := len(decode(t, mustRun(t, 0, "price", "ls", "--db", db, "--json").stdout)["prices"].([]any)); n != 5 {
+		t.Errorf("%d prices after the CSV; want 5", n)
+	}
+	os.WriteFile(csvFile, []byte("provider,model,above_input,input,output\ngemini,gemini-2.5-pro,lots,2.50,15\n"), 0o644)
+	if r := mustRun(t, 2, "price", "import", "--db", db, csvFile); !strings.Contains(r.stderr, "above_input") {
+		t.Errorf("bad above_input: %q", r.stderr)
 	}
 }

@@ -37,7 +37,7 @@ import (
 )
 
 // SchemaVersion is the PRAGMA user_version this build writes and reads.
-const SchemaVersion = 11
+const SchemaVersion = 12
 
 // Options configure Open. The zero value is usable.
 type Options struct {

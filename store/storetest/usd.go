@@ -13,6 +13,7 @@ func init() {
 		suiteCase{"DollarBudgets", testDollarBudgets},
 		suiteCase{"DollarReservationsExact", testDollarReservationsExact},
 		suiteCase{"FlexibleOutputFitsDollars", testFlexibleOutputFitsDollars},
+		suiteCase{"PricesByTierAndPromptSize", testPricesByTierAndPromptSize},
 	)
 }
 
@@ -130,5 +131,54 @@ func testFlexibleOutputFitsDollars(t *testing.T, newDB NewDB) {
 	var ex *budget.ExceededError
 	if _, err := tr.ReserveWith(ctx, req, opts); !errors.As(err, &ex) || ex.Decision.Breach.Limit.ID != l.ID {
 		t.Fatalf("a fourth reservation = %v; want refused by the usd limit", err)
+	}
+}
+
+// Price rows by service tier and prompt size are stored apart (same
+// provider, model and from), listed, and price events and estimates: a
+// flex event at the flex row, a prompt above the threshold at the
+// long-context row, a tier without a row at the standard one.
+func testPricesByTierAndPromptSize(t *testing.T, newDB NewDB) {
+	tr, _, _ := setup(t, newDB)
+	from := T0.Add(-time.Hour)
+	specs := []budget.PriceSpec{
+		{Provider: "openai", Model: "o3", From: from, Input: "2", Output: "8"},
+		{Provider: "openai", Model: "o3", From: from, Tier: "flex", Input: "1", Output: "4"},
+		{Provider: "openai", Model: "o3", From: from, AboveInput: 200_000, Input: "4", Output: "16"},
+	}
+	if _, err := tr.SetPrices(ctx, specs...); err != nil {
+		t.Fatal(err)
+	}
+	ps, err := tr.ListPrices(ctx)
+	if err != nil || len(ps) != 3 || ps[0].Tier != "" || ps[0].AboveInput != 0 || ps[1].AboveInput != 200_000 || ps[2].Tier != "flex" {
+		t.Fatalf("ListPrices = %+v, %v; want the standard, long-context and flex rows", ps, err)
+	}
+	l := SetLimit(t, tr, budget.LimitSpec{Key: "k", Metric: "usd", Window: "monthly"}, 100*budget.MicrosPerUSD)
+	at := T0.Add(time.Minute)
+	req := budget.Request{Key: "k", Provider: "openai", Model: "o3"}
+	for _, c := range []struct {
+		u    budget.Usage
+		cost int64
+	}{
+		// 100k in, 10k out: standard 0.20 + 0.08, flex 0.10 + 0.04, batch (no row) standard.
+		{budget.Usage{Input: 100_000, Output: 10_000}, 280_000},
+		{budget.Usage{Input: 100_000, Output: 10_000, ServiceTier: "flex"}, 140_000},
+		{budget.Usage{Input: 100_000, Output: 10_000, ServiceTier: "batch"}, 280_000},
+		// 300k in: above 200k, 1.20 + 0.16.
+		{budget.Usage{Input: 300_000, Output: 10_000, ServiceTier: "default"}, 1_360_000},
+	} {
+		before, _ := Used(t, tr, req, at, l.ID)
+		u := c.u
+		u.Key, u.Provider, u.Model, u.At = "k", "openai", "o3", at
+		RecordSync(t, tr, u)
+		if after, _ := Used(t, tr, req, at, l.ID); after-before != c.cost {
+			t.Errorf("%+v cost %d micro-dollars; want %d", c.u, after-before, c.cost)
+		}
+	}
+	// A flex reservation's estimate is priced at the flex row.
+	r, err := tr.Reserve(ctx, budget.Request{Key: "k", Provider: "openai", Model: "o3", ServiceTier: "flex",
+		Estimate: budget.Estimate{Input: 100_000, Output: 10_000}}, time.Minute)
+	if err != nil || r.Estimate.USD != 140_000 {
+		t.Fatalf("flex Reserve = %+v, %v; want its estimate at $0.14", r, err)
 	}
 }

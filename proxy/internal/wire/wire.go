@@ -35,11 +35,15 @@ type Tokens struct {
 // Billable is Input + Output + Reasoning: every token once.
 func (t Tokens) Billable() int64 { return t.Input + t.Output + t.Reasoning }
 
-// Fill copies the five token counts into u; it leaves u's model and every
-// other field alone.
+// Fill copies the five token counts and the service tier into u (a tier
+// the response does not name keeps u's: the request's); it leaves u's
+// model and every other field alone.
 func (t Tokens) Fill(u *budget.Usage) {
 	u.Input, u.Output, u.Reasoning = t.Input, t.Output, t.Reasoning
 	u.CacheRead, u.CacheWrite = t.CacheRead, t.CacheWrite
+	if t.ServiceTier != "" {
+		u.ServiceTier = t.ServiceTier
+	}
 }
 
 // ErrCount reports a token count that is not an integer from 0 to 2^53-1.

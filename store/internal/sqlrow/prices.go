@@ -4,6 +4,8 @@ package sqlrow
 type Price struct {
 	Provider   string `db:"provider"`
 	Model      string `db:"model"`
+	Tier       string `db:"tier"`
+	AboveInput int64  `db:"above_input"`
 	From       int64  `db:"from_at"`
 	Input      int64  `db:"input"`
 	Output     int64  `db:"output"`
