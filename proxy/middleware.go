@@ -167,47 +167,54 @@ type target struct {
 }
 
 // routeFor is the route of path (URL.Path) with what the path says; rawPath
-// is its escaped form, where a Gemini model name is read.
+// is its escaped form, where a Gemini or Bedrock model name is read.
 func (m *Middleware) routeFor(path, rawPath string) (t target, ok bool) {
 	if t.route, ok = m.cfg.Routes[path]; ok {
 		return t, true
 	}
-	if rest, isAzure := strings.CutPrefix(path, deploymentsPrefix); isAzure {
-		deployment, op, _ := strings.Cut(rest, "/")
-		if deployment == "" || op == "" {
-			return target{}, false
-		}
-		t.route, ok = m.cfg.Routes[DeploymentPath+op]
-		t.model = deployment
-		return t, ok
+	key, t, ok := pathTarget(path, rawPath)
+	if !ok {
+		return target{}, false
 	}
-	if strings.HasPrefix(path, "/model/") {
+	t.route, ok = m.cfg.Routes[key]
+	return t, ok
+}
+
+// pathTarget is the key in Config.Routes a request path takes and what the
+// path itself says of the request: the path itself (ok), an Azure deployment
+// path (DeploymentPath + the operation), a Bedrock runtime path
+// (BedrockConversePath, BedrockInvokePath) or a Gemini or Vertex AI one
+// (GeminiPath, VertexPath). The middleware and the mock route by it.
+func pathTarget(path, rawPath string) (key string, t target, ok bool) {
+	switch {
+	case strings.HasPrefix(path, deploymentsPrefix):
+		deployment, op, _ := strings.Cut(path[len(deploymentsPrefix):], "/")
+		if deployment == "" || op == "" {
+			return "", target{}, false
+		}
+		return DeploymentPath + op, target{model: deployment}, true
+	case strings.HasPrefix(path, "/model/"):
 		bp, err := bedrock.ParsePath(rawPath)
 		if err != nil {
-			return target{}, false
+			return "", target{}, false
 		}
-		key := BedrockConversePath
+		key = BedrockConversePath
 		if bp.Op == bedrock.Invoke || bp.Op == bedrock.InvokeWithResponseStream {
 			key = BedrockInvokePath
 		}
-		t.route, ok = m.cfg.Routes[key]
-		t.model, t.stream = bp.Model, bp.Stream()
-		return t, ok
-	}
-	if strings.Contains(path, ":") {
+		return key, target{model: bp.Model, stream: bp.Stream()}, true
+	case strings.Contains(path, ":"):
 		gp, err := gemini.ParsePath(rawPath)
 		if err != nil {
-			return target{}, false
+			return "", target{}, false
 		}
-		key := GeminiPath
+		key = GeminiPath
 		if gp.Vertex {
 			key = VertexPath
 		}
-		t.route, ok = m.cfg.Routes[key]
-		t.model, t.stream = gp.Model, gp.Stream
-		return t, ok
+		return key, target{model: gp.Model, stream: gp.Stream}, true
 	}
-	return target{}, false
+	return path, target{}, true
 }
 
 // DefaultRoutes maps the five API paths to their formats, each with the

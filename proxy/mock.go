@@ -9,9 +9,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-
-	"github.com/tokenbudget/tokenbudget/proxy/internal/bedrock"
-	"github.com/tokenbudget/tokenbudget/proxy/internal/gemini"
 )
 
 // mockReply is what the mock says, one token per word.
@@ -45,29 +42,13 @@ func (mu *MockUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		mockModels(w, r)
 		return
 	}
-	path, deployment := r.URL.Path, ""
-	if rest, ok := strings.CutPrefix(path, deploymentsPrefix); ok { // Azure OpenAI
-		var op string
-		deployment, op, _ = strings.Cut(rest, "/")
-		path = "/v1/" + op
+	key, tg, ok := pathTarget(r.URL.Path, r.URL.EscapedPath())
+	f := Unknown
+	if ok {
+		f = mockFormats[key]
+		ok = f != Unknown
 	}
-	f, ok := FormatForPath(path)
-	var gp gemini.Path
-	var bp bedrock.Path
-	if !ok && strings.HasPrefix(path, "/model/") {
-		var err error
-		if bp, err = bedrock.ParsePath(r.URL.EscapedPath()); err == nil {
-			f, ok, deployment = BedrockConverse, true, bp.Model
-			if bp.Op == bedrock.Invoke || bp.Op == bedrock.InvokeWithResponseStream {
-				f = BedrockInvoke
-			}
-		}
-	} else if !ok && strings.Contains(path, ":") {
-		var err error
-		if gp, err = gemini.ParsePath(r.URL.EscapedPath()); err == nil {
-			f, ok, deployment = GeminiGenerate, true, gp.Model
-		}
-	}
+	deployment := tg.model // Azure's deployment, Gemini's and Bedrock's model
 	countTokens := r.URL.Path == countTokensPath
 	if countTokens {
 		f, ok = AnthropicMessages, true
@@ -131,10 +112,10 @@ func (mu *MockUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.out = int64(len(c.words))
 	switch {
 	case f == GeminiGenerate:
-		c.writeGemini(w, gp.Stream, r.URL.Query().Get("alt") == "sse")
+		c.writeGemini(w, tg.stream, r.URL.Query().Get("alt") == "sse")
 	case f == BedrockConverse:
-		c.writeConverse(w, bp.Stream())
-	case f == BedrockInvoke && bp.Stream():
+		c.writeConverse(w, tg.stream)
+	case f == BedrockInvoke && tg.stream:
 		c.streamInvoke(w)
 	case f == BedrockInvoke:
 		c.writeJSON(w, AnthropicMessages)
@@ -399,6 +380,18 @@ func (c *mockCall) writeGemini(w http.ResponseWriter, stream, sse bool) {
 	}
 	w.Write([]byte("]"))
 }
+
+// mockFormats are the formats of the routes the mock answers, by route
+// key (pathTarget): every kind's, Azure's deployments and Vertex AI's too.
+var mockFormats = func() map[string]Format {
+	m := map[string]Format{VertexPath: GeminiGenerate}
+	for _, rs := range []map[string]Route{DefaultRoutes(""), AzureRoutes("")} {
+		for k, r := range rs {
+			m[k] = r.Format
+		}
+	}
+	return m
+}()
 
 // mockModelIDs are the models the mock lists.
 var mockModelIDs = map[Format][]string{
