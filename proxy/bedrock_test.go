@@ -133,13 +133,7 @@ func TestBedrockCapturesThroughProxy(t *testing.T) {
 					} else {
 						w.Header().Set("Content-Type", "application/json")
 					}
-					rc := http.NewResponseController(w)
-					for rest := data; len(rest) > 0; {
-						n := min(len(rest), 37)
-						w.Write(rest[:n])
-						rc.Flush()
-						rest = rest[n:]
-					}
+					writeChunked(w, data)
 				})
 				body := converseBody("What is the capital of Japan?", `{"maxTokens":1000}`)
 				if strings.Contains(c.path, "/invoke") {

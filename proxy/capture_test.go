@@ -97,13 +97,7 @@ func testCapture(t *testing.T, mode proxy.Mode, c captureCase) {
 			status = http.StatusOK
 		}
 		w.WriteHeader(status)
-		rc := http.NewResponseController(w)
-		for rest := data; len(rest) > 0; { // odd-sized chunks, each flushed
-			n := min(len(rest), 37)
-			w.Write(rest[:n])
-			rc.Flush()
-			rest = rest[n:]
-		}
+		writeChunked(w, data)
 	})
 	tokens := e.limit("", "", "tokens", "1h", 1_000_000)
 	input := e.limit("", "", "input", "1h", 1_000_000)
@@ -184,6 +178,18 @@ func testCapture(t *testing.T, mode proxy.Mode, c captureCase) {
 	}
 	if c.billable > 0 && r.header.Get("X-Ratelimit-Remaining-Tokens") == "" {
 		t.Errorf("a successful response lacks x-ratelimit-remaining-tokens: %v", r.header)
+	}
+}
+
+// writeChunked writes a recorded response in odd-sized chunks (37 bytes),
+// each flushed, so that every parser meets events split across writes.
+func writeChunked(w http.ResponseWriter, data []byte) {
+	rc := http.NewResponseController(w)
+	for rest := data; len(rest) > 0; {
+		n := min(len(rest), 37)
+		w.Write(rest[:n])
+		rc.Flush()
+		rest = rest[n:]
 	}
 }
 

@@ -3,7 +3,6 @@ package proxy_test
 import (
 	"bufio"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -44,17 +43,8 @@ type usageCols struct {
 
 func (e *env) usageCols() usageCols {
 	e.t.Helper()
-	ctx := context.Background()
-	if _, err := e.db.Flush(ctx); err != nil {
-		e.t.Fatal(err)
-	}
-	db, err := sql.Open("sqlite", "file:"+e.path+"?mode=ro&_pragma=busy_timeout(5000)")
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer db.Close()
 	var u usageCols
-	err = db.QueryRowContext(ctx, `SELECT COALESCE(SUM(input),0), COALESCE(SUM(output),0), COALESCE(SUM(reasoning),0),
+	err := e.flushedDB().QueryRowContext(context.Background(), `SELECT COALESCE(SUM(input),0), COALESCE(SUM(output),0), COALESCE(SUM(reasoning),0),
 		COALESCE(SUM(cache_read),0), COALESCE(SUM(cache_write),0), COALESCE(MAX(provider),''), COALESCE(MAX(model),'')
 		FROM usage WHERE key = 'team'`).Scan(&u.input, &u.output, &u.reasoning, &u.cacheRead, &u.cacheWrite, &u.provider, &u.model)
 	if err != nil {
@@ -103,13 +93,7 @@ func TestGeminiCapturesThroughProxy(t *testing.T) {
 						} else {
 							w.Header().Set("Content-Type", "application/json; charset=UTF-8")
 						}
-						rc := http.NewResponseController(w)
-						for rest := data; len(rest) > 0; {
-							n := min(len(rest), 37)
-							w.Write(rest[:n])
-							rc.Flush()
-							rest = rest[n:]
-						}
+						writeChunked(w, data)
 					})
 				r := e.send(c.path, geminiBody("What is the capital of France?", `{"maxOutputTokens":2000}`), "X-Goog-Api-Key", e.secret)
 				e.wait(1)

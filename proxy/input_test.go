@@ -31,6 +31,21 @@ func dbBytes(t testing.TB, path string) int64 {
 	return n
 }
 
+// flushedDB is the env's database opened read-only after a flush, closed
+// when the test ends: what the tracker wrote, read as a user's SQL would.
+func (e *env) flushedDB() *sql.DB {
+	e.t.Helper()
+	if _, err := e.db.Flush(context.Background()); err != nil {
+		e.t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", "file:"+e.path+"?mode=ro&_pragma=busy_timeout(5000)")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { db.Close() })
+	return db
+}
+
 // usageRow is one stored usage event's counts.
 type usageRow struct{ input, output, reasoning int64 }
 
@@ -39,14 +54,7 @@ type usageRow struct{ input, output, reasoning int64 }
 func (e *env) usageRows(id string) map[string]usageRow {
 	e.t.Helper()
 	ctx := context.Background()
-	if _, err := e.db.Flush(ctx); err != nil {
-		e.t.Fatal(err)
-	}
-	db, err := sql.Open("sqlite", "file:"+e.path+"?mode=ro&_pragma=busy_timeout(5000)")
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer db.Close()
+	db := e.flushedDB()
 	rows, err := db.QueryContext(ctx, `SELECT request_id, input, output, reasoning FROM usage
 		WHERE key = 'team' AND request_id IN (?, ?)`, id, id+":late")
 	if err != nil {

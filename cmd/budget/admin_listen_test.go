@@ -42,17 +42,7 @@ func startCLILines(t *testing.T, ctx context.Context, env map[string]string, n i
 // get answers a GET of url with header's pairs set.
 func get(t *testing.T, url string, header ...string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, url, nil)
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return call(t, http.MethodGet, url, "", header...)
 }
 
 // TestProxyAdminListen: --admin-listen on loopback serves the dashboard

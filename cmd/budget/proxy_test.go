@@ -191,8 +191,21 @@ func listenURL(t *testing.T, line string) string {
 
 func post(t *testing.T, url, secret, body string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+secret)
+	return call(t, http.MethodPost, url, body, "Authorization", "Bearer "+secret)
+}
+
+// call sends method to url with body ("" for none) and header's pairs set,
+// and returns the status and the body of the answer.
+func call(t *testing.T, method, url, body string, header ...string) (int, string) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, _ := http.NewRequest(method, url, rd)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -97,18 +96,7 @@ func TestProxyManyUpstreams(t *testing.T) {
 
 	send := func(path, body string, header ...string) (int, string) {
 		t.Helper()
-		req, _ := http.NewRequest(http.MethodPost, base+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+secret)
-		for i := 0; i+1 < len(header); i += 2 {
-			req.Header.Set(header[i], header[i+1])
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return call(t, http.MethodPost, base+path, body, append([]string{"Authorization", "Bearer " + secret}, header...)...)
 	}
 	chat := func(model string) string {
 		return `{"model":"` + model + `","max_tokens":200,"messages":[{"role":"user","content":"hi"}]}`
