@@ -1,7 +1,6 @@
-package sqlite_test
+package storetest
 
 import (
-	"context"
 	"slices"
 	"testing"
 	"time"
@@ -9,14 +8,16 @@ import (
 	"github.com/tokenbudget/tokenbudget/budget"
 )
 
+func init() {
+	extra = append(extra, suiteCase{"RolloversOfPerUserDefaults", testRolloversOfPerUserDefaults})
+}
+
 // Rollovers(key) lists the key's own limits' rollovers and the default
 // limits' counters for the key, per user too (subject key, SubjectSep,
 // user), but not another key's whose name starts with key, nor a team
-// limit's per-user counter whose user is named like the key (as
-// store/postgres's TestRolloversOfPerUserDefaults).
-func TestRolloversOfPerUserDefaults(t *testing.T) {
-	ctx := context.Background()
-	s := openStore(t, tmpDB(t))
+// limit's per-user counter whose user is named like the key.
+func testRolloversOfPerUserDefaults(t *testing.T, newDB NewDB) {
+	s := newDB(t)()
 	day := budget.Window{Kind: budget.Daily, Zone: time.UTC}
 	each := func(id, key, team string) budget.Limit {
 		return budget.Limit{ID: id, Key: key, Team: team, Scope: budget.ScopeUser, ScopeValue: budget.AllUsers,
