@@ -10,3 +10,9 @@ func (db *DB) KeyStore() gatekey.Store {
 	// it at compile time), and Open is the only way to make a DB.
 	return db.store.(gatekey.Store)
 }
+
+// AdminTokens is the admin token store of db's database (beside its
+// gateway keys).
+func (db *DB) AdminTokens() gatekey.AdminStore {
+	return db.store.(gatekey.AdminStore)
+}

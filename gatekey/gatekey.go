@@ -15,7 +15,11 @@ package gatekey
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"time"
+
+	"github.com/tokenbudget/tokenbudget/budget"
 )
 
 // Key is a gateway key as stored: only the SHA-256 of its secret is kept.
@@ -32,6 +36,25 @@ type Key struct {
 	// LastUsedAt is when the key was last seen, to within a minute
 	// (zero: never).
 	LastUsedAt time.Time
+	// ExpiresAt is when the key stops working (zero: never). Unlike a
+	// revoked key, an expired one is still found: the proxy answers it
+	// 401 key_expired rather than "unknown key".
+	ExpiresAt time.Time
+	// Models are the patterns (budget.MatchModel's, as limits use) of the
+	// models the key may ask for; none: any model.
+	Models []string
+}
+
+// Expired reports whether the key has expired at now.
+func (k *Key) Expired(now time.Time) bool {
+	return !k.ExpiresAt.IsZero() && !now.Before(k.ExpiresAt)
+}
+
+// KeyChange is a change of a key's rules (PATCH): a nil field is left as
+// it is.
+type KeyChange struct {
+	ExpiresAt *time.Time // zero time: never expires
+	Models    *[]string  // empty: any model
 }
 
 // Accepts reports whether a secret with hash hash opens this key at now:
@@ -87,4 +110,80 @@ type Store interface {
 	// until ReuseKey. It reports whether this call revoked it (false: it
 	// was revoked already, which is no error).
 	RevokeKey(ctx context.Context, name string, at time.Time) (revoked bool, err error)
+}
+
+// AllowsModel reports whether the key may ask for model: it has no model
+// patterns, or one matches the model's normalised name as a model-scope
+// limit's value would.
+func (k *Key) AllowsModel(model string) bool {
+	if len(k.Models) == 0 {
+		return true
+	}
+	m := budget.NormalizeModel(model)
+	for _, p := range k.Models {
+		if budget.MatchModel(p, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// ModelPatterns validates the patterns of `key add --models` (field
+// models): each a model name or a pattern with * and ?, normalised as a
+// model-scope limit's value is. Duplicates are dropped; nil stays nil.
+func ModelPatterns(ps []string) ([]string, error) {
+	var out []string
+	for _, p := range ps {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			return nil, budget.Invalid("models", p, "a model pattern must not be empty")
+		}
+		if err := budget.CheckLabel("models", p); err != nil {
+			return nil, err
+		}
+		if strings.ContainsAny(p, "[] ,") {
+			return nil, budget.Invalid("models", p, "a model name or pattern takes no brackets, spaces or commas (patterns use * and ?)")
+		}
+		p = budget.NormalizeModel(p)
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// CheckExpiry refuses an expiry that is not after now (field expires).
+func CheckExpiry(expires, now time.Time) error {
+	if expires.IsZero() {
+		return nil
+	}
+	if err := budget.CheckInstant("expires", expires); err != nil {
+		return err
+	}
+	if !expires.After(now) {
+		return budget.Invalid("expires", expires.UTC().Format(time.RFC3339), "must be in the future")
+	}
+	return nil
+}
+
+// Audited is a key as the audit log and a config diff show it: its name,
+// state and rules, never its hash.
+func (k *Key) Audited() any {
+	type view struct {
+		Name      string     `json:"name"`
+		CreatedAt time.Time  `json:"created_at"`
+		RevokedAt *time.Time `json:"revoked_at"`
+		Rotating  *time.Time `json:"rotating_until,omitempty"`
+		ExpiresAt *time.Time `json:"expires_at"`
+		Models    []string   `json:"models"`
+	}
+	tp := func(t time.Time) *time.Time {
+		if t.IsZero() {
+			return nil
+		}
+		t = t.UTC()
+		return &t
+	}
+	return view{Name: k.Name, CreatedAt: k.CreatedAt.UTC(), RevokedAt: tp(k.RevokedAt), Rotating: tp(k.PrevUntil),
+		ExpiresAt: tp(k.ExpiresAt), Models: append([]string{}, k.Models...)}
 }

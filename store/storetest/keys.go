@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -58,7 +59,7 @@ func testKeyLookup(t *testing.T, newDB NewDB) {
 	created := T0.Add(123456789 * time.Nanosecond)
 	insertKey(t, a, gatekey.Key{Name: "app", Hash: "h-app", CreatedAt: created})
 	got := keyByHash(t, b, "h-app")
-	if want := (gatekey.Key{Name: "app", Hash: "h-app", CreatedAt: created}); got != want {
+	if want := (gatekey.Key{Name: "app", Hash: "h-app", CreatedAt: created}); !reflect.DeepEqual(got, want) {
 		t.Errorf("KeyByHash from another handle: got %+v; want %+v", got, want)
 	}
 	if !got.Accepts("h-app", T0) || got.Accepts("h-other", T0) {
@@ -207,7 +208,7 @@ func testKeyRevokeReuse(t *testing.T, newDB NewDB) {
 	if err := ks.ReuseKey(ctx, gatekey.Key{Name: "app", Hash: "h3", CreatedAt: reused}); err != nil {
 		t.Fatalf("ReuseKey of a revoked key: %v", err)
 	}
-	if got, want := keyByHash(t, other, "h3"), (gatekey.Key{Name: "app", Hash: "h3", CreatedAt: reused}); got != want {
+	if got, want := keyByHash(t, other, "h3"), (gatekey.Key{Name: "app", Hash: "h3", CreatedAt: reused}); !reflect.DeepEqual(got, want) {
 		t.Errorf("reused key: got %+v; want %+v (live, no previous secret, never used)", got, want)
 	}
 	for _, h := range []string{"h1", "h2"} {
