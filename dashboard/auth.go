@@ -82,6 +82,15 @@ func RequireToken(h http.Handler, token string) http.Handler {
 	})
 }
 
+// HasSession reports whether r carries the session cookie RequireToken
+// gives a browser for token, in constant time. The admin API takes it as
+// the token itself, so the dashboard's forms act with the session the
+// pages were opened in.
+func HasSession(r *http.Request, token string) bool {
+	c, err := r.Cookie(TokenCookie)
+	return err == nil && token != "" && subtle.ConstantTimeCompare([]byte(c.Value), []byte(cookieValue(token))) == 1
+}
+
 // cookieValue is the cookie that stands for token: a MAC of a fixed text
 // under it, so the cookie does not hold the token itself.
 func cookieValue(token string) string {

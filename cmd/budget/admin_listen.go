@@ -12,14 +12,17 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tokenbudget/tokenbudget/admin"
 	"github.com/tokenbudget/tokenbudget/budget"
 	"github.com/tokenbudget/tokenbudget/dashboard"
+	"github.com/tokenbudget/tokenbudget/gatekey"
 	"github.com/tokenbudget/tokenbudget/proxy"
 )
 
 // The admin listener of `budget proxy --admin-listen ADDR`: the dashboard
-// (package dashboard) on an address of its own, never on the API's, so
-// the API's clients cannot reach it and a firewall can tell them apart.
+// (package dashboard) and the admin API under /admin/v1/ (package admin)
+// on an address of their own, never on the proxy's, so the proxy's
+// clients cannot reach them and a firewall can tell them apart.
 // On a loopback address it needs nothing more (and answers only to
 // loopback Host names); anywhere else it needs --admin-token-env NAME,
 // whose value a browser gives once (the form of the 401 page, or
@@ -37,6 +40,13 @@ environment variable holding a token of at least 16 characters: open the
 dashboard once with ?token=TOKEN (or type it in the form it shows) for a
 session cookie, or send Authorization: Bearer TOKEN. The second line on
 stdout is "budget dashboard on <URL>".
+
+Admin API: the same listener serves /admin/v1/ (keys, limits, teams,
+prices, alerts, report, usage, audit; GET /admin/v1/openapi.json describes
+it) to "Authorization: Bearer TOKEN": the --admin-token-env token acts
+as the global admin, 'budget admin token add' makes scoped ones (a team's,
+an org's, read-only). On a loopback address without --admin-token-env it
+answers GETs without a token; every change needs one.
 `
 
 // adminOptions configure the admin listener.
@@ -109,10 +119,19 @@ func (p *runningProxy) startAdmin(m *Main, o proxyOptions, api http.Handler) (ht
 	if err != nil {
 		return nil, err
 	}
-	h, err := dashboard.Protect(d, o.admin.listen, token)
+	pages, err := dashboard.Protect(d, o.admin.listen, token)
 	if err != nil {
 		return nil, err
 	}
+	tokens, _ := p.store.(gatekey.AdminStore)
+	adminAPI, err := admin.New(admin.Config{Tracker: p.tracker, Keys: p.keyStore, Now: m.Now, Token: token, Tokens: tokens,
+		OpenReads: token == "", Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	h := http.NewServeMux()
+	h.Handle(admin.Prefix, adminAPI)
+	h.Handle("/", pages)
 	ln, err := net.Listen("tcp", o.admin.listen)
 	if err != nil {
 		return nil, fmt.Errorf("admin listen on %s: %w", o.admin.listen, err)

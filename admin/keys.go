@@ -1,0 +1,260 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/gatekey"
+	"github.com/tokenbudget/tokenbudget/jsonview"
+	"github.com/tokenbudget/tokenbudget/proxy"
+)
+
+// Gateway keys: the calls of `budget key add|ls|rotate|revoke|set-team`.
+
+// keyIn is the body of POST /admin/v1/keys.
+type keyIn struct {
+	Name  string `json:"name"`
+	Team  string `json:"team"`  // "": none (a team's token: its team)
+	Reuse bool   `json:"reuse"` // take the name of a revoked key again
+}
+
+// keyPatch is the body of PATCH /admin/v1/keys/{name}: only the fields
+// given change.
+type keyPatch struct {
+	// Team moves the key: a team's name, or null for none.
+	Team json.RawMessage `json:"team"`
+}
+
+// rotateIn is the optional body of POST /admin/v1/keys/{name}/rotate.
+type rotateIn struct {
+	Grace *string `json:"grace"` // how long the old secret works: "1h", "0s" (default 1h)
+}
+
+func (h *Handler) listKeys(w http.ResponseWriter, r *http.Request, p *Principal) error {
+	v, err := h.view(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	keys, err := h.cfg.Keys.ListKeys(r.Context())
+	if err != nil {
+		return err
+	}
+	now := h.cfg.Now()
+	out := []jsonview.Key{}
+	for i := range keys {
+		if v.sees(budget.ObjectKey, v.keyPlaced(keys[i].Name)) {
+			out = append(out, jsonview.KeyOf(&keys[i], v.keyTeam[keys[i].Name], now))
+		}
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Keys []jsonview.Key `json:"keys"`
+	}{out})
+	return nil
+}
+
+// key finds the key name in scope: 404 when no key has it, 403 when it is
+// another scope's.
+func (h *Handler) key(ctx context.Context, v *view, name string) (gatekey.Key, error) {
+	keys, err := h.cfg.Keys.ListKeys(ctx)
+	if err != nil {
+		return gatekey.Key{}, err
+	}
+	i := slices.IndexFunc(keys, func(k gatekey.Key) bool { return k.Name == name })
+	switch {
+	case i < 0:
+		return gatekey.Key{}, notFound("no gateway key is named %q", name)
+	case !v.sees(budget.ObjectKey, v.keyPlaced(name)):
+		return gatekey.Key{}, v.outside(budget.ObjectKey, name)
+	}
+	return keys[i], nil
+}
+
+func (h *Handler) getKey(w http.ResponseWriter, r *http.Request, p *Principal) error {
+	v, err := h.view(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	k, err := h.key(r.Context(), v, r.PathValue("name"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, jsonview.KeyOf(&k, v.keyTeam[k.Name], h.cfg.Now()))
+	return nil
+}
+
+// destination is where a key placed in team ("": none) will sit: the
+// team must exist.
+func (v *view) destination(team string) (budget.Placed, error) {
+	if team == "" {
+		return budget.Placed{}, nil
+	}
+	if err := budget.CheckLabel("team", team); err != nil {
+		return budget.Placed{}, err
+	}
+	if _, ok := v.teams[team]; !ok {
+		return budget.Placed{}, budget.Invalid("team", team, "unknown team (create it with PUT /admin/v1/teams/"+team+")")
+	}
+	return v.teamPlaced(team), nil
+}
+
+func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, p *Principal) error {
+	var in keyIn
+	if err := decode(w, r, &in); err != nil {
+		return err
+	}
+	name, team := strings.TrimSpace(in.Name), strings.TrimSpace(in.Team)
+	if err := proxy.ValidKeyName(name); err != nil {
+		return err
+	}
+	v, err := h.view(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	if team == "" {
+		team = p.Scope.Team // a team's token makes keys in its team
+	}
+	to, err := v.destination(team)
+	if err != nil {
+		return err
+	}
+	if err := v.change(budget.ObjectKey, name, to); err != nil {
+		return err
+	}
+	keys, err := h.cfg.Keys.ListKeys(r.Context())
+	if err != nil {
+		return err
+	}
+	if i := slices.IndexFunc(keys, func(k gatekey.Key) bool { return k.Name == name }); i >= 0 {
+		switch {
+		case !v.sees(budget.ObjectKey, v.keyPlaced(name)):
+			return v.outside(budget.ObjectKey, name)
+		case keys[i].RevokedAt.IsZero():
+			return conflict("name", "gateway key %q exists: rotate it (POST /admin/v1/keys/%s/rotate) for a new secret", name, name)
+		case !in.Reuse:
+			return conflict("name", "a revoked key is named %q: give \"reuse\": true to take the name again (its limits and their windows stay)", name)
+		}
+	}
+	add := proxy.AddKey
+	if in.Reuse {
+		add = proxy.ReuseKey
+	}
+	secret, err := add(r.Context(), h.cfg.Keys, name, h.cfg.Now())
+	if err != nil {
+		return err
+	}
+	if team != "" && v.keyTeam[name] != team {
+		if err := h.cfg.Tracker.SetKeyTeam(r.Context(), name, team); err != nil {
+			return fmt.Errorf("gateway key %s was created, but not placed in team %s: %w", name, team, err)
+		}
+	}
+	writeJSON(w, http.StatusCreated, jsonview.Secret{Name: name, Secret: secret})
+	return nil
+}
+
+func (h *Handler) patchKey(w http.ResponseWriter, r *http.Request, p *Principal) error {
+	var in keyPatch
+	if err := decode(w, r, &in); err != nil {
+		return err
+	}
+	v, err := h.view(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	k, err := h.key(r.Context(), v, r.PathValue("name"))
+	if err != nil {
+		return err
+	}
+	team := v.keyTeam[k.Name]
+	if in.Team != nil {
+		var t *string
+		if err := json.Unmarshal(in.Team, &t); err != nil {
+			return invalid("team", "team: want a team's name or null")
+		}
+		team = ""
+		if t != nil {
+			team = strings.TrimSpace(*t)
+		}
+		to, err := v.destination(team)
+		if err != nil {
+			return err
+		}
+		if err := v.change(budget.ObjectKey, k.Name, v.keyPlaced(k.Name), to); err != nil {
+			return err
+		}
+		if err := h.cfg.Tracker.SetKeyTeam(r.Context(), k.Name, team); err != nil {
+			return err
+		}
+	}
+	writeJSON(w, http.StatusOK, jsonview.KeyOf(&k, team, h.cfg.Now()))
+	return nil
+}
+
+func (h *Handler) revokeKey(w http.ResponseWriter, r *http.Request, p *Principal) error {
+	v, err := h.view(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	k, err := h.key(r.Context(), v, r.PathValue("name"))
+	if err != nil {
+		return err
+	}
+	if err := v.change(budget.ObjectKey, k.Name, v.keyPlaced(k.Name)); err != nil {
+		return err
+	}
+	now := h.cfg.Now()
+	if _, err := h.cfg.Keys.RevokeKey(r.Context(), k.Name, now); err != nil {
+		return err
+	}
+	if k.RevokedAt.IsZero() {
+		k.RevokedAt = now
+	}
+	writeJSON(w, http.StatusOK, jsonview.KeyOf(&k, v.keyTeam[k.Name], now))
+	return nil
+}
+
+func (h *Handler) rotateKey(w http.ResponseWriter, r *http.Request, p *Principal) error {
+	var in rotateIn
+	if r.ContentLength != 0 {
+		if err := decode(w, r, &in); err != nil {
+			return err
+		}
+	}
+	grace := proxy.DefaultRotateGrace
+	if in.Grace != nil {
+		d, err := time.ParseDuration(strings.TrimSpace(*in.Grace))
+		if err != nil || d < 0 {
+			return invalid("grace", "grace %q: want a duration of 0s or more, such as 1h", *in.Grace)
+		}
+		grace = d
+	}
+	v, err := h.view(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	k, err := h.key(r.Context(), v, r.PathValue("name"))
+	if err != nil {
+		return err
+	}
+	if err := v.change(budget.ObjectKey, k.Name, v.keyPlaced(k.Name)); err != nil {
+		return err
+	}
+	if !k.RevokedAt.IsZero() {
+		return conflict("name", "gateway key %q is revoked: create it again with \"reuse\": true", k.Name)
+	}
+	secret, err := proxy.RotateKey(r.Context(), h.cfg.Keys, k.Name, grace, h.cfg.Now())
+	if errors.Is(err, budget.ErrInvalid) { // revoked since it was read
+		return conflict("name", "%v", err)
+	}
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, jsonview.Secret{Name: k.Name, Secret: secret})
+	return nil
+}
