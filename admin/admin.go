@@ -118,14 +118,21 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	h := &Handler{cfg: cfg, mux: http.NewServeMux(), cop: http.NewCrossOriginProtection(), routes: routes}
-	for _, rt := range routes {
+	h := &Handler{cfg: cfg, cop: http.NewCrossOriginProtection(), routes: routes}
+	h.register()
+	return h, nil
+}
+
+// register routes h.routes on a new mux, and anything else under Prefix
+// to a 404 in the API's error shape.
+func (h *Handler) register() {
+	h.mux = http.NewServeMux()
+	for _, rt := range h.routes {
 		h.mux.HandleFunc(rt.Method+" "+rt.Path, h.serve(rt))
 	}
 	h.mux.HandleFunc(Prefix, func(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, notFound("no route %s %s: GET %sopenapi.json lists them", r.Method, r.URL.Path, Prefix))
 	})
-	return h, nil
 }
 
 // ServeHTTP serves the API. Cross-origin browser requests that change

@@ -37,7 +37,10 @@ type fixture struct {
 	now    time.Time
 	tokens map[string]string // secret by token name
 	limits map[string]string // limit id by "red-app", "team:red", "org:acme", "default", ...
+	store  *tokenStore
 }
+
+func (f *fixture) tokenStore() *tokenStore { return f.store }
 
 func newFixture(t *testing.T, open bool) *fixture {
 	t.Helper()
@@ -80,6 +83,7 @@ func newFixture(t *testing.T, open bool) *fixture {
 		f.limits[name] = l.ID
 	}
 	store := &tokenStore{byHash: map[string]gatekey.AdminToken{}}
+	f.store = store
 	for name, scope := range map[string]budget.AdminScope{
 		"red-lead": {Team: "red"}, "red-viewer": {Team: "red", ReadOnly: true}, "acme-ops": {Org: "acme"},
 	} {
@@ -138,7 +142,9 @@ func (f *fixture) do(who, method, path string, body any) answer {
 	}
 	w := httptest.NewRecorder()
 	f.h.ServeHTTP(w, r)
-	return answer{w.Code, w.Body.Bytes(), w.Header()}
+	a := answer{w.Code, w.Body.Bytes(), w.Header()}
+	a.conforms(f.t, f.h, method, path)
+	return a
 }
 
 // want checks the status, then decodes the body into v (nil: not).

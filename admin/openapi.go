@@ -28,6 +28,7 @@ type op struct {
 	Query   []string // query parameters (all optional strings)
 	In      any      // the request body's type (nil: none)
 	Status  int      // the success status
+	Also    int      // another success status with the same body (0: none)
 	Out     any      // the success body's type (nil: none)
 	Content string   // the success body's media type (default application/json)
 	Errors  []int    // the error statuses besides 401 and 403
@@ -54,7 +55,7 @@ func bodySchema(v any) map[string]any {
 
 // ops are the documented operations, by "METHOD PATH".
 var ops = map[string]op{
-	"POST /admin/v1/session":       {Summary: "Sign a browser in with an admin token: sets the session cookie", In: sessionIn{}, Status: 201, Out: principalJSON{}, Errors: []int{400}},
+	"POST /admin/v1/session":       {Summary: "Sign a browser in with an admin token: sets the session cookie", In: sessionIn{}, Status: 201, Out: principalJSON{}, Errors: []int{400, 401}},
 	"DELETE /admin/v1/session":     {Summary: "Sign the browser out", Status: 204},
 	"GET /admin/v1/session":        {Summary: "Who the request comes from: the token's name and scope", Status: 200, Out: principalJSON{}},
 	"GET /admin/v1/keys":           {Summary: "List the gateway keys in scope (budget key ls --json)", Status: 200, Out: listOf[jsonview.Key]("keys")},
@@ -67,7 +68,7 @@ var ops = map[string]op{
 	"GET /admin/v1/limits": {Summary: "List the limits in scope (budget limit ls --json); key: its own and the defaults",
 		Query: []string{"key", "team", "org"}, Status: 200, Out: listOf[jsonview.Limit]("limits"), Errors: []int{400}},
 	"POST /admin/v1/limits": {Summary: "Create a limit, or update the one of the same owner, scope, value, metric and window (budget limit set): 201 created, 200 updated",
-		In: limitIn{}, Status: 201, Out: jsonview.Limit{}, Errors: []int{400}},
+		In: limitIn{}, Status: 201, Also: 200, Out: jsonview.Limit{}, Errors: []int{400}},
 	"GET /admin/v1/limits/{id}": {Summary: "One limit", Status: 200, Out: jsonview.Limit{}, Errors: []int{404}},
 	"PATCH /admin/v1/limits/{id}": {Summary: "Change only the fields given; a new limit keeps the window's counters (budget limit set --id)",
 		In: limitPatch{}, Status: 200, Out: jsonview.Limit{}, Errors: []int{400, 404}},
@@ -75,7 +76,7 @@ var ops = map[string]op{
 	"POST /admin/v1/limits/{id}/raises": {Summary: "Raise a limit until an instant or for good; answers the limit (budget limit raise --json)",
 		In: raiseIn{}, Status: 201, Out: jsonview.Limit{}, Errors: []int{400, 404}},
 	"GET /admin/v1/teams":           {Summary: "List the teams in scope (budget team ls --json)", Status: 200, Out: listOf[jsonview.Team]("teams")},
-	"PUT /admin/v1/teams/{name}":    {Summary: "Create a team, or move it to another org or none (budget team set --json): 201 created, 200 moved", In: teamIn{}, Optional: true, Status: 200, Out: jsonview.Team{}, Errors: []int{400}},
+	"PUT /admin/v1/teams/{name}":    {Summary: "Create a team, or move it to another org or none (budget team set --json): 201 created, 200 moved", In: teamIn{}, Optional: true, Status: 201, Also: 200, Out: jsonview.Team{}, Errors: []int{400}},
 	"DELETE /admin/v1/teams/{name}": {Summary: "Remove a team (409 while it has limits)", Status: 204, Errors: []int{404, 409}},
 	"GET /admin/v1/prices":          {Summary: "List every price version (budget price ls --json)", Status: 200, Out: listOf[jsonview.Price]("prices")},
 	"POST /admin/v1/prices":         {Summary: "Add or replace one price version (budget price set --json)", In: priceIn{}, Status: 201, Out: jsonview.Price{}, Errors: []int{400}},
@@ -123,9 +124,15 @@ func document(routes []route) map[string]any {
 			ok["content"] = content
 		}
 		resp[strconv.Itoa(o.Status)] = ok
-		errs := o.Errors
+		if o.Also != 0 {
+			resp[strconv.Itoa(o.Also)] = ok
+		}
+		errs := append(slices.Clone(o.Errors), 500)
+		if o.In != nil {
+			errs = append(errs, 413)
+		}
 		if _, open := openRoutes[key]; !open {
-			errs = append(slices.Clone(errs), 401, 403)
+			errs = append(errs, 401, 403)
 		}
 		for _, s := range errs {
 			resp[strconv.Itoa(s)] = map[string]any{"description": http.StatusText(s),
@@ -195,7 +202,7 @@ func schemaOf(t reflect.Type) map[string]any {
 		props := map[string]any{}
 		var required []string
 		addFields(t, props, &required)
-		return map[string]any{"type": "object", "properties": props, "required": required}
+		return map[string]any{"type": "object", "properties": props, "required": required, "additionalProperties": false}
 	}
 	return map[string]any{}
 }
