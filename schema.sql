@@ -228,8 +228,42 @@ CREATE TABLE IF NOT EXISTS gateway_keys (
     revoked_at INTEGER NOT NULL DEFAULT 0,
     prev_hash    TEXT    NOT NULL DEFAULT '',  -- the secret a rotation replaced, accepted until prev_until
     prev_until   INTEGER NOT NULL DEFAULT 0,
-    last_used_at INTEGER NOT NULL DEFAULT 0   -- to within a minute
+    last_used_at INTEGER NOT NULL DEFAULT 0,  -- to within a minute
+    expires_at   INTEGER NOT NULL DEFAULT 0,  -- 0: never
+    models       TEXT    NOT NULL DEFAULT ''  -- newline-separated patterns; '': any model
 );
+
+-- admin_tokens: the admin API's credentials, scoped to a team, an org or
+-- everything (both ''); only the SHA-256 of the secret is kept.
+CREATE TABLE IF NOT EXISTS admin_tokens (
+    name       TEXT    PRIMARY KEY,
+    hash       TEXT    NOT NULL UNIQUE,
+    team       TEXT    NOT NULL DEFAULT '',
+    org        TEXT    NOT NULL DEFAULT '',
+    read_only  INTEGER NOT NULL DEFAULT 0,
+    created_at INTEGER NOT NULL,
+    revoked_at INTEGER NOT NULL DEFAULT 0
+);
+
+-- audit: every change to keys, limits, raises, teams, prices and admin
+-- tokens, appended in the change's own transaction; never pruned. before
+-- and after are the object's JSON ('' when it did not or no longer
+-- exists), never a secret or a hash.
+CREATE TABLE IF NOT EXISTS audit (
+    seq         INTEGER PRIMARY KEY,  -- the log's order: the order entries were appended
+    id          TEXT    NOT NULL UNIQUE,
+    at          INTEGER NOT NULL,
+    actor_kind  TEXT    NOT NULL,
+    actor_name  TEXT    NOT NULL DEFAULT '',
+    action      TEXT    NOT NULL,
+    object_kind TEXT    NOT NULL,
+    object_id   TEXT    NOT NULL,
+    team        TEXT    NOT NULL DEFAULT '',
+    org         TEXT    NOT NULL DEFAULT '',
+    before_json TEXT    NOT NULL DEFAULT '',
+    after_json  TEXT    NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS audit_at ON audit (at);
 CREATE INDEX IF NOT EXISTS gateway_keys_prev ON gateway_keys (prev_hash) WHERE prev_hash <> '';
 
 -- meta: limits_version moves on every change to limits, raises, teams, orgs

@@ -85,7 +85,7 @@ var ops = map[string]op{
 		Query: []string{"since", "until", "by", "key", "format"}, Status: 200, Out: listOf[map[string]any]("rows"), Content: "application/json, text/csv", Errors: []int{400}},
 	"GET /admin/v1/usage": {Summary: "The usage events, streamed as budget export's JSON lines", Query: []string{"since", "until", "key"},
 		Status: 200, Out: jsonview.Event{}, Content: "application/x-ndjson", Errors: []int{400}},
-	"GET /admin/v1/audit":        {Summary: "The audit log's entries in scope, oldest first (budget audit ls --json)", Query: []string{"since", "limit"}, Status: 200, Out: listOf[jsonview.Audit]("entries"), Errors: []int{400}},
+	"GET /admin/v1/audit":        {Summary: "The audit log's entries in scope, oldest first (budget audit ls --json)", Query: []string{"since", "limit"}, Status: 200, Out: listOf[jsonview.AuditEntry]("entries"), Errors: []int{400}},
 	"GET /admin/v1/openapi.json": {Summary: "This document", Status: 200, Out: map[string]any{}},
 }
 

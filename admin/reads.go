@@ -238,7 +238,7 @@ func (h *Handler) audit(w http.ResponseWriter, r *http.Request, p *Principal) er
 		return err
 	}
 	writeJSON(w, http.StatusOK, struct {
-		Entries []jsonview.Audit `json:"entries"`
-	}{jsonview.Audits(es)})
+		Entries []jsonview.AuditEntry `json:"entries"`
+	}{jsonview.Audit(es)})
 	return nil
 }

@@ -168,8 +168,12 @@ func (t *Tracker) SetLimit(ctx context.Context, s LimitSpec) (Limit, bool, error
 			if err := seedable(ctx, tx, &out, now); err != nil {
 				return err
 			}
-			return tx.InsertLimit(ctx, out, now)
+			if err := tx.InsertLimit(ctx, out, now); err != nil {
+				return err
+			}
+			return t.logLimit(ctx, tx, now, AuditCreate, nil, &out)
 		}
+		before := *cur
 		out = *cur
 		if s.Max != nil {
 			out.Max = want.Max
@@ -186,7 +190,10 @@ func (t *Tracker) SetLimit(ctx context.Context, s LimitSpec) (Limit, bool, error
 		if s.Alerts != nil {
 			out.Alerts = want.Alerts
 		}
-		return tx.UpdateLimit(ctx, out, now)
+		if err := tx.UpdateLimit(ctx, out, now); err != nil {
+			return err
+		}
+		return t.logLimit(ctx, tx, now, AuditUpdate, &before, &out)
 	})
 	if err != nil {
 		return Limit{}, false, err
@@ -218,12 +225,16 @@ func seedable(ctx context.Context, tx Tx, l *Limit, now time.Time) error {
 // DeleteLimit removes a limit with its counters and holds.
 func (t *Tracker) DeleteLimit(ctx context.Context, id string) error {
 	var key string
+	now := t.now()
 	err := t.store.Update(ctx, func(tx Tx) error {
 		l, err := tx.Limit(ctx, id)
 		if err != nil {
 			return err
 		}
 		key = l.Key
+		if err := t.logLimit(ctx, tx, now, AuditDelete, &l, nil); err != nil {
+			return err
+		}
 		return tx.DeleteLimit(ctx, id)
 	})
 	if err == nil {

@@ -139,8 +139,8 @@ type AuditFilter struct {
 type AuditTx interface {
 	// AppendAudit appends e (its ID and At set).
 	AppendAudit(ctx context.Context, e AuditEntry) error
-	// Audit lists the entries at or after since (zero: all), oldest
-	// first (by At, then ID).
+	// Audit lists the entries at or after since (zero: all), in the
+	// order they were appended.
 	Audit(ctx context.Context, since time.Time) ([]AuditEntry, error)
 }
 
@@ -187,15 +187,12 @@ func cmpTier(t string) string {
 	return t
 }
 
-// Audit lists the audit entries f selects, oldest first.
+// Audit lists the audit entries f selects, in the order they were
+// appended (oldest first).
 func (t *Tracker) Audit(ctx context.Context, f AuditFilter) ([]AuditEntry, error) {
 	var out []AuditEntry
 	err := t.store.View(ctx, func(tx Tx) error {
-		a, ok := tx.(AuditTx)
-		if !ok {
-			return fmt.Errorf("audit: this store keeps no audit log")
-		}
-		es, err := a.Audit(ctx, f.Since)
+		es, err := tx.Audit(ctx, f.Since)
 		if err != nil {
 			return err
 		}

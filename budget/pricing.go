@@ -108,7 +108,22 @@ func (t *Tracker) SetPrices(ctx context.Context, specs ...PriceSpec) ([]Price, e
 			return nil, err
 		}
 	}
-	if err := t.store.Update(ctx, func(tx Tx) error { return tx.PutPrices(ctx, ps) }); err != nil {
+	err := t.store.Update(ctx, func(tx Tx) error {
+		cur, err := tx.Prices(ctx)
+		if err != nil {
+			return err
+		}
+		if err := tx.PutPrices(ctx, ps); err != nil {
+			return err
+		}
+		for i := range ps {
+			if err := t.logChange(ctx, tx, now, priceChange(cur, &ps[i])); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	t.prices.Store(nil)

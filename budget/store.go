@@ -263,4 +263,5 @@ type Tx interface {
 	HistoryTx
 	AlertTx
 	ProviderTx
+	AuditTx
 }

@@ -67,6 +67,7 @@ func (t *Tracker) SetTeam(ctx context.Context, name, org string) (created bool, 
 	if org == name {
 		return false, invalid("org", org, "is the team's own name; a team and an org may not share a name")
 	}
+	now := t.now()
 	err = t.store.Update(ctx, func(tx Tx) error {
 		if err := tx.LockDefinitions(ctx); err != nil {
 			return err
@@ -86,7 +87,22 @@ func (t *Tracker) SetTeam(ctx context.Context, name, org string) (created bool, 
 			return invalid("org", org, "is the name of a team; a team and an org may not share a name")
 		}
 		created = !slices.ContainsFunc(ts, func(t Team) bool { return t.Name == name })
-		return tx.PutTeam(ctx, Team{Name: name, Org: org})
+		before, err := findTeam(ctx, tx, name)
+		if err != nil {
+			return err
+		}
+		if err := tx.PutTeam(ctx, Team{Name: name, Org: org}); err != nil {
+			return err
+		}
+		after, err := findTeam(ctx, tx, name)
+		if err != nil {
+			return err
+		}
+		action := AuditUpdate
+		if created {
+			action = AuditCreate
+		}
+		return t.logTeam(ctx, tx, now, action, before, after)
 	})
 	if err != nil {
 		return false, err
@@ -100,6 +116,7 @@ func (t *Tracker) SetTeam(ctx context.Context, name, org string) (created bool, 
 // for an unknown team.
 func (t *Tracker) DeleteTeam(ctx context.Context, name string) error {
 	name = strings.TrimSpace(name)
+	now := t.now()
 	err := t.store.Update(ctx, func(tx Tx) error {
 		if err := tx.LockDefinitions(ctx); err != nil {
 			return err
@@ -122,6 +139,13 @@ func (t *Tracker) DeleteTeam(ctx context.Context, name string) error {
 			}
 			slices.Sort(ids)
 			return invalid("team", name, fmt.Sprintf("has %d limit(s) (%s); remove them first with budget limit rm", len(ids), strings.Join(ids, ", ")))
+		}
+		before, err := findTeam(ctx, tx, name)
+		if err != nil {
+			return err
+		}
+		if err := t.logTeam(ctx, tx, now, AuditDelete, before, nil); err != nil {
+			return err
 		}
 		return tx.DeleteTeam(ctx, name)
 	})
@@ -157,6 +181,7 @@ func (t *Tracker) SetKeyTeam(ctx context.Context, key, team string) error {
 	if err := CheckLabel("team", team); err != nil {
 		return err
 	}
+	now := t.now()
 	err := t.store.Update(ctx, func(tx Tx) error {
 		if err := tx.LockDefinitions(ctx); err != nil {
 			return err
@@ -166,7 +191,14 @@ func (t *Tracker) SetKeyTeam(ctx context.Context, key, team string) error {
 				return err
 			}
 		}
-		return tx.SetKeyTeam(ctx, key, team)
+		old, _, err := tx.Placement(ctx, key)
+		if err != nil {
+			return err
+		}
+		if err := tx.SetKeyTeam(ctx, key, team); err != nil {
+			return err
+		}
+		return t.logPlacement(ctx, tx, now, key, old, team)
 	})
 	if err == nil {
 		t.InvalidateLimits("")
@@ -208,9 +240,10 @@ func (t *Tracker) RaiseLimit(ctx context.Context, id string, by int64, until tim
 		if err := tx.AddRaise(ctx, id, r); err != nil {
 			return err
 		}
-		l.Raises = append(l.Raises, r)
+		before := l
+		l.Raises = append(slices.Clone(l.Raises), r)
 		out = l
-		return nil
+		return t.logLimit(ctx, tx, now, AuditRaise, &before, &out)
 	})
 	if err != nil {
 		return Limit{}, Raise{}, err

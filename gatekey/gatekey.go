@@ -110,6 +110,22 @@ type Store interface {
 	// until ReuseKey. It reports whether this call revoked it (false: it
 	// was revoked already, which is no error).
 	RevokeKey(ctx context.Context, name string, at time.Time) (revoked bool, err error)
+	// UpdateKey changes the rules of key name (revoked or not) as c says
+	// and returns the key as changed; at is the change's instant.
+	UpdateKey(ctx context.Context, name string, c KeyChange, at time.Time) (Key, error)
+}
+
+// Tx is the gateway keys inside a store's budget transaction (a store's
+// budget.Tx implements it; find it by type assertion), for changes that
+// must land with others in one transaction: a config apply. Its writes
+// log no audit entry: the caller logs the changes it makes.
+type Tx interface {
+	// GatewayKeys lists every key, unordered.
+	GatewayKeys(ctx context.Context) ([]Key, error)
+	// PutGatewayKey writes k whole: a new key, or the row of its name
+	// replaced (its last use kept). A hash another key has is
+	// budget.ErrInvalid.
+	PutGatewayKey(ctx context.Context, k Key) error
 }
 
 // AllowsModel reports whether the key may ask for model: it has no model

@@ -2,43 +2,51 @@ package jsonview
 
 import (
 	"encoding/json"
+	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
 )
 
-// Audit is an audit log entry: `budget audit ls --json` and GET
-// /admin/v1/audit list them as {"entries": [...]}, oldest first.
-type Audit struct {
-	ID       string  `json:"id"`
-	At       string  `json:"at"`
-	Actor    string  `json:"actor"` // "admin", a token's name, "cli:USER", "config FILE", "library"
-	Action   string  `json:"action"`
-	Object   string  `json:"object"` // key, limit, team, price or admin_token
-	ObjectID string  `json:"object_id"`
-	Team     *string `json:"team"` // where the object is placed; null: nowhere
-	Org      *string `json:"org"`
-	// Before and After are the object's JSON; null when it did not exist
-	// before (a create) or does not after (a delete).
-	Before json.RawMessage `json:"before"`
-	After  json.RawMessage `json:"after"`
+// AuditEntry is an audit entry as `budget audit ls --json` and
+// GET /admin/v1/audit write it. at is RFC3339 with nanoseconds (entries of
+// one second stay ordered by it); before and after are the object's JSON,
+// null when it did not or no longer exists.
+type AuditEntry struct {
+	ID        string          `json:"id"`
+	At        string          `json:"at"`
+	Actor     string          `json:"actor"` // as the log shows it: NAME, admin, cli:USER, config FILE
+	ActorKind string          `json:"actor_kind"`
+	Action    string          `json:"action"`
+	Object    string          `json:"object"` // key, limit, team, price, admin_token
+	ObjectID  string          `json:"object_id"`
+	Team      *string         `json:"team"`
+	Org       *string         `json:"org"`
+	Before    json.RawMessage `json:"before"`
+	After     json.RawMessage `json:"after"`
 }
 
-// AuditOf is e as an object.
-func AuditOf(e *budget.AuditEntry) Audit {
-	o := Audit{ID: e.ID, At: Time(e.At), Actor: e.Actor.String(), Action: string(e.Action), Object: string(e.Object),
-		ObjectID: e.ObjectID, Before: e.Before, After: e.After}
-	if e.Team != "" {
-		o.Team = ptr(e.Team)
+// AuditOf is e's JSON object.
+func AuditOf(e *budget.AuditEntry) AuditEntry {
+	null := func(s string) *string {
+		if s == "" {
+			return nil
+		}
+		return &s
 	}
-	if e.Org != "" {
-		o.Org = ptr(e.Org)
+	raw := func(r json.RawMessage) json.RawMessage {
+		if len(r) == 0 {
+			return json.RawMessage("null")
+		}
+		return r
 	}
-	return o
+	return AuditEntry{ID: e.ID, At: e.At.UTC().Format(time.RFC3339Nano), Actor: e.Actor.String(), ActorKind: string(e.Actor.Kind),
+		Action: string(e.Action), Object: string(e.Object), ObjectID: e.ObjectID, Team: null(e.Team), Org: null(e.Org),
+		Before: raw(e.Before), After: raw(e.After)}
 }
 
-// Audits is AuditOf of each of es.
-func Audits(es []budget.AuditEntry) []Audit {
-	out := make([]Audit, len(es))
+// Audit is es as JSON objects (an empty list, never null).
+func Audit(es []budget.AuditEntry) []AuditEntry {
+	out := make([]AuditEntry, len(es))
 	for i := range es {
 		out[i] = AuditOf(&es[i])
 	}

@@ -92,6 +92,10 @@ Commands:
 	price set        add or replace a price (USD per million tokens) for dollar budgets
 	price ls         list the price table
 	price import     add or replace prices from a JSON or CSV file
+	audit ls         list who changed keys, limits, raises, teams, prices and admin tokens
+	admin token add  create an admin API token, scoped to a team, an org or all (its secret is shown once)
+	admin token ls   list admin tokens
+	admin token revoke  revoke an admin token
 	key add          create a gateway key for the proxy (its secret is shown once)
 	key ls           list gateway keys
 	key rotate       give a gateway key a new secret (the old one works for a grace period)
@@ -173,7 +177,12 @@ func (m *Main) Run(ctx context.Context, args []string) (err error) {
 		return &usageError{err: errors.New("missing command")}
 	}
 	cmd, rest := args[0], args[1:]
+	ctx = budget.WithActor(ctx, m.cliActor())
 	switch cmd {
+	case "audit":
+		return m.runAudit(ctx, rest)
+	case "admin":
+		return m.runAdmin(ctx, rest)
 	case "limit":
 		return m.runLimit(ctx, rest)
 	case "alerts":

@@ -37,7 +37,7 @@ import (
 )
 
 // SchemaVersion is the PRAGMA user_version this build writes and reads.
-const SchemaVersion = 12
+const SchemaVersion = 13
 
 // Options configure Open. The zero value is usable.
 type Options struct {
@@ -228,6 +228,7 @@ var migrationCode = map[int]struct {
 	9:  {schema: true, fn: buildRollups},
 	10: {schema: true},
 	11: {fn: addAlertKind},
+	13: {schema: true, fn: addKeyRules},
 }
 
 // migrations[i] upgrades a schema of version i to i+1: migrations[0] is the
@@ -302,6 +303,21 @@ func addAlertKind(ctx context.Context, x *sqlx.Tx) error {
 	_, err := x.ExecContext(ctx, `ALTER TABLE alerts ADD COLUMN kind TEXT NOT NULL DEFAULT 'threshold';
 		ALTER TABLE alerts ADD COLUMN metric TEXT NOT NULL DEFAULT '';
 		UPDATE alerts SET metric = COALESCE((SELECT metric FROM limits WHERE limits.id = alerts.limit_id), '')`)
+	return err
+}
+
+// addKeyRules adds gateway_keys.expires_at and models unless the current
+// schema made the table with them.
+func addKeyRules(ctx context.Context, x *sqlx.Tx) error {
+	var n int
+	if err := x.GetContext(ctx, &n, `SELECT COUNT(*) FROM pragma_table_info('gateway_keys') WHERE name = 'expires_at'`); err != nil {
+		return err
+	}
+	if n > 0 {
+		return nil
+	}
+	_, err := x.ExecContext(ctx, `ALTER TABLE gateway_keys ADD COLUMN expires_at INTEGER NOT NULL DEFAULT 0;
+		ALTER TABLE gateway_keys ADD COLUMN models TEXT NOT NULL DEFAULT ''`)
 	return err
 }
 

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/gatekey"
 )
 
 var _ budget.Store = (*Store)(nil)
@@ -42,9 +43,6 @@ type db struct {
 	mu      sync.Mutex // held by the write transaction running, if any
 	state   atomic.Pointer[state]
 	commits atomic.Uint64 // committed write transactions, all handles
-
-	keysMu sync.Mutex
-	keys   map[string]keyRow
 }
 
 // Store is one handle to an in-memory database.
@@ -66,7 +64,7 @@ type Store struct {
 
 // New makes an empty database and returns a first handle to it.
 func New() *Store {
-	d := &db{keys: make(map[string]keyRow)}
+	d := &db{}
 	d.state.Store(newState())
 	return &Store{db: d}
 }
@@ -297,6 +295,9 @@ type state struct {
 	rollups                      map[rollupKey]budget.Rollup
 	alerts                       map[string]alertRow
 	prunedBefore                 int64
+	gkeys                        map[string]gatekey.Key // gateway keys by name
+	admins                       map[string]gatekey.AdminToken
+	audit                        []budget.AuditEntry // appended; cloned before a transaction's first append
 
 	base   *state          // the state forked, while unpublished
 	cloned map[string]bool // tables cloned since the fork
@@ -306,7 +307,8 @@ func newState() *state {
 	return &state{limits: map[string]budget.Limit{}, prices: map[priceKey]budget.Price{}, events: map[eventKey]event{},
 		counters: map[counterKey]counterRow{}, rollovers: map[counterKey]budget.Rollover{},
 		reservations: map[string]budget.ReservationRow{}, holds: map[holdKey]budget.Hold{}, providers: map[string]provider{},
-		teams: map[string]string{}, orgs: map[string]bool{}, keyTeams: map[string]string{}, rollups: map[rollupKey]budget.Rollup{}, alerts: map[string]alertRow{}}
+		teams: map[string]string{}, orgs: map[string]bool{}, keyTeams: map[string]string{}, rollups: map[rollupKey]budget.Rollup{}, alerts: map[string]alertRow{},
+		gkeys: map[string]gatekey.Key{}, admins: map[string]gatekey.AdminToken{}}
 }
 
 func (st *state) fork() *state {

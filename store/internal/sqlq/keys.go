@@ -61,3 +61,44 @@ func (s Keys) RevokeKey(ctx context.Context, name string, at time.Time) (revoked
 	})
 	return revoked, err
 }
+
+// UpdateKey implements gatekey.Store.
+func (s Keys) UpdateKey(ctx context.Context, name string, c gatekey.KeyChange, at time.Time) (k gatekey.Key, err error) {
+	err = s.Run(ctx, false, func(x sqlrow.KeyTx) error {
+		k, err = x.Update(ctx, name, c, at)
+		return err
+	})
+	return k, err
+}
+
+// InsertAdminToken implements gatekey.AdminStore.
+func (s Keys) InsertAdminToken(ctx context.Context, t gatekey.AdminToken) error {
+	return s.Run(ctx, false, func(x sqlrow.KeyTx) error { return x.InsertAdmin(ctx, t) })
+}
+
+// AdminTokenByHash implements gatekey.AdminStore.
+func (s Keys) AdminTokenByHash(ctx context.Context, hash string) (t gatekey.AdminToken, err error) {
+	err = s.Run(ctx, true, func(x sqlrow.KeyTx) error {
+		t, err = x.AdminByHash(ctx, hash)
+		return err
+	})
+	return t, err
+}
+
+// ListAdminTokens implements gatekey.AdminStore.
+func (s Keys) ListAdminTokens(ctx context.Context) (ts []gatekey.AdminToken, err error) {
+	err = s.Run(ctx, true, func(x sqlrow.KeyTx) error {
+		ts, err = x.ListAdmin(ctx)
+		return err
+	})
+	return ts, err
+}
+
+// RevokeAdminToken implements gatekey.AdminStore.
+func (s Keys) RevokeAdminToken(ctx context.Context, name string, at time.Time) (revoked bool, err error) {
+	err = s.Run(ctx, false, func(x sqlrow.KeyTx) error {
+		revoked, err = x.RevokeAdmin(ctx, name, at)
+		return err
+	})
+	return revoked, err
+}

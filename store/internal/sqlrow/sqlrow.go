@@ -325,10 +325,12 @@ type GatewayKey struct {
 	PrevHash  string `db:"prev_hash"`
 	PrevUntil int64  `db:"prev_until"`
 	LastUsed  int64  `db:"last_used_at"`
+	ExpiresAt int64  `db:"expires_at"`
+	Models    string `db:"models"` // one pattern a line
 }
 
 // KeyCols are the columns of a GatewayKey, in order.
-const KeyCols = `name, hash, created_at, revoked_at, prev_hash, prev_until, last_used_at`
+const KeyCols = `name, hash, created_at, revoked_at, prev_hash, prev_until, last_used_at, expires_at, models`
 
 // OnExpiry is the stored form of a reservation's expiry policy.
 func OnExpiry(p budget.ExpiryPolicy) string {
