@@ -20,9 +20,11 @@ import (
 
 // keyIn is the body of POST /admin/v1/keys.
 type keyIn struct {
-	Name  string `json:"name"`
-	Team  string `json:"team"`  // "": none (a team's token: its team)
-	Reuse bool   `json:"reuse"` // take the name of a revoked key again
+	Name      string   `json:"name"`
+	Team      string   `json:"team"`       // "": none (a team's token: its team)
+	Reuse     bool     `json:"reuse"`      // take the name of a revoked key again
+	ExpiresAt *string  `json:"expires_at"` // RFC3339, in the future; null: never
+	Models    []string `json:"models"`     // the model patterns it may ask for; none: any
 }
 
 // keyPatch is the body of PATCH /admin/v1/keys/{name}: only the fields
@@ -30,7 +32,45 @@ type keyIn struct {
 type keyPatch struct {
 	// Team moves the key: a team's name, or null for none.
 	Team json.RawMessage `json:"team"`
+	// ExpiresAt is when it stops working (RFC3339, in the future), or
+	// null for never.
+	ExpiresAt json.RawMessage `json:"expires_at"`
+	// Models are the model patterns it may ask for; [] or null: any.
+	Models json.RawMessage `json:"models"`
 }
+
+// keyChange reads the rules a create or a patch gives: expires (a
+// string, or JSON null for never) and models.
+func (h *Handler) keyChange(expires *string, clearExpiry bool, models *[]string) (gatekey.KeyChange, error) {
+	var c gatekey.KeyChange
+	if expires != nil || clearExpiry {
+		var t time.Time
+		if expires != nil {
+			var err error
+			if t, err = time.Parse(time.RFC3339, strings.TrimSpace(*expires)); err != nil {
+				return c, budget.Invalid("expires_at", *expires, "want an RFC3339 time such as 2026-03-02T09:00:00Z, or null for never")
+			}
+			if err := gatekey.CheckExpiry(t, h.cfg.Now()); err != nil {
+				return c, budget.Invalid("expires_at", *expires, "must be in the future")
+			}
+		}
+		c.ExpiresAt = &t
+	}
+	if models != nil {
+		ps, err := gatekey.ModelPatterns(*models)
+		if err != nil {
+			return c, err
+		}
+		if ps == nil {
+			ps = []string{}
+		}
+		c.Models = &ps
+	}
+	return c, nil
+}
+
+// changes reports whether c changes anything.
+func changes(c gatekey.KeyChange) bool { return c.ExpiresAt != nil || c.Models != nil }
 
 // rotateIn is the optional body of POST /admin/v1/keys/{name}/rotate.
 type rotateIn struct {
@@ -113,6 +153,14 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, p *Principal
 	if err := proxy.ValidKeyName(name); err != nil {
 		return err
 	}
+	var models *[]string
+	if in.Models != nil {
+		models = &in.Models
+	}
+	rules, err := h.keyChange(in.ExpiresAt, false, models)
+	if err != nil {
+		return err
+	}
 	v, err := h.view(r.Context(), p)
 	if err != nil {
 		return err
@@ -149,6 +197,13 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, p *Principal
 	if err != nil {
 		return err
 	}
+	// The key is made, then given its rules and its team: no one holds
+	// its secret until this answer, so nothing can use it in between.
+	if changes(rules) {
+		if _, err := h.cfg.Keys.UpdateKey(r.Context(), name, rules, h.cfg.Now()); err != nil {
+			return fmt.Errorf("gateway key %s was created, but its expiry and models were not set: %w", name, err)
+		}
+	}
 	if team != "" && v.keyTeam[name] != team {
 		if err := h.cfg.Tracker.SetKeyTeam(r.Context(), name, team); err != nil {
 			return fmt.Errorf("gateway key %s was created, but not placed in team %s: %w", name, team, err)
@@ -171,6 +226,26 @@ func (h *Handler) patchKey(w http.ResponseWriter, r *http.Request, p *Principal)
 	if err != nil {
 		return err
 	}
+	var expires *string
+	var models *[]string
+	clear := string(in.ExpiresAt) == "null"
+	if in.ExpiresAt != nil && !clear {
+		if err := json.Unmarshal(in.ExpiresAt, &expires); err != nil {
+			return invalid("expires_at", "expires_at: want an RFC3339 time or null")
+		}
+	}
+	if in.Models != nil {
+		if err := json.Unmarshal(in.Models, &models); err != nil {
+			return invalid("models", "models: want a list of model patterns, or null")
+		}
+		if models == nil {
+			models = &[]string{}
+		}
+	}
+	rules, err := h.keyChange(expires, clear, models)
+	if err != nil {
+		return err
+	}
 	team := v.keyTeam[k.Name]
 	if in.Team != nil {
 		var t *string
@@ -188,7 +263,20 @@ func (h *Handler) patchKey(w http.ResponseWriter, r *http.Request, p *Principal)
 		if err := v.change(budget.ObjectKey, k.Name, v.keyPlaced(k.Name), to); err != nil {
 			return err
 		}
+	}
+	if changes(rules) {
+		if err := v.change(budget.ObjectKey, k.Name, v.keyPlaced(k.Name)); err != nil {
+			return err
+		}
+	}
+	// Every check is made before the first write.
+	if in.Team != nil {
 		if err := h.cfg.Tracker.SetKeyTeam(r.Context(), k.Name, team); err != nil {
+			return err
+		}
+	}
+	if changes(rules) {
+		if k, err = h.cfg.Keys.UpdateKey(r.Context(), k.Name, rules, h.cfg.Now()); err != nil {
 			return err
 		}
 	}

@@ -111,3 +111,42 @@ func TestKeyRotateAndRevoke(t *testing.T) {
 	f.do("admin", "POST", "/admin/v1/keys", map[string]any{"name": "red-app", "reuse": true}).want(t, http.StatusCreated, &s)
 	f.do("admin", "DELETE", "/admin/v1/keys/nope", nil).wantError(t, http.StatusNotFound, "not_found", "")
 }
+
+func TestKeyExpiryAndModels(t *testing.T) {
+	f := newFixture(t, false)
+	expires := f.now.Add(48 * time.Hour).Format(time.RFC3339)
+	f.do("admin", "POST", "/admin/v1/keys", map[string]any{"name": "temp", "expires_at": expires, "models": []string{"gpt-4o*", "claude-*"}}).
+		want(t, http.StatusCreated, nil)
+	var key jsonview.Key
+	f.do("admin", "GET", "/admin/v1/keys/temp", nil).want(t, http.StatusOK, &key)
+	if key.ExpiresAt == nil || *key.ExpiresAt != expires || len(key.Models) != 2 {
+		t.Fatalf("created %+v", key)
+	}
+	stored, err := f.db.KeyStore().ListKeys(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range stored {
+		if k.Name == "temp" && (!k.AllowsModel("gpt-4o-mini") || k.AllowsModel("gemini-2.5-pro") || k.Expired(f.now) || !k.Expired(f.now.Add(49*time.Hour))) {
+			t.Fatalf("stored %+v", k)
+		}
+	}
+	f.do("admin", "PATCH", "/admin/v1/keys/temp", map[string]any{"expires_at": nil, "models": nil}).want(t, http.StatusOK, &key)
+	if key.ExpiresAt != nil || len(key.Models) != 0 {
+		t.Fatalf("patched to never and any model: %+v", key)
+	}
+	f.do("admin", "PATCH", "/admin/v1/keys/temp", map[string]any{"models": []string{"o3"}}).want(t, http.StatusOK, &key)
+	if len(key.Models) != 1 || key.Models[0] != "o3" || key.ExpiresAt != nil {
+		t.Fatalf("patched models only: %+v", key)
+	}
+	past := f.now.Add(-time.Hour).Format(time.RFC3339)
+	f.do("admin", "PATCH", "/admin/v1/keys/temp", map[string]any{"expires_at": past}).wantError(t, http.StatusBadRequest, "invalid", "expires_at")
+	f.do("admin", "PATCH", "/admin/v1/keys/temp", map[string]any{"expires_at": "tomorrow"}).wantError(t, http.StatusBadRequest, "invalid", "expires_at")
+	f.do("admin", "POST", "/admin/v1/keys", map[string]any{"name": "t2", "models": []string{"a b"}}).wantError(t, http.StatusBadRequest, "invalid", "models")
+	f.do("admin", "POST", "/admin/v1/keys", map[string]any{"name": "t3", "expires_at": past}).wantError(t, http.StatusBadRequest, "invalid", "expires_at")
+	f.do("red-lead", "PATCH", "/admin/v1/keys/temp", map[string]any{"models": []string{"o3"}}).wantError(t, http.StatusForbidden, "forbidden", "")
+	keys, _ := f.db.KeyStore().ListKeys(t.Context())
+	if len(keys) != 5 {
+		t.Fatalf("%d keys: refused creates wrote one", len(keys))
+	}
+}

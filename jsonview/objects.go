@@ -23,6 +23,9 @@ type Key struct {
 	RevokedAt     *string `json:"revoked_at"`
 	RotatingUntil *string `json:"rotating_until"`
 	LastUsedAt    *string `json:"last_used_at"`
+	ExpiresAt     *string `json:"expires_at"` // null: never
+	// Models are the patterns of the models the key may ask for; []: any.
+	Models []string `json:"models"`
 }
 
 // KeyState is a key's state at now and, while rotating, until when its
@@ -41,7 +44,8 @@ func KeyState(k *gatekey.Key, now time.Time) (string, time.Time) {
 func KeyOf(k *gatekey.Key, team string, now time.Time) Key {
 	state, until := KeyState(k, now)
 	o := Key{Name: k.Name, CreatedAt: Time(k.CreatedAt), Revoked: !k.RevokedAt.IsZero(), State: state,
-		RevokedAt: TimeOrNull(k.RevokedAt), RotatingUntil: TimeOrNull(until), LastUsedAt: TimeOrNull(k.LastUsedAt)}
+		RevokedAt: TimeOrNull(k.RevokedAt), RotatingUntil: TimeOrNull(until), LastUsedAt: TimeOrNull(k.LastUsedAt),
+		ExpiresAt: TimeOrNull(k.ExpiresAt), Models: append([]string{}, k.Models...)}
 	if team != "" {
 		o.Team = ptr(team)
 	}
