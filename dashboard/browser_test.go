@@ -216,36 +216,7 @@ func TestBrowser(t *testing.T) {
 	t.Cleanup(func() { srv.Close() })
 	base := fmt.Sprintf("http://127.0.0.1:%d", ln.Addr().(*net.TCPAddr).Port)
 
-	// The browser: a fresh profile, no network but ours.
-	profile, err := os.MkdirTemp("", "budget-chromium-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		// Chromium's children may still write there for a moment after
-		// it stops.
-		for range 50 {
-			if os.RemoveAll(profile) == nil {
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	})
-	actx, cancel := chromedp.NewExecAllocator(ctx,
-		chromedp.ExecPath(chrome), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(profile), chromedp.WindowSize(1280, 800),
-		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-extensions", true), chromedp.Flag("disable-default-apps", true))
-	defer cancel()
-	bctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	bctx, cancel = context.WithTimeout(bctx, 90*time.Second)
-	defer cancel()
-	watch := &pageWatch{}
-	if err := chromedp.Listen(bctx, watch.listen); err != nil {
-		t.Fatalf("starting %s: %v", chrome, err)
-	}
+	bctx, watch := startBrowser(t, chrome)
 
 	// Without the token: 401, nothing of the budget.
 	resp, err := chromedp.Run(bctx, chromedp.NavigateResponse(base+"/"))
@@ -385,6 +356,42 @@ func TestBrowser(t *testing.T) {
 			t.Errorf("the pages never loaded %s", asset)
 		}
 	}
+}
+
+// startBrowser starts chrome headless with a fresh profile and no network
+// but ours, for 90 seconds at most, and watches what it reports.
+func startBrowser(t *testing.T, chrome string) (context.Context, *pageWatch) {
+	t.Helper()
+	profile, err := os.MkdirTemp("", "budget-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Chromium's children may still write there for a moment after
+		// it stops.
+		for range 50 {
+			if os.RemoveAll(profile) == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	actx, cancel := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(chrome), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(profile), chromedp.WindowSize(1280, 800),
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-extensions", true), chromedp.Flag("disable-default-apps", true))
+	t.Cleanup(cancel)
+	bctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(cancel)
+	bctx, cancel = context.WithTimeout(bctx, 90*time.Second)
+	t.Cleanup(cancel)
+	watch := &pageWatch{}
+	if err := chromedp.Listen(bctx, watch.listen); err != nil {
+		t.Fatalf("starting %s: %v", chrome, err)
+	}
+	return bctx, watch
 }
 
 // checkBars: every bar's parts have the widths its numbers imply, side by

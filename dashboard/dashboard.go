@@ -62,6 +62,11 @@ type Config struct {
 	// Logger gets the errors that fail a page. (Optional; default
 	// slog.Default().)
 	Logger *slog.Logger
+	// Manage shows the management forms on the overview, key and limit
+	// pages: they post to the admin API (package admin), which must be
+	// served on the same origin under /admin/v1/. (Optional; default
+	// off: a read-only dashboard.)
+	Manage bool
 }
 
 //go:embed assets
@@ -106,7 +111,7 @@ func New(cfg Config) (*Handler, error) {
 	}
 	h := &Handler{cfg: cfg, mux: http.NewServeMux(), pages: map[string]*template.Template{}}
 	for _, p := range []string{"overview", "limit", "key", "error"} {
-		t, err := template.New(p).ParseFS(templates, "templates/layout.html", "templates/parts.html", "templates/"+p+".html")
+		t, err := template.New(p).ParseFS(templates, "templates/layout.html", "templates/parts.html", "templates/manage.html", "templates/"+p+".html")
 		if err != nil {
 			return nil, err
 		}
@@ -130,8 +135,9 @@ func New(cfg Config) (*Handler, error) {
 	return h, nil
 }
 
-// csp allows this origin's stylesheet, script and icon and nothing else.
-const csp = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+// csp allows this origin's stylesheet, scripts and icon, and the
+// management script's calls of this origin's admin API, and nothing else.
+const csp = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; " + connectSelf + "; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 
 // ServeHTTP serves the pages. Every answer forbids framing and sniffing,
 // and pages are never cached.
@@ -152,8 +158,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // page is what every page's layout shows.
 type page struct {
 	Title     string
-	Generated string // the instant shown, "2026-03-02 18:00 UTC"
-	Refresh   int    // seconds between reloads (0: none)
+	Generated string  // the instant shown, "2026-03-02 18:00 UTC"
+	Refresh   int     // seconds between reloads (0: none)
+	Manage    *manage // the management forms it shows (nil: none)
 }
 
 func (h *Handler) page(title string, c clock) page {

@@ -1,4 +1,4 @@
-// Package dashboard serves a read-only web view of a tokenbudget Tracker:
+// Package dashboard serves a web view of a tokenbudget Tracker:
 // the page `budget proxy --admin-listen` serves. It is server-rendered HTML
 // (html/template) with its stylesheet, icon and one small script embedded
 // in the binary: it makes no request to any other origin, works offline and
@@ -28,6 +28,23 @@
 // size. Pages carry a Content-Security-Policy that allows only this
 // origin.
 //
+// Management (Config.Manage): the overview, key and limit pages also carry
+// forms for the common changes (create a key, its secret shown once;
+// rotate or revoke it; set a key's or a team's limit; change, raise or
+// delete a limit). The pages stay GET-only (405 for anything else): a
+// small script (manage.js) sends each form as JSON to the admin API
+// (package admin), which must be served on the same origin under
+// /admin/v1/, with the browser's session: the dashboard's cookie for the
+// global token, or an API session opened by signing in with a scoped
+// admin token. The API alone decides what the session may change, and
+// refuses every cross-origin request that changes something
+// (http.CrossOriginProtection: Sec-Fetch-Site, else Origin against Host),
+// so no other site's page can ride the session. That is chosen over a
+// per-session CSRF token because the dashboard's cookie is stateless (a
+// MAC of the token), every browser that runs the script sends Fetch
+// Metadata or Origin, the cookies are SameSite=Strict besides, and
+// scripts that use bearer tokens carry nothing a browser adds by itself.
+//
 // Access: a Handler has no authentication of its own. RequireToken puts it
 // behind a bearer token (or a cookie a browser gets by opening a page with
 // ?token=), LoopbackOnly refuses requests whose Host is not a loopback
@@ -35,5 +52,6 @@
 // address the dashboard listens on.
 //
 // Concurrency: a Handler is safe for concurrent use; it reads the Tracker
-// on each request and keeps no state between requests.
+// on each request and keeps no state between requests (it never writes:
+// the admin API makes the changes).
 package dashboard

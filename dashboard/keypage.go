@@ -52,5 +52,8 @@ func (h *Handler) serveKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.Spend = spendOf(key, rows, days)
+	if h.cfg.Manage {
+		p.Manage = &manage{LimitFor: &limitFor{Who: "key " + key, Field: "key", Owner: key}, Key: editKey(key)}
+	}
 	h.render(w, r, http.StatusOK, "key", p)
 }

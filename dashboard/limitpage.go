@@ -50,6 +50,9 @@ func (h *Handler) serveLimit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := limitPage{page: h.page("Limit "+id, c), Row: rowOf(&st, f, c)}
+	if h.cfg.Manage {
+		p.Manage = &manage{Limit: editLimit(st.Limit.ID, p.Row.Limit)}
+	}
 	l := &st.Limit
 	for _, rs := range l.ActiveRaises(c.now) {
 		s := "+" + amount(l.Metric, rs.Amount) + " (" + rs.ID + ")"

@@ -158,6 +158,12 @@ func (h *Handler) serveOverview(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusInternalServerError, "The budget could not be read.", err)
 		return
 	}
+	if h.cfg.Manage {
+		p.Manage = &manage{NewKey: true, Teams: p.Teams, Team: f.Team}
+		if f.Team != "" {
+			p.Manage.LimitFor = &limitFor{Who: "team " + f.Team, Field: "team", Owner: f.Team}
+		}
+	}
 	h.render(w, r, http.StatusOK, "overview", p)
 }
 

@@ -115,7 +115,7 @@ func (p *runningProxy) startAdmin(m *Main, o proxyOptions, api http.Handler) (ht
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	d, err := dashboard.New(dashboard.Config{Tracker: p.tracker, Now: m.Now, Logger: log, Refusals: p.refusalList})
+	d, err := dashboard.New(dashboard.Config{Tracker: p.tracker, Now: m.Now, Logger: log, Refusals: p.refusalList, Manage: true})
 	if err != nil {
 		return nil, err
 	}
