@@ -38,6 +38,14 @@ type fixture struct {
 	tokens map[string]string // secret by token name
 	limits map[string]string // limit id by "red-app", "team:red", "org:acme", "default", ...
 	store  *tokenStore
+	tick   bool // every reading of the clock moves it on a millisecond, as a wall clock does
+}
+
+func (f *fixture) clock() time.Time {
+	if f.tick {
+		f.now = f.now.Add(time.Millisecond)
+	}
+	return f.now
 }
 
 func (f *fixture) tokenStore() *tokenStore { return f.store }
@@ -47,7 +55,7 @@ func newFixture(t *testing.T, open bool) *fixture {
 	ctx := context.Background()
 	f := &fixture{t: t, now: t0, tokens: map[string]string{}, limits: map[string]string{}}
 	cfg := budget.DefaultConfig()
-	cfg.Now = func() time.Time { return f.now }
+	cfg.Now = f.clock
 	db, err := tokenbudget.Open(ctx, filepath.Join(t.TempDir(), "b.db"), tokenbudget.Options{Create: true, Config: &cfg})
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +108,7 @@ func newFixture(t *testing.T, open bool) *fixture {
 	} else {
 		f.tokens["admin"] = globalToken
 	}
-	h, err := admin.New(admin.Config{Tracker: db.Tracker, Keys: db.KeyStore(), Now: func() time.Time { return f.now },
+	h, err := admin.New(admin.Config{Tracker: db.Tracker, Keys: db.KeyStore(), Now: f.clock,
 		Token: token, Tokens: store, OpenReads: open})
 	if err != nil {
 		t.Fatal(err)

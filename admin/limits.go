@@ -312,7 +312,9 @@ func (h *Handler) raiseLimit(w http.ResponseWriter, r *http.Request, p *Principa
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, jsonview.LimitOf(&l, now))
+	// As it stands once raised: the raise is recorded at the tracker's
+	// instant, after now.
+	writeJSON(w, http.StatusCreated, jsonview.LimitOf(&l, h.cfg.Now()))
 	return nil
 }
 

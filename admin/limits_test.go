@@ -131,6 +131,12 @@ func TestLimitRaiseAndDelete(t *testing.T) {
 	if l.Limit != 1500 || l.BaseLimit != 1000 || len(l.Raises) != 1 || l.Raises[0].By != 500 || *l.Raises[0].Until != until {
 		t.Fatalf("raised %+v", l)
 	}
+	f.tick = true // the raise is recorded after the request began: the answer still shows it in force
+	f.do("admin", "POST", "/admin/v1/limits/"+id+"/raises", map[string]any{"by": 250}).want(t, http.StatusCreated, &l)
+	if l.Limit != 1750 || len(l.Raises) != 2 {
+		t.Fatalf("raised again on a moving clock: %+v", l)
+	}
+	f.tick = false
 	f.do("admin", "POST", "/admin/v1/limits/"+id+"/raises", map[string]any{"by": 0}).wantError(t, http.StatusBadRequest, "invalid", "by")
 	f.do("admin", "POST", "/admin/v1/limits/"+id+"/raises", map[string]any{}).wantError(t, http.StatusBadRequest, "invalid", "by")
 	f.do("admin", "POST", "/admin/v1/limits/"+id+"/raises", map[string]any{"by": 5, "until": "2020-01-01T00:00:00Z"}).wantError(t, http.StatusBadRequest, "invalid", "until")

@@ -1,6 +1,6 @@
 // Package dashboard serves a web view of a tokenbudget Tracker:
 // the page `budget proxy --admin-listen` serves. It is server-rendered HTML
-// (html/template) with its stylesheet, icon and one small script embedded
+// (html/template) with its stylesheet, icon and two small scripts embedded
 // in the binary: it makes no request to any other origin, works offline and
 // reads in full without JavaScript (the script only reloads the page every
 // Config.Refresh, and a visitor can turn that off).
