@@ -15,6 +15,7 @@ package gatekey
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -202,4 +203,20 @@ func (k *Key) Audited() any {
 	}
 	return view{Name: k.Name, CreatedAt: k.CreatedAt.UTC(), RevokedAt: tp(k.RevokedAt), Rotating: tp(k.PrevUntil),
 		ExpiresAt: tp(k.ExpiresAt), Models: append([]string{}, k.Models...)}
+}
+
+// Create stores the new key k (its Hash, CreatedAt and rules set): a new
+// name, or with reuse a revoked key's name taken again (see
+// Store.ReuseKey), in one transaction with its audit entry. A name that
+// exists (revoked ones included, without reuse) is budget.ErrInvalid.
+func Create(ctx context.Context, s Store, k Key, reuse bool) error {
+	if reuse {
+		err := s.ReuseKey(ctx, k)
+		if err == nil || !errors.Is(err, budget.ErrNotFound) {
+			return err
+		}
+		// No key has the name: a new one. Should another process insert
+		// it first, InsertKey refuses the name as taken.
+	}
+	return s.InsertKey(ctx, k)
 }

@@ -253,6 +253,7 @@ type Keys struct {
 	known   *lru.Cache[string, *keyEntry] // by hash
 	unknown *lru.Cache[string, time.Time] // by hash: when it was found missing
 	touches sync.WaitGroup
+	rules   sync.Map // key name -> *keyEntry its last lookup found (keyrules.go)
 }
 
 // keyEntry is a key found by a hash: the key's row as loaded, and when its
@@ -312,6 +313,7 @@ func (k *Keys) Lookup(ctx context.Context, secret string) (string, error) {
 	if !e.key.Accepts(hash, t) {
 		return "", ErrUnknownKey
 	}
+	k.rules.Store(e.key.Name, e)
 	k.touch(e, t)
 	return e.key.Name, nil
 }

@@ -597,6 +597,9 @@ func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 		return
 	}
 	x.model = ri.Model
+	if !m.keyRules(w, f, key, ri.Model) {
+		return
+	}
 	if route.Provider, ok = m.chooseProvider(route, ri.Model, hdrProvider); !ok {
 		m.outcome(w, OutcomeNotFound)
 		writeError(w, f, simpleError(f, http.StatusNotFound, CodeNotFound, "no upstream "+clipName(hdrProvider)+

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -205,7 +204,7 @@ func (m *Main) runAdminTokenLs(ctx context.Context, args []string) (err error) {
 	fmt.Fprintln(w, "NAME\tSCOPE\tCREATED AT\tREVOKED AT")
 	for i := range toks {
 		t := &toks[i]
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", t.Name, t.Scope, ts(t.CreatedAt), cmp.Or(tsText(t.RevokedAt), "-"))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", t.Name, t.Scope, ts(t.CreatedAt), tsText(t.RevokedAt))
 	}
 	return w.Flush()
 }

@@ -48,7 +48,7 @@ func (m *Main) runKey(ctx context.Context, args []string) error {
 	return usagef("key", "unknown subcommand %q: want add, ls, rotate, revoke or set-team", args[0])
 }
 
-const keyAddHelp = `usage: budget key add NAME [--team TEAM] [--reuse] [--at T] [--json]
+const keyAddHelp = `usage: budget key add NAME [--team TEAM] [--expires T] [--models PATTERN,...] [--reuse] [--at T] [--json]
 
 Creates the gateway key NAME for 'budget proxy' and prints its secret: give
 it to the application, which sends it as "Authorization: Bearer SECRET" or
@@ -59,8 +59,14 @@ given and the key of that name is revoked: the name then gets a new secret
 and keeps its limits and their windows (the revoked secret stays refused).
 A live key's name is never taken: 'budget key rotate' gives it a new
 secret. --team places the key in TEAM, which must exist ('budget team
-set'): an unknown team is invalid (exit 2) and no key is created. With
---json prints {"name", "secret"}.
+set'): an unknown team is invalid (exit 2) and no key is created.
+--expires T (RFC3339, after --at) makes the key stop working at T: the
+proxy then answers 401 key_expired. --models limits the models the key may
+ask for to those matching one of the patterns (model names, or patterns
+with * and ?, matched as model-scope limits match: gpt-4o* also matches
+openai/GPT-4o-mini); the proxy answers any other model 403
+model_not_allowed before it calls the upstream. With --json prints
+{"name", "secret"}.
 
 `
 
@@ -71,6 +77,8 @@ func (m *Main) runKeyAdd(ctx context.Context, args []string) (err error) {
 	asJSON := fs.Bool("json", false, `print {"name", "secret"}`)
 	reuse := fs.Bool("reuse", false, "take the name of a revoked key again")
 	team := fs.String("team", "", "the team the key belongs to (it exists)")
+	expires := fs.String("expires", "", "when the key stops working, RFC3339 (default never)")
+	models := fs.String("models", "", "the models the key may ask for: names or patterns, comma-separated (default any)")
 	pos, err := m.parseArgs(fs, keyAddHelp, args)
 	if err != nil {
 		return err
@@ -85,6 +93,10 @@ func (m *Main) runKeyAdd(ctx context.Context, args []string) (err error) {
 	}
 	*team = strings.TrimSpace(*team)
 	if err := budget.CheckLabel("team", *team); err != nil {
+		return err
+	}
+	rules, err := keyRules(*expires, *models, now)
+	if err != nil {
 		return err
 	}
 	if err := noTeamsYet(*dsn, *team, ""); err != nil {
@@ -110,12 +122,12 @@ func (m *Main) runKeyAdd(ctx context.Context, args []string) (err error) {
 		}
 		placed = ts[i]
 	}
-	add := proxy.AddKey
-	if *reuse {
-		add = proxy.ReuseKey
-	}
-	secret, err := add(ctx, db.KeyStore(), name, now)
+	secret, err := proxy.NewKeySecret()
 	if err != nil {
+		return err
+	}
+	rules.Name, rules.Hash, rules.CreatedAt = name, proxy.HashKey(secret), now.UTC()
+	if err := gatekey.Create(ctx, db.KeyStore(), rules, *reuse); err != nil {
 		if !*reuse && errors.Is(err, budget.ErrInvalid) && revokedKey(ctx, db.KeyStore(), name) {
 			return budget.Invalid("name", name, "a revoked key has this name; give --reuse to take it again (its limits and their windows stay)")
 		}
@@ -139,6 +151,29 @@ func (m *Main) runKeyAdd(ctx context.Context, args []string) (err error) {
 	fmt.Fprintf(m.Stderr, "gateway key %s created; store its secret now, it is not shown again:\n", name)
 	_, err = fmt.Fprintln(m.Stdout, secret)
 	return err
+}
+
+// keyRules parses --expires and --models into a key's rules (field
+// expires: after now).
+func keyRules(expires, models string, now time.Time) (gatekey.Key, error) {
+	var k gatekey.Key
+	if expires = strings.TrimSpace(expires); expires != "" {
+		t, err := time.Parse(time.RFC3339Nano, expires)
+		if err != nil {
+			return k, budget.Invalid("expires", expires, "want an RFC3339 time such as 2026-03-02T09:00:00Z")
+		}
+		if err := gatekey.CheckExpiry(t, now); err != nil {
+			return k, err
+		}
+		k.ExpiresAt = t.UTC()
+	}
+	if models = strings.TrimSpace(models); models != "" {
+		var err error
+		if k.Models, err = gatekey.ModelPatterns(strings.Split(models, ",")); err != nil {
+			return k, err
+		}
+	}
+	return k, nil
 }
 
 // revokedKey reports whether the gateway key name exists and is revoked.
@@ -184,24 +219,28 @@ const keyLsHelp = `usage: budget key ls [--at T] [--json]
 
 Lists the gateway keys by name: its team ("-" for none), when each was created, its state at --at
 (default now): active, rotating (its previous secret still works, until
-the time shown), or revoked; and when it was last used, to within a
-minute (a proxy records a key's use at most once a minute). Secrets are
-never shown. With --json prints {"keys": [{"name", "team", "created_at",
-"revoked", "state", "revoked_at", "rotating_until", "last_used_at"}]}
-(times null when they do not apply).
+the time shown), expired (past its --expires) or revoked; and when it was
+last used, to within a minute (a proxy records a key's use at most once a
+minute); when it expires and the models it may ask for. Secrets are never
+shown. With --json prints {"keys": [{"name", "team", "created_at",
+"revoked", "state", "revoked_at", "rotating_until", "last_used_at",
+"expires_at", "models"}]} (times null when they do not apply; models []
+for any model).
 
 `
 
 // keyJSON is a gateway key in 'key ls --json'.
 type keyJSON struct {
-	Name          string  `json:"name"`
-	Team          *string `json:"team"` // null: in no team
-	CreatedAt     string  `json:"created_at"`
-	Revoked       bool    `json:"revoked"`
-	State         string  `json:"state"` // active, rotating or revoked
-	RevokedAt     *string `json:"revoked_at"`
-	RotatingUntil *string `json:"rotating_until"`
-	LastUsedAt    *string `json:"last_used_at"`
+	Name          string   `json:"name"`
+	Team          *string  `json:"team"` // null: in no team
+	CreatedAt     string   `json:"created_at"`
+	Revoked       bool     `json:"revoked"`
+	State         string   `json:"state"` // active, rotating or revoked
+	RevokedAt     *string  `json:"revoked_at"`
+	RotatingUntil *string  `json:"rotating_until"`
+	LastUsedAt    *string  `json:"last_used_at"`
+	ExpiresAt     *string  `json:"expires_at"`
+	Models        []string `json:"models"` // the patterns it may ask for; [] for any
 }
 
 // keyState is a key's state at now and, while rotating, until when its
@@ -210,6 +249,8 @@ func keyState(k *gatekey.Key, now time.Time) (string, time.Time) {
 	switch {
 	case !k.RevokedAt.IsZero():
 		return "revoked", time.Time{}
+	case k.Expired(now):
+		return "expired", time.Time{}
 	case k.PrevHash != "" && now.Before(k.PrevUntil):
 		return "rotating", k.PrevUntil
 	}
@@ -251,7 +292,8 @@ func (m *Main) runKeyLs(ctx context.Context, args []string) (err error) {
 			k := &keys[i]
 			state, until := keyState(k, now)
 			out[i] = keyJSON{Name: k.Name, CreatedAt: ts(k.CreatedAt), Revoked: !k.RevokedAt.IsZero(), State: state,
-				RevokedAt: tsp(k.RevokedAt), RotatingUntil: tsp(until), LastUsedAt: tsp(k.LastUsedAt)}
+				RevokedAt: tsp(k.RevokedAt), RotatingUntil: tsp(until), LastUsedAt: tsp(k.LastUsedAt),
+				ExpiresAt: tsp(k.ExpiresAt), Models: append([]string{}, k.Models...)}
 			if t, ok := teams[k.Name]; ok {
 				out[i].Team = &t
 			}
@@ -265,14 +307,15 @@ func (m *Main) runKeyLs(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	w := newTable(m.Stdout)
-	fmt.Fprintln(w, "NAME\tTEAM\tCREATED AT\tSTATE\tLAST USED\tREVOKED AT")
+	fmt.Fprintln(w, "NAME\tTEAM\tCREATED AT\tSTATE\tLAST USED\tREVOKED AT\tEXPIRES\tMODELS")
 	for i := range keys {
 		k := &keys[i]
 		state, until := keyState(k, now)
 		if state == "rotating" {
 			state = "rotating until " + ts(until)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", k.Name, cmp.Or(teams[k.Name], "-"), ts(k.CreatedAt), state, tsText(k.LastUsedAt), tsText(k.RevokedAt))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.Name, cmp.Or(teams[k.Name], "-"), ts(k.CreatedAt), state,
+			tsText(k.LastUsedAt), tsText(k.RevokedAt), tsText(k.ExpiresAt), cmp.Or(strings.Join(k.Models, ","), "any"))
 	}
 	return w.Flush()
 }

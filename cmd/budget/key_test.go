@@ -88,7 +88,7 @@ func TestKeyCommands(t *testing.T) {
 	}
 }
 
-var keyFields = []string{"name", "team", "created_at", "revoked", "state", "revoked_at", "rotating_until", "last_used_at"}
+var keyFields = []string{"name", "team", "created_at", "revoked", "state", "revoked_at", "rotating_until", "last_used_at", "expires_at", "models"}
 
 // lookupAt opens db and looks secret up as a proxy would at now: the key's
 // name, or the error.
@@ -237,3 +237,37 @@ func TestKeyLsTeamAndReuseHint(t *testing.T) {
 }
 
 func hasKey(m map[string]any, k string) bool { _, ok := m[k]; return ok }
+
+func TestKeyAddExpiresAndModels(t *testing.T) {
+	t.Parallel()
+	db := tempDB(t)
+	past := testNow.Add(-time.Second).Format(time.RFC3339)
+	r := mustRun(t, 2, "key", "add", "--db", db, "app", "--expires", past)
+	if !strings.Contains(r.stderr, "expires") {
+		t.Errorf("a past --expires: %q; want an error naming expires", r.stderr)
+	}
+	r = mustRun(t, 2, "key", "add", "--db", db, "app", "--expires", "tomorrow")
+	if !strings.Contains(r.stderr, "expires") {
+		t.Errorf("a bad --expires: %q; want an error naming expires", r.stderr)
+	}
+	mustRun(t, 2, "key", "add", "--db", db, "app", "--models", "gpt-4o,,o3")
+	if exists(db) {
+		t.Fatal("refused adds created the database")
+	}
+	exp := testNow.Add(48 * time.Hour)
+	mustRun(t, 0, "key", "add", "--db", db, "app", "--expires", exp.Format(time.RFC3339), "--models", "gpt-4o*, Claude-3-5-Haiku")
+	v := decode(t, mustRun(t, 0, "key", "ls", "--db", db, "--json").stdout)
+	k := v["keys"].([]any)[0].(map[string]any)
+	if k["expires_at"] != ts(exp) || strings.Join(strs(k["models"]), ",") != "gpt-4o*,claude-3-5-haiku" || k["state"] != "active" {
+		t.Errorf("key ls --json: %v; want expires_at %s, models normalised", k, ts(exp))
+	}
+	v = decode(t, mustRun(t, 0, "key", "ls", "--db", db, "--json", "--at", exp.Format(time.RFC3339)).stdout)
+	if k := v["keys"].([]any)[0].(map[string]any); k["state"] != "expired" {
+		t.Errorf("key ls at its expiry: state %v; want expired", k["state"])
+	}
+	mustRun(t, 0, "key", "add", "--db", db, "zz-free")
+	v = decode(t, mustRun(t, 0, "key", "ls", "--db", db, "--json").stdout)
+	if k := v["keys"].([]any)[1].(map[string]any); k["name"] != "zz-free" || k["expires_at"] != nil || len(k["models"].([]any)) != 0 {
+		t.Errorf("a key without rules: %v; want expires_at null, models []", k)
+	}
+}
