@@ -189,21 +189,22 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, p *Principal
 			return conflict("name", "a revoked key is named %q: give \"reuse\": true to take the name again (its limits and their windows stay)", name)
 		}
 	}
-	add := proxy.AddKey
-	if in.Reuse {
-		add = proxy.ReuseKey
-	}
-	secret, err := add(r.Context(), h.cfg.Keys, name, h.cfg.Now())
+	secret, err := proxy.NewKeySecret()
 	if err != nil {
 		return err
 	}
-	// The key is made, then given its rules and its team: no one holds
-	// its secret until this answer, so nothing can use it in between.
-	if changes(rules) {
-		if _, err := h.cfg.Keys.UpdateKey(r.Context(), name, rules, h.cfg.Now()); err != nil {
-			return fmt.Errorf("gateway key %s was created, but its expiry and models were not set: %w", name, err)
-		}
+	k := gatekey.Key{Name: name, Hash: proxy.HashKey(secret), CreatedAt: h.cfg.Now().UTC()}
+	if rules.ExpiresAt != nil {
+		k.ExpiresAt = *rules.ExpiresAt
 	}
+	if rules.Models != nil {
+		k.Models = *rules.Models
+	}
+	if err := gatekey.Create(r.Context(), h.cfg.Keys, k, in.Reuse); err != nil {
+		return err
+	}
+	// Then placed in its team, as `key add --team` does: no one holds its
+	// secret until this answer, so nothing can use it in between.
 	if team != "" && v.keyTeam[name] != team {
 		if err := h.cfg.Tracker.SetKeyTeam(r.Context(), name, team); err != nil {
 			return fmt.Errorf("gateway key %s was created, but not placed in team %s: %w", name, team, err)

@@ -19,7 +19,7 @@ type Key struct {
 	Team          *string `json:"team"` // null: in no team
 	CreatedAt     string  `json:"created_at"`
 	Revoked       bool    `json:"revoked"`
-	State         string  `json:"state"` // active, rotating or revoked
+	State         string  `json:"state"` // active, rotating, expired or revoked
 	RevokedAt     *string `json:"revoked_at"`
 	RotatingUntil *string `json:"rotating_until"`
 	LastUsedAt    *string `json:"last_used_at"`
@@ -34,6 +34,8 @@ func KeyState(k *gatekey.Key, now time.Time) (string, time.Time) {
 	switch {
 	case !k.RevokedAt.IsZero():
 		return "revoked", time.Time{}
+	case k.Expired(now):
+		return "expired", time.Time{}
 	case k.PrevHash != "" && now.Before(k.PrevUntil):
 		return "rotating", k.PrevUntil
 	}

@@ -145,3 +145,57 @@ func containsInOrder(got, want []string) bool {
 	}
 	return i == len(want)
 }
+
+// TestAdminAPIAnswersAsTheCLIPrints: every listing of the API is, byte
+// for byte, what the CLI's --json (or report's csv, or export) prints for
+// the same database at the same instant.
+func TestAdminAPIAnswersAsTheCLIPrints(t *testing.T) {
+	t.Parallel()
+	db := tempDB(t)
+	mustRun(t, 0, "team", "set", "--db", db, "research", "--org", "acme")
+	secret := strings.TrimSpace(mustRun(t, 0, "key", "add", "--db", db, "app", "--team", "research").stdout)
+	mustRun(t, 0, "key", "add", "--db", db, "idle")
+	mustRun(t, 0, "limit", "set", "--db", db, "--key", "app", "--limit", "100000", "--window", "daily", "--alert", "1")
+	mustRun(t, 0, "limit", "set", "--db", db, "--team", "research", "--metric", "usd", "--limit", "2.5", "--window", "monthly")
+	mustRun(t, 0, "price", "set", "--db", db, "--provider", "openai", "--model", "gpt-4o-mini", "--input", "1", "--output", "2")
+	api, admin := adminProxy(t, db)
+	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 1}}
+	defer client.CloseIdleConnections()
+	for range 2 {
+		req, _ := http.NewRequest("POST", api+"/v1/chat/completions", strings.NewReader(`{"model":"gpt-4o-mini","max_tokens":20,"messages":[{"role":"user","content":"hi"}]}`))
+		req.Header.Set("Authorization", "Bearer "+secret)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	if resp, err := client.Get(api + "/healthz"); err != nil { // on the same connection: both are settled
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+	}
+
+	for _, c := range []struct {
+		path string
+		cli  []string
+	}{
+		{"/admin/v1/keys", []string{"key", "ls", "--json"}},
+		{"/admin/v1/teams", []string{"team", "ls", "--json"}},
+		{"/admin/v1/limits", []string{"limit", "ls", "--json"}},
+		{"/admin/v1/limits?key=app", []string{"limit", "ls", "--json", "--key", "app"}},
+		{"/admin/v1/prices", []string{"price", "ls", "--json"}},
+		{"/admin/v1/alerts", []string{"alerts", "ls", "--json"}},
+		{"/admin/v1/report?by=key,team,model&until=2026-03-03", []string{"report", "--format", "json", "--by", "key,team,model", "--until", "2026-03-03"}},
+		{"/admin/v1/report?by=day&format=csv&until=2026-03-03", []string{"report", "--format", "csv", "--by", "day", "--until", "2026-03-03"}},
+		{"/admin/v1/usage", []string{"export"}},
+		{"/admin/v1/audit", []string{"audit", "ls", "--json"}},
+	} {
+		want := mustRun(t, 0, append(c.cli, "--db", db)...).stdout
+		got := adminCall(t, admin, "GET", c.path, "", http.StatusOK)
+		if got != want {
+			t.Errorf("GET %s:\n%s\nbudget %s:\n%s", c.path, got, strings.Join(c.cli, " "), want)
+		}
+	}
+}
