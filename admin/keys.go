@@ -116,12 +116,28 @@ func (h *Handler) key(ctx context.Context, v *view, name string) (gatekey.Key, e
 	return keys[i], nil
 }
 
-func (h *Handler) getKey(w http.ResponseWriter, r *http.Request, p *Principal) error {
+// namedKey is the key the request's path names, which p may see, and the
+// view it was judged in.
+func (h *Handler) namedKey(r *http.Request, p *Principal) (*view, gatekey.Key, error) {
 	v, err := h.view(r.Context(), p)
 	if err != nil {
-		return err
+		return nil, gatekey.Key{}, err
 	}
 	k, err := h.key(r.Context(), v, r.PathValue("name"))
+	return v, k, err
+}
+
+// changeableKey is namedKey's key, which p may also change.
+func (h *Handler) changeableKey(r *http.Request, p *Principal) (*view, gatekey.Key, error) {
+	v, k, err := h.namedKey(r, p)
+	if err != nil {
+		return v, k, err
+	}
+	return v, k, v.change(budget.ObjectKey, k.Name, v.keyPlaced(k.Name))
+}
+
+func (h *Handler) getKey(w http.ResponseWriter, r *http.Request, p *Principal) error {
+	v, k, err := h.namedKey(r, p)
 	if err != nil {
 		return err
 	}
@@ -219,11 +235,7 @@ func (h *Handler) patchKey(w http.ResponseWriter, r *http.Request, p *Principal)
 	if err := decode(w, r, &in); err != nil {
 		return err
 	}
-	v, err := h.view(r.Context(), p)
-	if err != nil {
-		return err
-	}
-	k, err := h.key(r.Context(), v, r.PathValue("name"))
+	v, k, err := h.namedKey(r, p)
 	if err != nil {
 		return err
 	}
@@ -286,15 +298,8 @@ func (h *Handler) patchKey(w http.ResponseWriter, r *http.Request, p *Principal)
 }
 
 func (h *Handler) revokeKey(w http.ResponseWriter, r *http.Request, p *Principal) error {
-	v, err := h.view(r.Context(), p)
+	v, k, err := h.changeableKey(r, p)
 	if err != nil {
-		return err
-	}
-	k, err := h.key(r.Context(), v, r.PathValue("name"))
-	if err != nil {
-		return err
-	}
-	if err := v.change(budget.ObjectKey, k.Name, v.keyPlaced(k.Name)); err != nil {
 		return err
 	}
 	now := h.cfg.Now()
@@ -323,15 +328,8 @@ func (h *Handler) rotateKey(w http.ResponseWriter, r *http.Request, p *Principal
 		}
 		grace = d
 	}
-	v, err := h.view(r.Context(), p)
+	_, k, err := h.changeableKey(r, p)
 	if err != nil {
-		return err
-	}
-	k, err := h.key(r.Context(), v, r.PathValue("name"))
-	if err != nil {
-		return err
-	}
-	if err := v.change(budget.ObjectKey, k.Name, v.keyPlaced(k.Name)); err != nil {
 		return err
 	}
 	if !k.RevokedAt.IsZero() {

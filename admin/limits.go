@@ -136,6 +136,20 @@ func (h *Handler) limit(ctx context.Context, v *view, id string) (budget.Limit, 
 	return ls[i], nil
 }
 
+// changeableLimit is the limit the request's path names, which p may
+// change.
+func (h *Handler) changeableLimit(r *http.Request, p *Principal) (budget.Limit, error) {
+	v, err := h.view(r.Context(), p)
+	if err != nil {
+		return budget.Limit{}, err
+	}
+	l, err := h.limit(r.Context(), v, r.PathValue("id"))
+	if err != nil {
+		return l, err
+	}
+	return l, v.change(budget.ObjectLimit, l.ID, v.limitPlaced(&l))
+}
+
 func (h *Handler) getLimit(w http.ResponseWriter, r *http.Request, p *Principal) error {
 	v, err := h.view(r.Context(), p)
 	if err != nil {
@@ -199,15 +213,8 @@ func (h *Handler) patchLimit(w http.ResponseWriter, r *http.Request, p *Principa
 	if err := decode(w, r, &in); err != nil {
 		return err
 	}
-	v, err := h.view(r.Context(), p)
+	cur, err := h.changeableLimit(r, p)
 	if err != nil {
-		return err
-	}
-	cur, err := h.limit(r.Context(), v, r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	if err := v.change(budget.ObjectLimit, cur.ID, v.limitPlaced(&cur)); err != nil {
 		return err
 	}
 	spec := budget.LimitSpec{ID: cur.ID, Key: cur.Key, Team: cur.Team, Org: cur.Org, Default: cur.IsDefault(),
@@ -247,15 +254,8 @@ func (h *Handler) patchLimit(w http.ResponseWriter, r *http.Request, p *Principa
 }
 
 func (h *Handler) deleteLimit(w http.ResponseWriter, r *http.Request, p *Principal) error {
-	v, err := h.view(r.Context(), p)
+	l, err := h.changeableLimit(r, p)
 	if err != nil {
-		return err
-	}
-	l, err := h.limit(r.Context(), v, r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	if err := v.change(budget.ObjectLimit, l.ID, v.limitPlaced(&l)); err != nil {
 		return err
 	}
 	if err := h.cfg.Tracker.DeleteLimit(r.Context(), l.ID); err != nil {
@@ -287,15 +287,8 @@ func (h *Handler) raiseLimit(w http.ResponseWriter, r *http.Request, p *Principa
 		}
 		until = t
 	}
-	v, err := h.view(r.Context(), p)
+	cur, err := h.changeableLimit(r, p)
 	if err != nil {
-		return err
-	}
-	cur, err := h.limit(r.Context(), v, r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	if err := v.change(budget.ObjectLimit, cur.ID, v.limitPlaced(&cur)); err != nil {
 		return err
 	}
 	by, err := amount("by", cur.Metric, in.By)
