@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 )
 
 // Definitions are how a database is configured, apart from its history
@@ -50,15 +51,17 @@ func (t *Tracker) Definitions(ctx context.Context) (Definitions, error) {
 // not there yet), and prices. Each limit is validated; a limit whose
 // identity another limit of the database already has under another id is
 // invalid input. Nothing is written unless everything is.
-func (t *Tracker) LoadDefinitions(ctx context.Context, d Definitions) error {
+// validate checks d as LoadDefinitions and ApplyDefinitions need it and
+// returns its limits validated (raises kept, no subject).
+func (d *Definitions) validate() ([]Limit, error) {
 	ls := make([]Limit, len(d.Limits))
 	for i, l := range d.Limits {
 		v, err := l.Validate()
 		if err != nil {
-			return fmt.Errorf("limit %d (%s): %w", i+1, l.ID, err)
+			return nil, fmt.Errorf("limit %d (%s): %w", i+1, l.ID, err)
 		}
 		if v.ID == "" {
-			return invalid("id", "", fmt.Sprintf("limit %d has no id", i+1))
+			return nil, invalid("id", "", fmt.Sprintf("limit %d has no id", i+1))
 		}
 		v.Raises = l.Raises
 		v.Subject = ""
@@ -66,93 +69,73 @@ func (t *Tracker) LoadDefinitions(ctx context.Context, d Definitions) error {
 	}
 	for i, p := range d.Prices {
 		if err := checkNames("provider", p.Provider, "model", p.Model); err != nil {
-			return fmt.Errorf("price %d: %w", i+1, err)
+			return nil, fmt.Errorf("price %d: %w", i+1, err)
 		}
 		if p.Provider == "" || p.Model == "" {
-			return invalid("price", p.Provider+"/"+p.Model, fmt.Sprintf("price %d needs a provider and a model", i+1))
+			return nil, invalid("price", p.Provider+"/"+p.Model, fmt.Sprintf("price %d needs a provider and a model", i+1))
 		}
 		for _, v := range []int64{p.Input, p.Output, p.CacheRead, p.CacheWrite, p.Reasoning} {
 			if v < 0 {
-				return invalid("price", v, fmt.Sprintf("price %d: amounts must not be negative", i+1))
+				return nil, invalid("price", v, fmt.Sprintf("price %d: amounts must not be negative", i+1))
 			}
 		}
 		if err := CheckInstant("from", p.From); err != nil {
-			return fmt.Errorf("price %d: %w", i+1, err)
+			return nil, fmt.Errorf("price %d: %w", i+1, err)
 		}
 	}
 	teamNames := make(map[string]bool, len(d.Teams))
 	for _, tm := range d.Teams {
 		if err := checkTeamName("team", tm.Name); err != nil {
-			return err
+			return nil, err
 		}
 		if err := CheckLabel("org", tm.Org); err != nil {
-			return err
+			return nil, err
+		}
+		for _, k := range tm.Keys {
+			if err := CheckLabel("key", k); err != nil {
+				return nil, err
+			}
 		}
 		teamNames[tm.Name] = true
 	}
 	for _, tm := range d.Teams {
 		if teamNames[tm.Org] {
-			return invalid("org", tm.Org, "is the name of a team; a team and an org may not share a name")
+			return nil, invalid("org", tm.Org, "is the name of a team; a team and an org may not share a name")
 		}
 	}
+	return ls, nil
+}
+
+func (t *Tracker) LoadDefinitions(ctx context.Context, d Definitions) error {
+	ls, err := d.validate()
+	if err != nil {
+		return err
+	}
 	now := t.now()
-	err := t.store.Update(ctx, func(tx Tx) error {
+	err = t.store.Update(ctx, func(tx Tx) error {
 		if err := tx.LockDefinitions(ctx); err != nil {
 			return err
 		}
-		for _, tm := range d.Teams {
-			if err := tx.PutTeam(ctx, Team{Name: tm.Name, Org: tm.Org}); err != nil {
+		before, err := snapshot(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if err := loadDefinitions(ctx, tx, &d, ls, now); err != nil {
+			return err
+		}
+		// What the import changed, read back, is what the audit log gets.
+		after, err := snapshot(ctx, tx)
+		if err != nil {
+			return err
+		}
+		changes, err := diffDefinitions(ctx, tx, &before, &after)
+		if err != nil {
+			return err
+		}
+		for _, c := range changes {
+			if err := t.logChange(ctx, tx, now, c); err != nil {
 				return err
 			}
-			for _, k := range tm.Keys {
-				if err := CheckLabel("key", k); err != nil {
-					return err
-				}
-				if err := tx.SetKeyTeam(ctx, k, tm.Name); err != nil {
-					return err
-				}
-			}
-		}
-		for i := range ls {
-			l := &ls[i]
-			cur, err := tx.Limit(ctx, l.ID)
-			switch {
-			case errors.Is(err, ErrNotFound):
-				created := now
-				if l.Window.Kind == Once && !l.Window.Anchor.IsZero() {
-					created = l.Window.Anchor // the balance counts from where it did
-				}
-				if err := tx.InsertLimit(ctx, *l, created); err != nil {
-					return err
-				}
-				cur = *l
-				cur.Raises = nil
-			case err != nil:
-				return err
-			case !cur.SameIdentity(l):
-				return invalid("id", l.ID, "names a limit of another owner, scope, value, metric or window in this database")
-			default:
-				if err := tx.UpdateLimit(ctx, *l, now); err != nil {
-					return err
-				}
-			}
-			for _, r := range l.Raises {
-				if slices.ContainsFunc(cur.Raises, func(c Raise) bool { return c.ID == r.ID }) {
-					continue
-				}
-				if r.ID == "" || r.Amount <= 0 || r.Amount > MaxTokens {
-					return invalid("raises", r.ID, "of limit "+l.ID+": a raise needs an id and an amount from 1 to 2^53-1")
-				}
-				if r.At.IsZero() {
-					r.At = now
-				}
-				if err := tx.AddRaise(ctx, l.ID, r); err != nil {
-					return err
-				}
-			}
-		}
-		if len(d.Prices) > 0 {
-			return tx.PutPrices(ctx, d.Prices)
 		}
 		return nil
 	})
@@ -161,4 +144,60 @@ func (t *Tracker) LoadDefinitions(ctx context.Context, d Definitions) error {
 		t.prices.Store(nil)
 	}
 	return err
+}
+
+// loadDefinitions is LoadDefinitions' writes in tx.
+func loadDefinitions(ctx context.Context, tx Tx, d *Definitions, ls []Limit, now time.Time) error {
+	for _, tm := range d.Teams {
+		if err := tx.PutTeam(ctx, Team{Name: tm.Name, Org: tm.Org}); err != nil {
+			return err
+		}
+		for _, k := range tm.Keys {
+			if err := tx.SetKeyTeam(ctx, k, tm.Name); err != nil {
+				return err
+			}
+		}
+	}
+	for i := range ls {
+		l := &ls[i]
+		cur, err := tx.Limit(ctx, l.ID)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			created := now
+			if l.Window.Kind == Once && !l.Window.Anchor.IsZero() {
+				created = l.Window.Anchor // the balance counts from where it did
+			}
+			if err := tx.InsertLimit(ctx, *l, created); err != nil {
+				return err
+			}
+			cur = *l
+			cur.Raises = nil
+		case err != nil:
+			return err
+		case !cur.SameIdentity(l):
+			return invalid("id", l.ID, "names a limit of another owner, scope, value, metric or window in this database")
+		default:
+			if err := tx.UpdateLimit(ctx, *l, now); err != nil {
+				return err
+			}
+		}
+		for _, r := range l.Raises {
+			if slices.ContainsFunc(cur.Raises, func(c Raise) bool { return c.ID == r.ID }) {
+				continue
+			}
+			if r.ID == "" || r.Amount <= 0 || r.Amount > MaxTokens {
+				return invalid("raises", r.ID, "of limit "+l.ID+": a raise needs an id and an amount from 1 to 2^53-1")
+			}
+			if r.At.IsZero() {
+				r.At = now
+			}
+			if err := tx.AddRaise(ctx, l.ID, r); err != nil {
+				return err
+			}
+		}
+	}
+	if len(d.Prices) > 0 {
+		return tx.PutPrices(ctx, d.Prices)
+	}
+	return nil
 }

@@ -66,7 +66,9 @@
 // exchanges in rows.go; the writer in writer.go and batch.go (each
 // operation kind's steps side by side); administration (limits,
 // inspect, verify) in admin.go; teams, organisations and raises in team.go; provider parking
-// in park.go and prober.go.
+// in park.go and prober.go; the audit log and who made a change in audit.go
+// (its JSON views in audit_views.go), admin scopes in scope.go, and
+// declarative definitions (ApplyDefinitions) in reconcile.go.
 //
 // # Concurrency
 //

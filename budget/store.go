@@ -145,6 +145,9 @@ type DefinitionsTx interface {
 	// PutPrices stores prices, replacing any with the same provider, model
 	// and From, and moves PricesVersion.
 	PutPrices(ctx context.Context, ps []Price) error
+	// DeletePrice removes the price version with p's provider, model,
+	// tier, threshold and From (none: no error), and moves PricesVersion.
+	DeletePrice(ctx context.Context, p Price) error
 }
 
 // HistoryTx reads the usage history and what is derived from it (sums that

@@ -2,6 +2,7 @@ package main
 
 import (
 	"os/user"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -99,4 +100,27 @@ func TestAdminTokenAddLsRevoke(t *testing.T) {
 	}
 	mustRun(t, 4, "admin", "token", "revoke", "--db", db, "nobody")
 	mustRun(t, 2, "admin", "nope")
+}
+
+// A backup holds the audit log as it was; a prune leaves it alone; a
+// config export leaves it out.
+func TestAuditKeptByBackupAndPrune(t *testing.T) {
+	t.Parallel()
+	db := tempDB(t)
+	mustRun(t, 0, "team", "set", "--db", db, "eng")
+	mustRun(t, 0, "limit", "set", "--db", db, "--team", "eng", "--window", "daily", "--limit", "10")
+	mustRun(t, 0, "record", "--db", db, "--key", "k", "--provider", "p", "--model", "m", "--input", "1", "--at", "2026-02-01T00:00:00Z")
+	log := mustRun(t, 0, "audit", "ls", "--db", db, "--json").stdout
+	out := filepath.Join(t.TempDir(), "copy.db")
+	mustRun(t, 0, "backup", "--db", db, out)
+	if got := mustRun(t, 0, "audit", "ls", "--db", out, "--json").stdout; got != log {
+		t.Errorf("the backup's audit log:\n%s\nwant:\n%s", got, log)
+	}
+	mustRun(t, 0, "prune", "--db", db, "--before", "2026-02-25")
+	if got := mustRun(t, 0, "audit", "ls", "--db", db, "--json").stdout; got != log {
+		t.Errorf("the audit log after prune:\n%s\nwant:\n%s", got, log)
+	}
+	if doc := mustRun(t, 0, "config", "export", "--db", db).stdout; strings.Contains(doc, "audit") || strings.Contains(doc, "aud_") {
+		t.Errorf("config export holds the audit log:\n%s", doc)
+	}
 }

@@ -12,6 +12,7 @@ import (
 
 const configHelp = `usage: budget config export [--db PATH]
        budget config import [--db PATH] [--json] [FILE|-]
+       budget config apply [--db PATH] [--dry-run] [--prune] [--json] FILE|-
 
 export writes the database's configuration to stdout as one JSON document,
 everything 'config import' needs to recreate it apart from the usage history
@@ -21,20 +22,22 @@ everything 'config import' needs to recreate it apart from the usage history
    "limits": [{"id", "level", "owner", "scope", "scope_value", "metric",
                "limit", "window", "reset_time", "timezone", "anchor",
                "enabled", "raises": [{"id", "by", "until", "at"}], "alerts"}],
-   "prices": [{"provider", "model", "from", "input", "output",
-               "cache_read", "cache_write", "reasoning"}],
+   "prices": [{"provider", "model", "tier", "above_input", "from", "input",
+               "output", "cache_read", "cache_write", "reasoning"}],
    "teams":  [{"name", "org", "keys"}],
    "keys":   [{"name", "hash", "created_at", "revoked_at", "prev_hash",
-               "prev_until"}]}
+               "prev_until", "expires_at", "models"}]}
 
 limit is the limit as set (its raises are listed apart), in the metric's
 unit (micro-dollars for usd); anchor is where a once window's balance
 starts; owner is null for a default limit. Prices are dollars per million
-tokens. keys are the gateway keys: the SHA-256 of their secrets, never the
-secrets, so a key keeps working after the move. Times are RFC3339 with
+tokens; tier and above_input are left out for the standard tier's base
+row. keys are the gateway keys: the SHA-256 of their secrets, never the
+secrets, so a key keeps working after the move; expires_at and models are
+left out when the key has none. The audit log is not part of it. Times are RFC3339 with
 nanoseconds, UTC; null is what does not apply. Writes nothing.
 
-import reads such a document (FILE, or stdin when FILE is - or missing) and
+import reads such a document, as JSON or YAML (FILE, or stdin when FILE is - or missing) and
 validates all of it before it writes anything: bad input exits 2 naming the
 entry and the field. It then writes the teams, limits, raises and prices in
 one transaction (limits by id: created, or updated in place; raises and
@@ -45,23 +48,28 @@ twice changes nothing the second time. Creates the database when missing.
 Prints what it imported, or {"limits", "prices", "teams", "keys",
 "keys_present"} with --json (keys_present: gateway keys already there).
 
+apply makes the database what such a document says, in one transaction,
+and prints the changes: see 'budget config apply -h'.
+
 `
 
 func (m *Main) runConfig(ctx context.Context, args []string) error {
 	if len(args) == 0 {
 		fmt.Fprint(m.Stderr, configHelp)
-		return usagef("config", "missing subcommand: export or import")
+		return usagef("config", "missing subcommand: export, import or apply")
 	}
 	switch args[0] {
 	case "export":
 		return m.runConfigExport(ctx, args[1:])
 	case "import":
 		return m.runConfigImport(ctx, args[1:])
+	case "apply":
+		return m.runConfigApply(ctx, args[1:])
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(m.Stdout, configHelp)
 		return nil
 	}
-	return usagef("config", "unknown subcommand %q: want export or import", args[0])
+	return usagef("config", "unknown subcommand %q: want export, import or apply", args[0])
 }
 
 func (m *Main) runConfigExport(ctx context.Context, args []string) (err error) {

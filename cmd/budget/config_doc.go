@@ -60,6 +60,8 @@ type configRaise struct {
 type configPrice struct {
 	Provider   string     `json:"provider"`
 	Model      string     `json:"model"`
+	Tier       string     `json:"tier,omitempty"`        // "" (absent): the standard tier
+	AboveInput int64      `json:"above_input,omitempty"` // 0 (absent): any prompt size
 	From       string     `json:"from"`
 	Input      usdAmount  `json:"input"`
 	Output     usdAmount  `json:"output"`
@@ -98,12 +100,14 @@ type configTeam struct {
 // configKey is a gateway key as stored: the hash of its secret, never the
 // secret.
 type configKey struct {
-	Name      string  `json:"name"`
-	Hash      string  `json:"hash"`
-	CreatedAt string  `json:"created_at"`
-	RevokedAt *string `json:"revoked_at"` // null while usable
-	PrevHash  *string `json:"prev_hash"`  // a rotation's previous secret, accepted until prev_until
-	PrevUntil *string `json:"prev_until"`
+	Name      string   `json:"name"`
+	Hash      string   `json:"hash"`
+	CreatedAt string   `json:"created_at"`
+	RevokedAt *string  `json:"revoked_at"` // null while usable
+	PrevHash  *string  `json:"prev_hash"`  // a rotation's previous secret, accepted until prev_until
+	PrevUntil *string  `json:"prev_until"`
+	ExpiresAt *string  `json:"expires_at,omitempty"` // absent or null: never
+	Models    []string `json:"models,omitempty"`     // absent: any model
 }
 
 // nsTime formats t as RFC3339 with nanoseconds in UTC; nsTimep is nil for
@@ -145,7 +149,7 @@ func configObj(d *budget.Definitions, ks []gatekey.Key) configDoc {
 	}
 	for i, p := range d.Prices {
 		num := func(v int64) usdAmount { return usdAmount(budget.FormatUSD(v)) }
-		doc.Prices[i] = configPrice{Provider: p.Provider, Model: p.Model, From: nsTime(p.From), Input: num(p.Input), Output: num(p.Output),
+		doc.Prices[i] = configPrice{Provider: p.Provider, Model: p.Model, Tier: p.Tier, AboveInput: p.AboveInput, From: nsTime(p.From), Input: num(p.Input), Output: num(p.Output),
 			CacheRead: ptr(num(p.CacheRead)), CacheWrite: ptr(num(p.CacheWrite)), Reasoning: ptr(num(p.Reasoning))}
 	}
 	for i, t := range d.Teams {
@@ -153,7 +157,7 @@ func configObj(d *budget.Definitions, ks []gatekey.Key) configDoc {
 	}
 	for i, k := range ks {
 		doc.Keys[i] = configKey{Name: k.Name, Hash: k.Hash, CreatedAt: nsTime(k.CreatedAt), RevokedAt: nsTimep(k.RevokedAt),
-			PrevHash: nullIfEmpty(k.PrevHash), PrevUntil: nsTimep(k.PrevUntil)}
+			PrevHash: nullIfEmpty(k.PrevHash), PrevUntil: nsTimep(k.PrevUntil), ExpiresAt: nsTimep(k.ExpiresAt), Models: k.Models}
 	}
 	return doc
 }
@@ -165,6 +169,9 @@ func parseConfig(r io.Reader, now time.Time) (budget.Definitions, []gatekey.Key,
 	var d budget.Definitions
 	data, err := io.ReadAll(r)
 	if err != nil {
+		return d, nil, err
+	}
+	if data, err = yamlToJSON(data); err != nil {
 		return d, nil, err
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -372,7 +379,7 @@ func (c *configPrice) price() (budget.Price, error) {
 		}
 		return ptr(string(*n))
 	}
-	return budget.PriceSpec{Provider: c.Provider, Model: c.Model, From: from, Input: string(c.Input), Output: string(c.Output),
+	return budget.PriceSpec{Provider: c.Provider, Model: c.Model, Tier: c.Tier, AboveInput: c.AboveInput, From: from, Input: string(c.Input), Output: string(c.Output),
 		CacheRead: str(c.CacheRead), CacheWrite: str(c.CacheWrite), Reason: str(c.Reasoning)}.Parse(from)
 }
 
@@ -410,6 +417,14 @@ func (c *configKey) key() (gatekey.Key, error) {
 		}
 	} else if c.PrevUntil != nil {
 		return k, budget.Invalid("prev_until", *c.PrevUntil, "applies only with prev_hash")
+	}
+	if c.ExpiresAt != nil {
+		if k.ExpiresAt, err = parseNs("expires_at", *c.ExpiresAt); err != nil {
+			return k, err
+		}
+	}
+	if k.Models, err = gatekey.ModelPatterns(c.Models); err != nil {
+		return k, err
 	}
 	return k, nil
 }

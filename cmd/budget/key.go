@@ -23,12 +23,13 @@ const keyHelp = `usage: budget key <add|ls|rotate|revoke|set-team> [flags]
 	key rotate NAME        give a key a new secret; the old one works for --grace (1h)
 	key revoke NAME        revoke a key (the proxy refuses it within 5s)
 	key set-team NAME T    place any key (gateway or not) in team T, or in none with --none
+	key set NAME           change a key's expiry (--expires) or allowed models (--models)
 `
 
 func (m *Main) runKey(ctx context.Context, args []string) error {
 	if len(args) == 0 {
 		fmt.Fprint(m.Stderr, keyHelp)
-		return usagef("key", "missing subcommand: add, ls, rotate, revoke or set-team")
+		return usagef("key", "missing subcommand: add, ls, rotate, revoke, set or set-team")
 	}
 	switch args[0] {
 	case "add":
@@ -41,11 +42,13 @@ func (m *Main) runKey(ctx context.Context, args []string) error {
 		return m.runKeyRotate(ctx, args[1:])
 	case "set-team":
 		return m.runKeySetTeam(ctx, args[1:])
+	case "set":
+		return m.runKeySet(ctx, args[1:])
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(m.Stdout, keyHelp)
 		return nil
 	}
-	return usagef("key", "unknown subcommand %q: want add, ls, rotate, revoke or set-team", args[0])
+	return usagef("key", "unknown subcommand %q: want add, ls, rotate, revoke, set or set-team", args[0])
 }
 
 const keyAddHelp = `usage: budget key add NAME [--team TEAM] [--expires T] [--models PATTERN,...] [--reuse] [--at T] [--json]
@@ -243,6 +246,19 @@ type keyJSON struct {
 	Models        []string `json:"models"` // the patterns it may ask for; [] for any
 }
 
+// keyObj is k as 'key ls --json' lists it at now; teams maps keys to
+// their teams.
+func keyObj(k *gatekey.Key, teams map[string]string, now time.Time) keyJSON {
+	state, until := keyState(k, now)
+	o := keyJSON{Name: k.Name, CreatedAt: ts(k.CreatedAt), Revoked: !k.RevokedAt.IsZero(), State: state,
+		RevokedAt: tsp(k.RevokedAt), RotatingUntil: tsp(until), LastUsedAt: tsp(k.LastUsedAt),
+		ExpiresAt: tsp(k.ExpiresAt), Models: append([]string{}, k.Models...)}
+	if t, ok := teams[k.Name]; ok {
+		o.Team = &t
+	}
+	return o
+}
+
 // keyState is a key's state at now and, while rotating, until when its
 // previous secret works.
 func keyState(k *gatekey.Key, now time.Time) (string, time.Time) {
@@ -289,14 +305,7 @@ func (m *Main) runKeyLs(ctx context.Context, args []string) (err error) {
 	if *asJSON {
 		out := make([]keyJSON, len(keys))
 		for i := range keys {
-			k := &keys[i]
-			state, until := keyState(k, now)
-			out[i] = keyJSON{Name: k.Name, CreatedAt: ts(k.CreatedAt), Revoked: !k.RevokedAt.IsZero(), State: state,
-				RevokedAt: tsp(k.RevokedAt), RotatingUntil: tsp(until), LastUsedAt: tsp(k.LastUsedAt),
-				ExpiresAt: tsp(k.ExpiresAt), Models: append([]string{}, k.Models...)}
-			if t, ok := teams[k.Name]; ok {
-				out[i].Team = &t
-			}
+			out[i] = keyObj(&keys[i], teams, now)
 		}
 		return writeJSON(m.Stdout, struct {
 			Keys []keyJSON `json:"keys"`

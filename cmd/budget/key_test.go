@@ -271,3 +271,32 @@ func TestKeyAddExpiresAndModels(t *testing.T) {
 		t.Errorf("a key without rules: %v; want expires_at null, models []", k)
 	}
 }
+
+func TestKeySetChangesOnlyTheRulesGiven(t *testing.T) {
+	t.Parallel()
+	db := tempDB(t)
+	exp := testNow.Add(time.Hour).Format(time.RFC3339)
+	secret := strings.TrimSpace(mustRun(t, 0, "key", "add", "--db", db, "app", "--models", "gpt-4o").stdout)
+	mustRun(t, 2, "key", "set", "--db", db, "app")
+	mustRun(t, 2, "key", "set", "--db", db, "app", "--expires", testNow.Format(time.RFC3339))
+	mustRun(t, 4, "key", "set", "--db", db, "nope", "--expires", exp)
+	v := decode(t, mustRun(t, 0, "key", "set", "--db", db, "app", "--expires", exp, "--json").stdout)
+	wantKeys(t, "key set --json", v, keyFields...)
+	if v["expires_at"] != exp || strings.Join(strs(v["models"]), ",") != "gpt-4o" {
+		t.Fatalf("key set --expires: %v; want the expiry set, the models kept", v)
+	}
+	v = decode(t, mustRun(t, 0, "key", "set", "--db", db, "app", "--models", "any", "--json").stdout)
+	if v["expires_at"] != exp || len(v["models"].([]any)) != 0 {
+		t.Fatalf("key set --models any: %v; want the expiry kept, any model", v)
+	}
+	v = decode(t, mustRun(t, 0, "key", "set", "--db", db, "app", "--expires", "never", "--json").stdout)
+	if v["expires_at"] != nil {
+		t.Fatalf("key set --expires never: %v", v)
+	}
+	if name, err := lookupAt(t, db, secret, testNow); err != nil || name != "app" {
+		t.Fatalf("the key's secret after key set: %q, %v", name, err)
+	}
+	if n := auditCount(t, db); n != 4 {
+		t.Fatalf("%d audit entries; want 4 (add and three changes)", n)
+	}
+}

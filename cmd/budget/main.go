@@ -81,6 +81,7 @@ Commands:
 	export           write the usage history as the JSON lines import reads (or CSV)
 	config export    write limits, prices, teams and gateway keys as one JSON document
 	config import    recreate them from such a document
+	config apply     make the database what such a document (JSON or YAML) says: --dry-run, --prune
 	prune            delete events before a UTC day, keeping their daily rollups
 	reserve          hold an estimate against every applicable limit (exit 3 when refused)
 	commit           settle a reservation with the actual usage

@@ -35,7 +35,7 @@ const proxyHelp = `usage: budget proxy (--upstream URL | --upstream NAME=URL ...
 	[--max-inflight-bytes N] [--max-inflight-bytes-per-key N] [--min-body-rate N]
 	[--retain D] [--log-format text|json]
 	[--admin-listen ADDR [--admin-token-env VAR]]
-	[--alert-webhook URL [--alert-secret-env VAR]] [--metrics-limits ID,...]
+	[--alert-webhook URL [--alert-secret-env VAR]] [--metrics-limits ID,...] [--config FILE]
 
 Serves POST /v1/chat/completions, /v1/responses, /v1/embeddings,
 /v1/images/generations, /v1/messages, Gemini's
@@ -143,6 +143,13 @@ carries X-Budget-Signature: sha256=<hex HMAC-SHA256 of the body keyed with
 $VAR> (a missing or empty VAR is exit 2). A failing webhook or store is
 logged on stderr and never stops the proxy.
 
+Config: with --config FILE the proxy applies FILE ('budget config apply
+FILE': limits, teams, prices and gateway keys, JSON or YAML, without
+pruning) before it serves, and again on every SIGHUP, logging each change
+on stderr. A file that does not apply at start stops the start (exit 2
+for bad input); one that does not apply on SIGHUP changes nothing, is
+logged, and the proxy serves on with what it had.
+
 Self-service: GET /v1/budget with a gateway key answers {"key", "limits"}:
 the status of every limit that applies to that key, as 'budget inspect
 --key KEY --json' prints it (with forecast_used and exhausts_at). It costs
@@ -171,6 +178,7 @@ const (
 
 // proxyOptions configure a proxy started by startProxy.
 type proxyOptions struct {
+	config   string // --config: applied at start and on SIGHUP
 	dsn      string
 	listen   string
 	upstream string // "" with mock or upstreams
@@ -246,6 +254,7 @@ func (m *Main) runProxy(ctx context.Context, args []string) (err error) {
 	fs.StringVar(&o.alertWebhook, "alert-webhook", "", "POST every alert to this `URL`, at least once (retried until a 2xx)")
 	secretEnv := fs.String("alert-secret-env", "", "environment `variable` holding the secret that signs each alert (X-Budget-Signature)")
 	metricsLimits := fs.String("metrics-limits", "", "comma-separated limit `ids` the per-limit gauges report besides those with alerts")
+	fs.StringVar(&o.config, "config", "", "apply this config `file` (JSON or YAML) at start and on every SIGHUP")
 	pos, err := m.parseArgs(fs, proxyHelp, args)
 	if err != nil {
 		return err
@@ -395,6 +404,8 @@ type runningProxy struct {
 	stopRetention func()
 	// stopAlerts stops the alert deliverer and waits for it (nil without --alert-webhook).
 	stopAlerts func()
+	// stopConfig stops the SIGHUP reloads of --config (nil without it).
+	stopConfig func()
 	admin      adminServer // the dashboard (admin_listen.go)
 }
 
@@ -432,6 +443,9 @@ func (m *Main) startProxy(ctx context.Context, o proxyOptions) (_ *runningProxy,
 		return nil, err
 	}
 	metrics.SetTracker(p.tracker)
+	if err := p.startConfig(ctx, m, o); err != nil {
+		return nil, err
+	}
 	metrics.GaugeLimits(o.metricsLimits)
 	p.warnUnknownLimits(ctx, o)
 	if o.retain > 0 {
@@ -658,6 +672,9 @@ func (p *runningProxy) stop(ctx context.Context) error {
 	}
 	if p.stopAlerts != nil {
 		p.stopAlerts()
+	}
+	if p.stopConfig != nil {
+		p.stopConfig()
 	}
 	if p.tracker != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)

@@ -42,14 +42,43 @@ func buildBudget(t *testing.T) string {
 
 // lockedBuffer collects a process's stderr.
 type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu    sync.Mutex
+	b     bytes.Buffer
+	wrote chan struct{} // closed (and replaced) by each Write
 }
 
 func (l *lockedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.wrote != nil {
+		close(l.wrote)
+		l.wrote = nil
+	}
 	return l.b.Write(p)
+}
+
+// waitFor waits until the buffer holds s n times, failing the test after
+// a minute.
+func (l *lockedBuffer) waitFor(t *testing.T, s string, n int) {
+	t.Helper()
+	deadline := time.After(time.Minute)
+	for {
+		l.mu.Lock()
+		if strings.Count(l.b.String(), s) >= n {
+			l.mu.Unlock()
+			return
+		}
+		if l.wrote == nil {
+			l.wrote = make(chan struct{})
+		}
+		wrote := l.wrote
+		l.mu.Unlock()
+		select {
+		case <-wrote:
+		case <-deadline:
+			t.Fatalf("no %d× %q in:\n%s", n, s, l.String())
+		}
+	}
 }
 
 func (l *lockedBuffer) String() string {

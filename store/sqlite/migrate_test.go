@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/gatekey"
 )
 
 // A database written before model normalisation (schema 2): raw model
@@ -190,5 +191,47 @@ func TestMigrate10KeepsAlertsAsThresholds(t *testing.T) {
 	as, err := tr.Alerts(ctx, 10)
 	if err != nil || len(as) != 1 || as[0].Kind != budget.AlertThreshold || as[0].Threshold != 50 || as[0].Metric != budget.MetricUSD {
 		t.Fatalf("alerts after migration = %+v, %v; want the 50 %% one as a threshold of its usd limit", as, err)
+	}
+}
+
+// A database of schema 12 (gateway keys without expiry or models, no
+// admin tokens, no audit log) keeps its keys when opened: they never
+// expire and allow any model, and the new tables take tokens and entries.
+func TestMigrate12AddsKeyRulesAndAudit(t *testing.T) {
+	ctx := context.Background()
+	path := tmpDB(t)
+	s := openStore(t, path)
+	s.Close()
+	raw, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`DROP TABLE audit`,
+		`DROP TABLE admin_tokens`,
+		`ALTER TABLE gateway_keys DROP COLUMN expires_at`,
+		`ALTER TABLE gateway_keys DROP COLUMN models`,
+		`INSERT INTO gateway_keys (name, hash, created_at) VALUES ('app', 'h', 1)`,
+		`PRAGMA user_version = 12`,
+	} {
+		if _, err := raw.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	raw.Close()
+	s = openStore(t, path)
+	defer s.Close()
+	k, err := s.KeyByHash(ctx, "h")
+	if err != nil || k.Name != "app" || !k.ExpiresAt.IsZero() || len(k.Models) != 0 {
+		t.Fatalf("key after migration = %+v, %v; want app, no expiry, any model", k, err)
+	}
+	if err := s.InsertAdminToken(ctx, gatekey.AdminToken{Name: "ops", Hash: "ah", CreatedAt: time.Unix(1, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	tr := newTracker(t, s, nil)
+	defer tr.Close(ctx)
+	es, err := tr.Audit(ctx, budget.AuditFilter{})
+	if err != nil || len(es) != 1 || es[0].Object != budget.ObjectAdminToken {
+		t.Fatalf("audit after migration = %+v, %v; want the token's entry", es, err)
 	}
 }

@@ -251,6 +251,16 @@ func (t *tx) PutPrices(_ context.Context, ps []budget.Price) error {
 	return nil
 }
 
+func (t *tx) DeletePrice(_ context.Context, p budget.Price) error {
+	if err := t.write(); err != nil {
+		return err
+	}
+	own(t.st, "prices", &t.st.prices)
+	delete(t.st.prices, priceKey{p.Provider, p.Model, p.Tier, p.AboveInput, ns(p.From)})
+	t.st.pricesVersion++
+	return nil
+}
+
 // ---- the history and counters
 
 // sum is the history's total for l over [start, end), saturating at

@@ -15,7 +15,8 @@ var (
 	qPutPrice = New(`INSERT INTO prices (provider, model, tier, above_input, from_at, input, output, cache_read, cache_write, reasoning)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (provider, model, tier, above_input, from_at) DO UPDATE SET input = excluded.input,
 		output = excluded.output, cache_read = excluded.cache_read, cache_write = excluded.cache_write, reasoning = excluded.reasoning`)
-	qMovePrices = New(`UPDATE meta SET value = value + 1 WHERE name = 'prices_version'`)
+	qMovePrices  = New(`UPDATE meta SET value = value + 1 WHERE name = 'prices_version'`)
+	qDeletePrice = New(`DELETE FROM prices WHERE provider = ? AND model = ? AND tier = ? AND above_input = ? AND from_at = ?`)
 )
 
 func (t Tx) Prices(ctx context.Context) ([]budget.Price, error) {
@@ -37,6 +38,18 @@ func (t Tx) PutPrices(ctx context.Context, ps []budget.Price) error {
 		if _, err := t.exec(ctx, &qPutPrice, p.Provider, p.Model, p.Tier, p.AboveInput, sqlrow.Ns(p.From), p.Input, p.Output, p.CacheRead, p.CacheWrite, p.Reasoning); err != nil {
 			return fmt.Errorf("store price of %s/%s: %w", p.Provider, p.Model, err)
 		}
+	}
+	if _, err := t.exec(ctx, &qMovePrices); err != nil {
+		return fmt.Errorf("move prices version: %w", err)
+	}
+	return nil
+}
+
+// DeletePrice removes the price version p names and moves the prices
+// version.
+func (t Tx) DeletePrice(ctx context.Context, p budget.Price) error {
+	if _, err := t.exec(ctx, &qDeletePrice, p.Provider, p.Model, p.Tier, p.AboveInput, sqlrow.Ns(p.From)); err != nil {
+		return fmt.Errorf("delete price of %s/%s: %w", p.Provider, p.Model, err)
 	}
 	if _, err := t.exec(ctx, &qMovePrices); err != nil {
 		return fmt.Errorf("move prices version: %w", err)
