@@ -64,11 +64,43 @@ type pageWatch struct {
 	mu       sync.Mutex
 	problems []string
 	urls     []string
+	byID     map[network.RequestID]string // what each request asked, for its failure
+	changed  chan struct{}                // closed and replaced on each problem (waitFor)
+}
+
+// waitFor waits until a problem containing s has been reported, for at
+// most d, and reports whether one was.
+func (w *pageWatch) waitFor(s string, d time.Duration) bool {
+	timeout := time.After(d)
+	for {
+		w.mu.Lock()
+		found := slices.ContainsFunc(w.problems, func(p string) bool { return strings.Contains(p, s) })
+		if w.changed == nil {
+			w.changed = make(chan struct{})
+		}
+		changed := w.changed
+		w.mu.Unlock()
+		if found {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			return false
+		}
+	}
 }
 
 func (w *pageWatch) listen(ev any) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	n := len(w.problems)
+	defer func() {
+		if len(w.problems) > n && w.changed != nil {
+			close(w.changed)
+			w.changed = nil
+		}
+	}()
 	switch ev := ev.(type) {
 	case *runtime.EventConsoleAPICalled:
 		if ev.Type == runtime.ConsoleAPICalledTypeError || ev.Type == runtime.ConsoleAPICalledTypeAssert {
@@ -86,8 +118,12 @@ func (w *pageWatch) listen(ev any) {
 		}
 	case *network.EventRequestWillBeSent:
 		w.urls = append(w.urls, ev.Request.URL)
+		if w.byID == nil {
+			w.byID = map[network.RequestID]string{}
+		}
+		w.byID[ev.RequestID] = ev.Request.Method + " " + ev.Request.URL
 	case *network.EventLoadingFailed:
-		w.problems = append(w.problems, "request failed: "+ev.ErrorText)
+		w.problems = append(w.problems, "request failed: "+ev.ErrorText+" "+w.byID[ev.RequestID])
 	}
 }
 

@@ -59,6 +59,18 @@ func (u *ui) open(path string) {
 	if err != nil || resp.Status != http.StatusOK {
 		u.t.Fatalf("GET %s: %v %v", path, resp, err)
 	}
+	u.settled()
+}
+
+// settled waits until the page's script has asked the API who the
+// session is (and shown the panel): leaving the page before would abort
+// that request.
+func (u *ui) settled() {
+	u.t.Helper()
+	if _, err := chromedp.Run(u.ctx, chromedp.Poll[bool](`(() => { const m = document.getElementById("manage"); return !m || !m.hidden; })()`,
+		chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+		u.t.Fatalf("the management panel never settled: %v", err)
+	}
 }
 
 // fill sets the fields of the form sel.
@@ -77,6 +89,7 @@ func (u *ui) submitReload(sel string) {
 	if _, err := chromedp.Run(u.ctx, chromedp.WaitEvent(page.LoadEventFired, nil, chromedp.Click(chromedp.CSS(sel+` button[type=submit]`)))); err != nil {
 		u.t.Fatalf("submitting %s: %v", sel, err)
 	}
+	u.settled()
 }
 
 // submitResult submits the form sel and returns what it shows once the
@@ -113,7 +126,8 @@ func (u *ui) waitForms() {
 
 // TestBrowserManage drives the management forms in Chromium: with the
 // global token's dashboard session it creates a key (its secret shown
-// once), sets, changes and raises a limit, and revokes the key, each
+// once), sets a team's limit and a key's, changes, raises and deletes it,
+// and revokes the key, each
 // change in the audit log as admin; a page of another origin cannot use
 // the session; and on a loopback dashboard a team's token signs in and
 // may change its team only.
@@ -157,6 +171,20 @@ func TestBrowserManage(t *testing.T) {
 	if strings.Contains(u.text(), secret) {
 		t.Fatal("the secret is shown again after a reload")
 	}
+	// A limit for the team, from its page.
+	u.waitForms()
+	teamLimit := `form[data-path="/admin/v1/limits"]`
+	u.fill(teamLimit, map[string]string{"metric": "requests", "limit": "5000", "window": "1h"})
+	u.submitReload(teamLimit)
+	tls, err := f.db.Limits(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(tls, func(l budget.Limit) bool {
+		return l.Team == "research" && l.Metric == budget.MetricRequests && l.Max == 5000 && l.Window.String() == "1h"
+	}) {
+		t.Fatalf("no 5000 requests an hour limit of team research after its form: %+v", tls)
+	}
 
 	// A dollar limit for it, from its key page; then changed and raised
 	// from the limit's page.
@@ -191,6 +219,19 @@ func TestBrowserManage(t *testing.T) {
 		t.Fatalf("after change and raise: %+v", ls[i])
 	}
 
+	// Deleted from its page: the browser goes back to the overview.
+	del := `form[data-method="DELETE"]`
+	if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS(del+` input[type=checkbox]`))); err != nil {
+		t.Fatal(err)
+	}
+	u.submitReload(del)
+	if loc, _ := chromedp.Run(bctx, chromedp.Location()); loc != base+"/" {
+		t.Errorf("after deleting a limit the browser is at %s; want the overview", loc)
+	}
+	if ls, _ = f.db.Limits(ctx, "ml-eval"); slices.ContainsFunc(ls, func(l budget.Limit) bool { return l.ID == id }) {
+		t.Fatalf("limit %s is still there after its delete form", id)
+	}
+
 	// Revoked from its key page.
 	u.open("/key?name=ml-eval")
 	u.waitForms()
@@ -212,7 +253,7 @@ func TestBrowserManage(t *testing.T) {
 			got = append(got, string(e.Action)+" "+string(e.Object))
 		}
 	}
-	for _, w := range []string{"create key", "create limit", "update limit", "raise limit", "revoke key"} {
+	for _, w := range []string{"create key", "create limit", "update limit", "raise limit", "delete limit", "revoke key"} {
 		if !slices.Contains(got, w) {
 			t.Errorf("the audit log's changes by admin: %q; want %q among them", got, w)
 		}
@@ -242,7 +283,10 @@ func TestBrowserManage(t *testing.T) {
 	if keys, _ := f.db.KeyStore().ListKeys(ctx); slices.ContainsFunc(keys, func(k gatekey.Key) bool { return k.Name == "evil-key" }) {
 		t.Fatal("a page of another origin created a key with the dashboard's session")
 	}
-	watch.take() // the refused request is logged as a failed load
+	// The browser reports the refused answer as a failed load, in its own
+	// time: wait for it, so it is not taken for a later page's.
+	watch.waitFor("POST "+base+"/admin/v1/keys", 10*time.Second)
+	watch.take()
 
 	// The pages themselves take no other method.
 	req, _ := http.NewRequest(http.MethodPost, base+"/key?name=ml-eval", strings.NewReader("x"))
