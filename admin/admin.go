@@ -23,7 +23,6 @@ package admin
 
 import (
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"time"
@@ -116,7 +115,7 @@ func New(cfg Config) (*Handler, error) {
 		cfg.Now = cfg.Tracker.Now
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		cfg.Logger = slog.Default()
 	}
 	h := &Handler{cfg: cfg, cop: http.NewCrossOriginProtection(), routes: routes}
 	h.register()

@@ -189,27 +189,40 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request, p *Principal) er
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.Header().Set("Cache-Control", "no-store")
-	bw := bufio.NewWriterSize(w, 64<<10)
+	sent := &sentWriter{w: w}
+	bw := bufio.NewWriterSize(sent, 64<<10)
 	enc := json.NewEncoder(bw)
 	enc.SetEscapeHTML(false)
-	started := false
 	_, err = h.cfg.Tracker.Export(r.Context(), since, until, key, func(u budget.Usage) error {
 		if !v.sees(budget.ObjectKey, budget.Placed{Team: u.Team, Org: u.Org}) {
 			return nil
 		}
-		started = true
 		return enc.Encode(jsonview.EventOf(&u))
 	})
-	if err != nil && !started {
+	if err == nil {
+		err = bw.Flush()
+	}
+	switch {
+	case err == nil:
+		return nil
+	case !sent.any:
 		return err // nothing sent yet: a clean error answer
 	}
-	if err != nil {
-		// The status is sent: cut the stream short, so the client sees a
-		// truncated body rather than a complete-looking one.
-		h.cfg.Logger.Error("admin: usage export failed mid-stream", "err", err)
-		panic(http.ErrAbortHandler)
-	}
-	return bw.Flush()
+	// The status and some lines are sent: cut the stream short, so the
+	// client sees a broken body rather than a complete-looking one.
+	h.cfg.Logger.Error("admin: usage export failed mid-stream", "err", err)
+	panic(http.ErrAbortHandler)
+}
+
+// sentWriter notes whether anything was written through it.
+type sentWriter struct {
+	w   http.ResponseWriter
+	any bool
+}
+
+func (s *sentWriter) Write(b []byte) (int, error) {
+	s.any = true
+	return s.w.Write(b)
 }
 
 // audit lists the audit log's entries the principal may see, oldest
