@@ -31,7 +31,7 @@ const globalToken = "global-admin-token-0123456789"
 var t0 = time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
 
 type fixture struct {
-	t      *testing.T
+	t      testing.TB
 	db     *tokenbudget.DB
 	h      *admin.Handler
 	now    time.Time
@@ -50,7 +50,7 @@ func (f *fixture) clock() time.Time {
 
 func (f *fixture) tokenStore() *tokenStore { return f.store }
 
-func newFixture(t *testing.T, open bool) *fixture {
+func newFixture(t testing.TB, open bool) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	f := &fixture{t: t, now: t0, tokens: map[string]string{}, limits: map[string]string{}}
@@ -156,7 +156,7 @@ func (f *fixture) do(who, method, path string, body any) answer {
 }
 
 // want checks the status, then decodes the body into v (nil: not).
-func (a answer) want(t *testing.T, status int, v any) answer {
+func (a answer) want(t testing.TB, status int, v any) answer {
 	t.Helper()
 	if a.status != status {
 		t.Fatalf("status %d, want %d; body %s", a.status, status, a.body)
@@ -170,7 +170,7 @@ func (a answer) want(t *testing.T, status int, v any) answer {
 }
 
 // wantError checks an error answer: status, code and field ("" for null).
-func (a answer) wantError(t *testing.T, status int, code, field string) {
+func (a answer) wantError(t testing.TB, status int, code, field string) {
 	t.Helper()
 	var e struct {
 		Error struct {

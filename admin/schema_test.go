@@ -77,7 +77,7 @@ func loadDocument(h http.Handler) {
 
 // conforms checks a's body against the document's schema for the route
 // of method path and a's status.
-func (a answer) conforms(t *testing.T, h http.Handler, method, path string) {
+func (a answer) conforms(t testing.TB, h http.Handler, method, path string) {
 	t.Helper()
 	docOnce.Do(func() { loadDocument(h) })
 	if docErr != nil {
@@ -123,7 +123,7 @@ func (a answer) conforms(t *testing.T, h http.Handler, method, path string) {
 	validate(t, s, a.body, method, path)
 }
 
-func validate(t *testing.T, s *jsonschema.Schema, body []byte, method, path string) {
+func validate(t testing.TB, s *jsonschema.Schema, body []byte, method, path string) {
 	t.Helper()
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(body))
 	if err != nil {
