@@ -179,7 +179,7 @@ func bearer(a string) (string, bool) {
 
 // sessionIn is the body of POST /admin/v1/session.
 type sessionIn struct {
-	Token string `json:"token"`
+	Token string `json:"token" required:"true"`
 }
 
 // openSession checks the token a browser gives and opens a session for it.

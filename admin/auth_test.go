@@ -75,7 +75,7 @@ func (b *browser) do(method, path, body, site string) answer {
 		b.cookies = append(b.cookies[:0], c)
 	}
 	a := answer{w.Code, w.Body.Bytes(), w.Header()}
-	a.conforms(b.f.t, b.f.h, method, path)
+	a.conforms(b.f.t, b.f.h, method, path, []byte(body))
 	return a
 }
 

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -128,17 +127,20 @@ type answer struct {
 // JSON) as the token named who ("": no token).
 func (f *fixture) do(who, method, path string, body any) answer {
 	f.t.Helper()
-	var rd io.Reader
+	var raw []byte
 	switch b := body.(type) {
 	case nil:
 	case string:
-		rd = strings.NewReader(b)
+		raw = []byte(b)
 	default:
-		j, err := json.Marshal(b)
-		if err != nil {
+		var err error
+		if raw, err = json.Marshal(b); err != nil {
 			f.t.Fatal(err)
 		}
-		rd = bytes.NewReader(j)
+	}
+	var rd io.Reader
+	if raw != nil {
+		rd = bytes.NewReader(raw)
 	}
 	r := httptest.NewRequest(method, "http://127.0.0.1:8081"+path, rd)
 	if who != "" {
@@ -151,7 +153,7 @@ func (f *fixture) do(who, method, path string, body any) answer {
 	w := httptest.NewRecorder()
 	f.h.ServeHTTP(w, r)
 	a := answer{w.Code, w.Body.Bytes(), w.Header()}
-	a.conforms(f.t, f.h, method, path)
+	a.conforms(f.t, f.h, method, path, raw)
 	return a
 }
 

@@ -20,7 +20,7 @@ import (
 
 // keyIn is the body of POST /admin/v1/keys.
 type keyIn struct {
-	Name      string   `json:"name"`
+	Name      string   `json:"name" required:"true"`
 	Team      string   `json:"team"`       // "": none (a team's token: its team)
 	Reuse     bool     `json:"reuse"`      // take the name of a revoked key again
 	ExpiresAt *string  `json:"expires_at"` // RFC3339, in the future; null: never
@@ -31,12 +31,12 @@ type keyIn struct {
 // given change.
 type keyPatch struct {
 	// Team moves the key: a team's name, or null for none.
-	Team json.RawMessage `json:"team"`
+	Team json.RawMessage `json:"team" types:"string,null"`
 	// ExpiresAt is when it stops working (RFC3339, in the future), or
 	// null for never.
-	ExpiresAt json.RawMessage `json:"expires_at"`
+	ExpiresAt json.RawMessage `json:"expires_at" types:"string,null"`
 	// Models are the model patterns it may ask for; [] or null: any.
-	Models json.RawMessage `json:"models"`
+	Models json.RawMessage `json:"models" types:"array,null"`
 }
 
 // keyChange reads the rules a create or a patch gives: expires (a

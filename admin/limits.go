@@ -30,7 +30,7 @@ type limitIn struct {
 	Scope     string          `json:"scope"`
 	Value     string          `json:"value"`
 	Metric    string          `json:"metric"`
-	Limit     json.RawMessage `json:"limit"`
+	Limit     json.RawMessage `json:"limit" types:"integer,string"`
 	Window    string          `json:"window"`
 	ResetTime *string         `json:"reset_time"`
 	Timezone  *string         `json:"timezone"`
@@ -44,7 +44,7 @@ type limitPatch struct {
 	Scope     *string         `json:"scope"`
 	Value     *string         `json:"value"`
 	Metric    *string         `json:"metric"`
-	Limit     json.RawMessage `json:"limit"`
+	Limit     json.RawMessage `json:"limit" types:"integer,string"`
 	Window    *string         `json:"window"`
 	ResetTime *string         `json:"reset_time"`
 	Timezone  *string         `json:"timezone"`
@@ -54,7 +54,7 @@ type limitPatch struct {
 
 // raiseIn is the body of POST /admin/v1/limits/{id}/raises.
 type raiseIn struct {
-	By    json.RawMessage `json:"by"`
+	By    json.RawMessage `json:"by" types:"integer,string" required:"true"`
 	Until *string         `json:"until"` // RFC3339; null or absent: for good
 }
 

@@ -44,13 +44,13 @@ type listDoc struct {
 
 func listOf[T any](name string) listDoc { var item T; return listDoc{name, item} }
 
-// bodySchema is the schema of a body of v's type.
+// bodySchema is the schema of an answer of v's type.
 func bodySchema(v any) map[string]any {
 	if l, ok := v.(listDoc); ok {
-		return map[string]any{"type": "object", "required": []string{l.name},
-			"properties": map[string]any{l.name: map[string]any{"type": "array", "items": schemaOf(reflect.TypeOf(l.item))}}}
+		return map[string]any{"type": "object", "required": []string{l.name}, "additionalProperties": false,
+			"properties": map[string]any{l.name: map[string]any{"type": "array", "items": schemaOf(reflect.TypeOf(l.item), false)}}}
 	}
-	return schemaOf(reflect.TypeOf(v))
+	return schemaOf(reflect.TypeOf(v), false)
 }
 
 // ops are the documented operations, by "METHOD PATH".
@@ -136,7 +136,7 @@ func document(routes []route) map[string]any {
 		}
 		for _, s := range errs {
 			resp[strconv.Itoa(s)] = map[string]any{"description": http.StatusText(s),
-				"content": map[string]any{"application/json": map[string]any{"schema": schemaOf(reflect.TypeOf(errorBody{}))}}}
+				"content": map[string]any{"application/json": map[string]any{"schema": schemaOf(reflect.TypeOf(errorBody{}), false)}}}
 		}
 		operation := map[string]any{"operationId": operationID(method, path), "summary": o.Summary, "responses": resp}
 		if params != nil {
@@ -144,7 +144,7 @@ func document(routes []route) map[string]any {
 		}
 		if o.In != nil {
 			operation["requestBody"] = map[string]any{"required": !o.Optional,
-				"content": map[string]any{"application/json": map[string]any{"schema": schemaOf(reflect.TypeOf(o.In))}}}
+				"content": map[string]any{"application/json": map[string]any{"schema": schemaOf(reflect.TypeOf(o.In), true)}}}
 		}
 		if _, open := openRoutes[key]; open {
 			operation["security"] = []any{}
@@ -173,11 +173,15 @@ func operationID(method, path string) string {
 	return id
 }
 
-// schemaOf is the JSON Schema of the values encoding/json makes of t.
-func schemaOf(t reflect.Type) map[string]any {
+// schemaOf is the JSON Schema of the values encoding/json makes of t: for
+// an answer (in false) every field not omitted when empty is required; for
+// a request body (in true) only those tagged required:"true". A field
+// tagged types:"a,b" (a json.RawMessage read by hand) takes those JSON
+// types; an array among them holds strings.
+func schemaOf(t reflect.Type, in bool) map[string]any {
 	switch t.Kind() {
 	case reflect.Pointer:
-		s := schemaOf(t.Elem())
+		s := schemaOf(t.Elem(), in)
 		if typ, ok := s["type"].(string); ok {
 			s["type"] = []any{typ, "null"}
 		}
@@ -195,25 +199,25 @@ func schemaOf(t reflect.Type) map[string]any {
 		if t == reflect.TypeOf(json.RawMessage(nil)) {
 			return map[string]any{} // any JSON value
 		}
-		return map[string]any{"type": "array", "items": schemaOf(t.Elem())}
+		return map[string]any{"type": "array", "items": schemaOf(t.Elem(), in)}
 	case reflect.Map:
 		return map[string]any{"type": "object"}
 	case reflect.Struct:
 		props := map[string]any{}
-		var required []string
-		addFields(t, props, &required)
+		required := []string{}
+		addFields(t, in, props, &required)
 		return map[string]any{"type": "object", "properties": props, "required": required, "additionalProperties": false}
 	}
 	return map[string]any{}
 }
 
-// addFields adds t's JSON fields (embedded structs' inline) to props; those
-// always present to required.
-func addFields(t reflect.Type, props map[string]any, required *[]string) {
+// addFields adds t's JSON fields (embedded structs' inline) to props, and
+// the required ones (see schemaOf) to required.
+func addFields(t reflect.Type, in bool, props map[string]any, required *[]string) {
 	for i := range t.NumField() {
 		f := t.Field(i)
 		if f.Anonymous && f.Type.Kind() == reflect.Struct {
-			addFields(f.Type, props, required)
+			addFields(f.Type, in, props, required)
 			continue
 		}
 		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
@@ -223,8 +227,19 @@ func addFields(t reflect.Type, props map[string]any, required *[]string) {
 		if name == "" {
 			name = f.Name
 		}
-		props[name] = schemaOf(f.Type)
-		if !strings.Contains(opts, "omitempty") {
+		schema := schemaOf(f.Type, in)
+		if types := f.Tag.Get("types"); types != "" {
+			var ts []any
+			for _, ty := range strings.Split(types, ",") {
+				ts = append(ts, ty)
+			}
+			schema = map[string]any{"type": ts}
+			if strings.Contains(types, "array") {
+				schema["items"] = map[string]any{"type": "string"}
+			}
+		}
+		props[name] = schema
+		if in && f.Tag.Get("required") == "true" || !in && !strings.Contains(opts, "omitempty") {
 			*required = append(*required, name)
 		}
 	}

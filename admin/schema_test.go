@@ -24,6 +24,7 @@ type documented struct {
 	re      *regexp.Regexp
 	method  string
 	schemas map[string]map[string]*jsonschema.Schema // status -> media type -> schema
+	request *jsonschema.Schema                       // the request body's (nil: none)
 }
 
 var (
@@ -35,6 +36,11 @@ var (
 func loadDocument(h http.Handler) {
 	var doc struct {
 		Paths map[string]map[string]struct {
+			RequestBody *struct {
+				Content map[string]struct {
+					Schema any `json:"schema"`
+				} `json:"content"`
+			} `json:"requestBody"`
 			Responses map[string]struct {
 				Content map[string]struct {
 					Schema any `json:"schema"`
@@ -50,6 +56,18 @@ func loadDocument(h http.Handler) {
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	n := 0
+	compile := func(schema any) *jsonschema.Schema {
+		n++
+		url := "mem:///" + strconv.Itoa(n)
+		if docErr = c.AddResource(url, schema); docErr != nil {
+			return nil
+		}
+		s, err := c.Compile(url)
+		if err != nil {
+			docErr = err
+		}
+		return s
+	}
 	for path, item := range doc.Paths {
 		re := regexp.MustCompile("^" + regexp.MustCompile(`\\\{[a-z]+\\\}`).ReplaceAllString(regexp.QuoteMeta(path), "[^/]+") + "$")
 		for method, op := range item {
@@ -57,17 +75,14 @@ func loadDocument(h http.Handler) {
 			for status, r := range op.Responses {
 				d.schemas[status] = map[string]*jsonschema.Schema{}
 				for mt, c2 := range r.Content {
-					n++
-					url := "mem:///" + strconv.Itoa(n)
-					if docErr = c.AddResource(url, c2.Schema); docErr != nil {
+					if d.schemas[status][mt] = compile(c2.Schema); docErr != nil {
 						return
 					}
-					s, err := c.Compile(url)
-					if err != nil {
-						docErr = err
-						return
-					}
-					d.schemas[status][mt] = s
+				}
+			}
+			if rb := op.RequestBody; rb != nil {
+				if d.request = compile(rb.Content["application/json"].Schema); docErr != nil {
+					return
 				}
 			}
 			docOps = append(docOps, d)
@@ -76,8 +91,9 @@ func loadDocument(h http.Handler) {
 }
 
 // conforms checks a's body against the document's schema for the route
-// of method path and a's status.
-func (a answer) conforms(t testing.TB, h http.Handler, method, path string) {
+// of method path and a's status, and the request's body, when the
+// request succeeded, against the document's request schema.
+func (a answer) conforms(t testing.TB, h http.Handler, method, path string, request []byte) {
 	t.Helper()
 	docOnce.Do(func() { loadDocument(h) })
 	if docErr != nil {
@@ -95,6 +111,12 @@ func (a answer) conforms(t testing.TB, h http.Handler, method, path string) {
 			return // no route: the error shape is checked by the test
 		}
 		t.Fatalf("%s %s answered %d but is not in the document", method, path, a.status)
+	}
+	if a.status/100 == 2 && len(bytes.TrimSpace(request)) > 0 {
+		if d.request == nil {
+			t.Fatalf("%s %s took a body the document does not describe: %s", method, path, request)
+		}
+		validate(t, d.request, request, method+" "+path+" (request)", "")
 	}
 	byType, ok := d.schemas[strconv.Itoa(a.status)]
 	if !ok {
@@ -130,6 +152,6 @@ func validate(t testing.TB, s *jsonschema.Schema, body []byte, method, path stri
 		t.Fatalf("%s %s: body %s: %v", method, path, body, err)
 	}
 	if err := s.Validate(v); err != nil {
-		t.Fatalf("%s %s: the answer does not match the document: %v\nbody %s", method, path, err, body)
+		t.Fatalf("%s %s: the body does not match the document: %v\nbody %s", method, path, err, body)
 	}
 }

@@ -118,13 +118,13 @@ func (h *Handler) deleteTeam(w http.ResponseWriter, r *http.Request, p *Principa
 // priceIn is the body of POST /admin/v1/prices: one entry of a price
 // file. Prices are dollars per million tokens, as numbers or strings.
 type priceIn struct {
-	Provider   string       `json:"provider"`
-	Model      string       `json:"model"`
+	Provider   string       `json:"provider" required:"true"`
+	Model      string       `json:"model" required:"true"`
 	Tier       string       `json:"tier"`
 	AboveInput int64        `json:"above_input"`
 	From       string       `json:"from"` // RFC3339; default now
-	Input      json.Number  `json:"input"`
-	Output     json.Number  `json:"output"`
+	Input      json.Number  `json:"input" required:"true"`
+	Output     json.Number  `json:"output" required:"true"`
 	CacheRead  *json.Number `json:"cache_read"`  // default: the input price
 	CacheWrite *json.Number `json:"cache_write"` // default: the input price
 	Reasoning  *json.Number `json:"reasoning"`   // default: the output price
