@@ -132,6 +132,24 @@ func TestAdminAPIEndToEnd(t *testing.T) {
 	if !containsInOrder(got, want) {
 		t.Fatalf("the audit log: %q\nwant, in this order: %q", got, want)
 	}
+
+	// A team's token, made with the CLI on the proxy's database, works at
+	// once: it sees its team's keys, and its changes are logged by name.
+	lead := strings.TrimSpace(mustRun(t, 0, "admin", "token", "add", "--db", db, "lead", "--team", "research").stdout)
+	code, body := call(t, "GET", admin+"/admin/v1/keys", "", "Authorization", "Bearer "+lead)
+	if code != http.StatusOK || !strings.Contains(body, `"alice"`) || !strings.Contains(body, `"bob"`) {
+		t.Fatalf("the team's token lists keys: %d %s", code, body)
+	}
+	if code, body = call(t, "DELETE", admin+"/admin/v1/keys/bob", "", "Authorization", "Bearer "+lead); code != http.StatusOK {
+		t.Fatalf("the team's token revokes bob: %d %s", code, body)
+	}
+	if code, body = call(t, "PUT", admin+"/admin/v1/teams/research", `{"org": "other"}`, "Authorization", "Bearer "+lead); code != http.StatusForbidden {
+		t.Fatalf("the team's token moves its team: %d %s, want 403", code, body)
+	}
+	out = mustRun(t, 0, "audit", "ls", "--db", db, "--json", "--limit", "1").stdout
+	if !strings.Contains(out, `"actor": "lead"`) || !strings.Contains(out, `"action": "revoke"`) {
+		t.Fatalf("the newest audit entry:\n%s\nwant lead's revoke", out)
+	}
 }
 
 // containsInOrder reports whether every one of want prefixes an entry of
