@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
+
+	"github.com/tokenbudget/tokenbudget"
 
 	"github.com/tokenbudget/tokenbudget/budget"
 	"github.com/tokenbudget/tokenbudget/gatekey"
@@ -216,35 +219,9 @@ Revoking a revoked token is no error (exit 0); an unknown name exits 4.
 
 `
 
-func (m *Main) runAdminTokenRevoke(ctx context.Context, args []string) (err error) {
-	fs := newFlagSet("admin token revoke")
-	dsn := m.dbFlag(fs)
-	at := m.atFlag(fs)
-	pos, err := m.parseArgs(fs, adminTokenRevokeHelp, args)
-	if err != nil {
-		return err
-	}
-	name, err := adminName("admin token revoke", pos)
-	if err != nil {
-		return err
-	}
-	now, err := at()
-	if err != nil {
-		return err
-	}
-	db, err := m.openDB(ctx, *dsn, dbOptions{})
-	if err != nil {
-		return err
-	}
-	defer closeDB(ctx, db, &err)
-	revoked, err := db.AdminTokens().RevokeAdminToken(ctx, name, now)
-	if err != nil {
-		return err
-	}
-	if !revoked {
-		_, err = fmt.Fprintf(m.Stdout, "%s was already revoked\n", name)
-		return err
-	}
-	_, err = fmt.Fprintf(m.Stdout, "%s revoked\n", name)
-	return err
+func (m *Main) runAdminTokenRevoke(ctx context.Context, args []string) error {
+	return m.runRevoke(ctx, args, "admin token revoke", adminTokenRevokeHelp, adminName,
+		func(ctx context.Context, db *tokenbudget.DB, name string, at time.Time) (bool, error) {
+			return db.AdminTokens().RevokeAdminToken(ctx, name, at)
+		})
 }

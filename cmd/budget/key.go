@@ -394,15 +394,25 @@ Revoking a revoked key is no error (exit 0); an unknown name exits 4.
 
 `
 
-func (m *Main) runKeyRevoke(ctx context.Context, args []string) (err error) {
-	fs := newFlagSet("key revoke")
+func (m *Main) runKeyRevoke(ctx context.Context, args []string) error {
+	return m.runRevoke(ctx, args, "key revoke", keyRevokeHelp, keyName, func(ctx context.Context, db *tokenbudget.DB, name string, at time.Time) (bool, error) {
+		return db.KeyStore().RevokeKey(ctx, name, at)
+	})
+}
+
+// runRevoke is a revoke command (key revoke, admin token revoke): NAME
+// read by name, revoked at --at, "NAME revoked" or "NAME was already
+// revoked" on stdout.
+func (m *Main) runRevoke(ctx context.Context, args []string, cmd, help string, name func(string, []string) (string, error),
+	revoke func(context.Context, *tokenbudget.DB, string, time.Time) (bool, error)) (err error) {
+	fs := newFlagSet(cmd)
 	dsn := m.dbFlag(fs)
 	at := m.atFlag(fs)
-	pos, err := m.parseArgs(fs, keyRevokeHelp, args)
+	pos, err := m.parseArgs(fs, help, args)
 	if err != nil {
 		return err
 	}
-	name, err := keyName("key revoke", pos)
+	n, err := name(cmd, pos)
 	if err != nil {
 		return err
 	}
@@ -415,15 +425,15 @@ func (m *Main) runKeyRevoke(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	defer closeDB(ctx, db, &err)
-	revoked, err := db.KeyStore().RevokeKey(ctx, name, now)
+	revoked, err := revoke(ctx, db, n, now)
 	if err != nil {
 		return err
 	}
 	if !revoked {
-		_, err = fmt.Fprintf(m.Stdout, "%s was already revoked\n", name)
+		_, err = fmt.Fprintf(m.Stdout, "%s was already revoked\n", n)
 		return err
 	}
-	_, err = fmt.Fprintf(m.Stdout, "%s revoked\n", name)
+	_, err = fmt.Fprintf(m.Stdout, "%s revoked\n", n)
 	return err
 }
 
