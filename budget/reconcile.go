@@ -237,18 +237,14 @@ func checkOwners(cur, want *Definitions, ls []Limit, prune bool) error {
 func reconcileLimits(ctx context.Context, tx Tx, cur, want []Limit, prune bool, now time.Time) error {
 	kept := make(map[string]bool, len(cur))
 	byID := make(map[string]*Limit, len(cur))
+	byIdentity := make(map[string]*Limit, len(cur))
 	for i := range cur {
 		byID[cur[i].ID] = &cur[i]
+		byIdentity[identity(&cur[i])] = &cur[i]
 	}
 	for i := range want {
 		w := &want[i]
-		var same *Limit
-		for j := range cur {
-			if cur[j].SameIdentity(w) {
-				same = &cur[j]
-			}
-		}
-		if same != nil {
+		if same := byIdentity[identity(w)]; same != nil {
 			kept[same.ID] = true
 			if err := updateLimit(ctx, tx, same, w, now); err != nil {
 				return err
@@ -292,6 +288,12 @@ func reconcileLimits(ctx context.Context, tx Tx, cur, want []Limit, prune bool, 
 		}
 	}
 	return nil
+}
+
+// identity is l's identity as one string: what SameIdentity compares
+// (names hold no control characters, so the separator is unambiguous).
+func identity(l *Limit) string {
+	return strings.Join([]string{l.Key, l.Team, l.Org, string(l.Scope), l.ScopeValue, string(l.Metric), l.Window.String()}, "\x00")
 }
 
 // updateLimit gives cur w's attributes (its id, counters and raises kept)
