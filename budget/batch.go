@@ -285,7 +285,7 @@ func (b *batch) recall(ctx context.Context, tx Tx) error {
 			t.w.forgetLimits()
 			t.w.version = lv
 			// A prune moves the limits version too.
-			h, err := tx.PrunedBefore(ctx)
+			h, err := prunedBefore(ctx, tx)
 			if err != nil {
 				return err
 			}
@@ -768,7 +768,7 @@ func (b *batch) needReserve(ctx context.Context, tx Tx, o *op, n *needs) error {
 		n.prices = n.prices || l.Metric == MetricUSD
 	}
 	if o.req.Provider != "" && !m.parkOK {
-		ps, err := tx.Providers(ctx)
+		ps, err := parkedProviders(ctx, tx)
 		if err != nil {
 			return err
 		}

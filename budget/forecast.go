@@ -89,7 +89,13 @@ func (t *Tracker) Forecasts(ctx context.Context, sts []Status, now time.Time) ([
 	return out, err
 }
 
+// On a store without HistoryTx there is no history to forecast from: out
+// stays nil throughout.
 func forecasts(ctx context.Context, tx Tx, sts []Status, now time.Time, out []*Forecast) error {
+	h, ok := tx.(HistoryTx)
+	if !ok {
+		return nil
+	}
 	for i := range sts {
 		st := &sts[i]
 		if st.Limit.Metric == MetricConcurrent || st.WindowStart.IsZero() || st.Limit.userless() {
@@ -100,7 +106,7 @@ func forecasts(ctx context.Context, tx Tx, sts []Status, now time.Time, out []*F
 		var recent int64
 		if since.Before(now) {
 			var err error
-			if recent, err = tx.SumUsage(ctx, &st.Limit, since, now); err != nil {
+			if recent, err = h.SumUsage(ctx, &st.Limit, since, now); err != nil {
 				return err
 			}
 		}

@@ -65,7 +65,7 @@ func TestCommitIsNeverGivenUp(t *testing.T) {
 			return fmt.Errorf("reservation %s: %d rows", r.ID, len(rows))
 		}
 		row = rows[0]
-		used, err = tx.SumUsage(ctx, &l, r.At.Truncate(time.Hour), r.At.Truncate(time.Hour).Add(time.Hour))
+		used, err = tx.(budget.HistoryTx).SumUsage(ctx, &l, r.At.Truncate(time.Hour), r.At.Truncate(time.Hour).Add(time.Hour))
 		return err
 	})
 	if err != nil {
