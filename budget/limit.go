@@ -261,6 +261,12 @@ func (l *Limit) SubjectUser() string {
 	return user
 }
 
+// SubjectText is a counter's subject as people read it: key/user for a
+// default per-user limit's, else the subject as it is ("" for none).
+func SubjectText(subject string) string {
+	return strings.ReplaceAll(subject, SubjectSep, "/")
+}
+
 // DefaultSubjectKey is the key a default limit's counter subject names.
 func DefaultSubjectKey(subject string) string {
 	k, _, _ := strings.Cut(subject, SubjectSep)
