@@ -83,7 +83,7 @@ func alertsOf(l *Limit, start time.Time, before, after int64, at time.Time) []Al
 	max := l.MaxAt(at)
 	var out []Alert
 	for _, p := range l.Alerts {
-		lv := AlertLevel(max, p)
+		lv := alertLevel(max, p)
 		if before < lv && after >= lv {
 			out = append(out, Alert{ID: NewID("alt_"), LimitID: l.ID, Level: l.Level(), Owner: l.Owner(), Subject: l.Subject,
 				Kind: AlertThreshold, Metric: l.Metric, WindowStart: start, Threshold: p, Used: after, Max: max, At: at, ForecastUsed: -1})

@@ -849,7 +849,7 @@ func (b *batch) decideReserve(ctx context.Context, tx Tx, o *op) error {
 		req.Estimate = fit
 	}
 	if o.resID == "" {
-		o.resID = NewReservationID(at)
+		o.resID = newReservationID(at)
 	}
 	r := &Reservation{ID: o.resID, Key: req.Key, Team: who.Team, Org: who.Org, User: who.User, Provider: req.Provider, Model: req.Model,
 		Estimate: req.Estimate, At: at, ExpiresAt: at.Add(o.ttl), OnExpiry: o.policy}

@@ -486,9 +486,9 @@ func ParseAlerts(s string) ([]int, error) {
 	return out, nil
 }
 
-// AlertLevel is the usage at which threshold p (percent) of a limit of
+// alertLevel is the usage at which threshold p (percent) of a limit of
 // max is crossed: p% of max, rounded up (at least 1).
-func AlertLevel(limit int64, p int) int64 {
+func alertLevel(limit int64, p int) int64 {
 	// limit <= 2^53 and p <= 1000: the product fits an int64.
 	return max((limit*int64(p)+99)/100, 1)
 }
