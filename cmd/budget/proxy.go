@@ -198,17 +198,17 @@ type proxyOptions struct {
 	// maxWriteBackoff is the writer's longest wait between attempts at a
 	// failing write (budget.Config.MaxRetryBackoff).
 	maxWriteBackoff time.Duration
-	bodyTimeout    time.Duration
-	headerTimeout  time.Duration
-	idleTimeout    time.Duration
-	maxInflight    int64
-	maxInflightKey int64         // 0: the default share
-	minBodyRate    int64         // 0: no minimum
-	maxClientWait  time.Duration // 0: the default; negative: every refusal
-	capField       string        // "": auto
-	requireLimits  bool
-	log            *slog.Logger
-	accessLog      bool // one line per request on log
+	bodyTimeout     time.Duration
+	headerTimeout   time.Duration
+	idleTimeout     time.Duration
+	maxInflight     int64
+	maxInflightKey  int64         // 0: the default share
+	minBodyRate     int64         // 0: no minimum
+	maxClientWait   time.Duration // 0: the default; negative: every refusal
+	capField        string        // "": auto
+	requireLimits   bool
+	log             *slog.Logger
+	accessLog       bool // one line per request on log
 	// retain prunes the history older than it, at start and daily (0: keep it all).
 	retain time.Duration
 	// retainTicks replaces the daily ticker of retain. (Optional; tests.)
