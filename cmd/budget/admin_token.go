@@ -11,6 +11,7 @@ import (
 
 	"github.com/tokenbudget/tokenbudget/budget"
 	"github.com/tokenbudget/tokenbudget/gatekey"
+	"github.com/tokenbudget/tokenbudget/jsonview"
 )
 
 const adminTokenHelp = `usage: budget admin token <add|ls|revoke> [flags]
@@ -158,16 +159,6 @@ null when they do not apply).
 
 `
 
-// adminTokenJSON is an admin token in 'admin token ls --json'.
-type adminTokenJSON struct {
-	Name      string  `json:"name"`
-	Team      *string `json:"team"`
-	Org       *string `json:"org"`
-	ReadOnly  bool    `json:"read_only"`
-	CreatedAt string  `json:"created_at"`
-	RevokedAt *string `json:"revoked_at"`
-}
-
 func (m *Main) runAdminTokenLs(ctx context.Context, args []string) (err error) {
 	fs := newFlagSet("admin token ls")
 	dsn := m.dbFlag(fs)
@@ -189,14 +180,12 @@ func (m *Main) runAdminTokenLs(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	if *asJSON {
-		out := make([]adminTokenJSON, len(toks))
+		out := make([]jsonview.AdminToken, len(toks))
 		for i := range toks {
-			t := &toks[i]
-			out[i] = adminTokenJSON{Name: t.Name, Team: nullIfEmpty(t.Scope.Team), Org: nullIfEmpty(t.Scope.Org),
-				ReadOnly: t.Scope.ReadOnly, CreatedAt: ts(t.CreatedAt), RevokedAt: tsp(t.RevokedAt)}
+			out[i] = jsonview.AdminTokenOf(&toks[i])
 		}
 		return writeJSON(m.Stdout, struct {
-			Tokens []adminTokenJSON `json:"tokens"`
+			Tokens []jsonview.AdminToken `json:"tokens"`
 		}{out})
 	}
 	if len(toks) == 0 {
