@@ -28,7 +28,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
@@ -65,7 +64,7 @@ type Object struct {
 
 // ToObject is a's JSON form.
 func ToObject(a *budget.Alert) Object {
-	o := Object{ID: a.ID, LimitID: a.LimitID, Level: string(a.Level), Subject: strings.ReplaceAll(a.Subject, budget.SubjectSep, "/"),
+	o := Object{ID: a.ID, LimitID: a.LimitID, Level: string(a.Level), Subject: budget.SubjectText(a.Subject),
 		Kind: string(cmp.Or(a.Kind, budget.AlertThreshold)), WindowStart: ts(a.WindowStart), Used: a.Used, Limit: a.Max, At: ts(a.At)}
 	if a.Kind != budget.AlertExhausted {
 		v := a.Threshold

@@ -107,6 +107,11 @@ func (t *Tracker) SetLimit(ctx context.Context, s LimitSpec) (Limit, bool, error
 	var created bool
 	now := t.now()
 	err = t.store.Update(ctx, func(tx Tx) error {
+		if len(want.Alerts) > 0 {
+			if _, err := alertTx(tx); err != nil {
+				return fmt.Errorf("alert thresholds: %w", err)
+			}
+		}
 		if err := tx.LockDefinitions(ctx); err != nil {
 			return err
 		}
@@ -210,7 +215,7 @@ func seedable(ctx context.Context, tx Tx, l *Limit, now time.Time) error {
 	if l.Metric == MetricConcurrent {
 		return nil
 	}
-	horizon, err := tx.PrunedBefore(ctx)
+	horizon, err := prunedBefore(ctx, tx)
 	if err != nil || horizon.IsZero() {
 		return err
 	}
@@ -303,12 +308,16 @@ func (t *Tracker) InspectBefore(ctx context.Context, level Level, owner string, 
 // instant must not count what came after it. Holds are left as the store
 // has them at at (live then).
 func usageBefore(ctx context.Context, tx Tx, sts []Status, at time.Time) error {
+	h, err := historyTx(tx)
+	if err != nil {
+		return err
+	}
 	for i := range sts {
 		st := &sts[i]
 		if st.Limit.Metric == MetricConcurrent || st.WindowStart.IsZero() {
 			continue
 		}
-		used, err := tx.SumUsage(ctx, &st.Limit, st.WindowStart, at.Add(time.Nanosecond))
+		used, err := h.SumUsage(ctx, &st.Limit, st.WindowStart, at.Add(time.Nanosecond))
 		if err != nil {
 			return err
 		}
@@ -368,7 +377,7 @@ func (t *Tracker) inspect(ctx context.Context, level Level, owner string, at tim
 				return err
 			}
 		}
-		r.Providers, err = tx.Providers(ctx)
+		r.Providers, err = parkedProviders(ctx, tx)
 		return err
 	})
 	return r, err
@@ -388,8 +397,12 @@ func expandUsers(ctx context.Context, tx Tx, ls []Limit, at time.Time) ([]Limit,
 			out = append(out, l)
 			continue
 		}
+		h, err := historyTx(tx)
+		if err != nil {
+			return nil, err
+		}
 		start, _ := l.Window.Bounds(at)
-		subs, err := tx.Subjects(ctx, l.ID, start)
+		subs, err := h.Subjects(ctx, l.ID, start)
 		if err != nil {
 			return nil, err
 		}
@@ -416,11 +429,15 @@ func expandUsers(ctx context.Context, tx Tx, ls []Limit, at time.Time) ([]Limit,
 
 // levelRollovers are the newest n rollovers of what a report shows.
 func levelRollovers(ctx context.Context, tx Tx, level Level, owner string, ls []Limit, n int) ([]Rollover, error) {
+	h, err := historyTx(tx)
+	if err != nil {
+		return nil, err
+	}
 	if level == LevelKey {
-		return tx.Rollovers(ctx, owner, n)
+		return h.Rollovers(ctx, owner, n)
 	}
 	// A team's or an organisation's: the store lists by key, so filter.
-	all, err := tx.Rollovers(ctx, "", max(n*50, 10_000))
+	all, err := h.Rollovers(ctx, "", max(n*50, 10_000))
 	if err != nil {
 		return nil, err
 	}
@@ -470,7 +487,11 @@ func (t *Tracker) VerifyCounters(ctx context.Context) (VerifyResult, error) {
 	var out VerifyResult
 	err := t.store.View(ctx, func(tx Tx) error {
 		out = VerifyResult{}
-		horizon, err := tx.PrunedBefore(ctx)
+		h, err := historyTx(tx)
+		if err != nil {
+			return err
+		}
+		horizon, err := h.PrunedBefore(ctx)
 		if err != nil {
 			return err
 		}
@@ -482,7 +503,7 @@ func (t *Tracker) VerifyCounters(ctx context.Context) (VerifyResult, error) {
 		for i := range ls {
 			byID[ls[i].ID] = &ls[i]
 		}
-		rows, err := tx.CounterRows(ctx)
+		rows, err := h.CounterRows(ctx)
 		if err != nil {
 			return err
 		}
@@ -497,12 +518,12 @@ func (t *Tracker) VerifyCounters(ctx context.Context) (VerifyResult, error) {
 			}
 			eff := *l
 			eff.Subject = r.Subject
-			h, err := tx.SumUsage(ctx, &eff, r.WindowStart, r.WindowEnd)
+			sum, err := h.SumUsage(ctx, &eff, r.WindowStart, r.WindowEnd)
 			if err != nil {
 				return err
 			}
-			if h != r.Used {
-				out.Drifted = append(out.Drifted, Drift{LimitID: r.LimitID, Subject: r.Subject, WindowStart: r.WindowStart, Counter: r.Used, History: h})
+			if sum != r.Used {
+				out.Drifted = append(out.Drifted, Drift{LimitID: r.LimitID, Subject: r.Subject, WindowStart: r.WindowStart, Counter: r.Used, History: sum})
 			}
 		}
 		return nil

@@ -83,7 +83,7 @@ func alertsOf(l *Limit, start time.Time, before, after int64, at time.Time) []Al
 	max := l.MaxAt(at)
 	var out []Alert
 	for _, p := range l.Alerts {
-		lv := AlertLevel(max, p)
+		lv := alertLevel(max, p)
 		if before < lv && after >= lv {
 			out = append(out, Alert{ID: NewID("alt_"), LimitID: l.ID, Level: l.Level(), Owner: l.Owner(), Subject: l.Subject,
 				Kind: AlertThreshold, Metric: l.Metric, WindowStart: start, Threshold: p, Used: after, Max: max, At: at, ForecastUsed: -1})
@@ -98,6 +98,7 @@ func alertsOf(l *Limit, start time.Time, before, after int64, at time.Time) []Al
 // (the store's recent usage, this batch's included).
 func (b *batch) alerts(ctx context.Context, tx Tx) ([]Alert, error) {
 	var out []Alert
+	h, hasHistory := tx.(HistoryTx)
 	for i, d := range b.ws.CounterDeltas(b.inserted) {
 		w := b.touched[i]
 		// A window that has ended (history recorded late) alerts no one:
@@ -108,13 +109,17 @@ func (b *batch) alerts(ctx context.Context, tx Tx) ([]Alert, error) {
 		after := min(w.base+d, MaxTokens)
 		start := time.Unix(0, w.start).UTC()
 		for _, a := range alertsOf(w.l, start, w.base, after, b.now) {
+			if !hasHistory { // nothing to forecast from
+				out = append(out, a)
+				continue
+			}
 			st := w.status(a.At)
 			st.Used = after
 			since := ForecastSpan(start, a.At)
 			var recent int64
 			if since.Before(a.At) {
 				var err error
-				if recent, err = tx.SumUsage(ctx, w.l, since, a.At); err != nil {
+				if recent, err = h.SumUsage(ctx, w.l, since, a.At); err != nil {
 					return nil, err
 				}
 			}
@@ -171,8 +176,11 @@ func (b *batch) exhausted() []Alert {
 func (t *Tracker) Alerts(ctx context.Context, n int) ([]Alert, error) {
 	var out []Alert
 	err := t.store.View(ctx, func(tx Tx) error {
-		var err error
-		out, err = tx.Alerts(ctx, n)
+		at, err := alertTx(tx)
+		if err != nil {
+			return err
+		}
+		out, err = at.Alerts(ctx, n)
 		return err
 	})
 	return out, err
@@ -188,8 +196,11 @@ func (t *Tracker) ClaimAlerts(ctx context.Context, owner string, ttl time.Durati
 	now := t.now()
 	var out []Alert
 	err := t.store.Update(ctx, func(tx Tx) error {
-		var err error
-		out, err = tx.ClaimAlerts(ctx, owner, now, now.Add(ttl), max)
+		at, err := alertTx(tx)
+		if err != nil {
+			return err
+		}
+		out, err = at.ClaimAlerts(ctx, owner, now, now.Add(ttl), max)
 		return err
 	})
 	return out, err
@@ -199,7 +210,7 @@ func (t *Tracker) ClaimAlerts(ctx context.Context, owner string, ttl time.Durati
 // again.
 func (t *Tracker) AlertDelivered(ctx context.Context, id, owner string) error {
 	now := t.now()
-	return t.store.Update(ctx, func(tx Tx) error { return tx.SettleAlert(ctx, id, owner, now, time.Time{}) })
+	return t.settleAlert(ctx, id, owner, now, time.Time{})
 }
 
 // AlertFailed records a failed delivery of alert id by owner: its next
@@ -207,7 +218,17 @@ func (t *Tracker) AlertDelivered(ctx context.Context, id, owner string) error {
 // claims it then.
 func (t *Tracker) AlertFailed(ctx context.Context, id, owner string, attempts int) error {
 	next := t.now().Add(AlertRetryDelay(attempts))
-	return t.store.Update(ctx, func(tx Tx) error { return tx.SettleAlert(ctx, id, owner, time.Time{}, next) })
+	return t.settleAlert(ctx, id, owner, time.Time{}, next)
+}
+
+func (t *Tracker) settleAlert(ctx context.Context, id, owner string, delivered, next time.Time) error {
+	return t.store.Update(ctx, func(tx Tx) error {
+		at, err := alertTx(tx)
+		if err != nil {
+			return err
+		}
+		return at.SettleAlert(ctx, id, owner, delivered, next)
+	})
 }
 
 // ErrClaimLost is returned when reporting on an alert whose claim another

@@ -192,7 +192,11 @@ func cmpTier(t string) string {
 func (t *Tracker) Audit(ctx context.Context, f AuditFilter) ([]AuditEntry, error) {
 	var out []AuditEntry
 	err := t.store.View(ctx, func(tx Tx) error {
-		es, err := tx.Audit(ctx, f.Since)
+		a, err := auditTx(tx)
+		if err != nil {
+			return err
+		}
+		es, err := a.Audit(ctx, f.Since)
 		if err != nil {
 			return err
 		}

@@ -100,11 +100,15 @@ func (t *Tracker) logChange(ctx context.Context, tx Tx, now time.Time, c Change)
 	if c.Before != nil && c.After != nil && bytes.Equal(c.Before, c.After) {
 		return nil
 	}
+	a, ok := tx.(AuditTx)
+	if !ok {
+		return nil // a store without the audit role logs nothing (roles.go)
+	}
 	e, err := NewAudit(ctx, now, c.Action, c.Object, c.ObjectID, c.Placed(), c.Before, c.After)
 	if err != nil {
 		return err
 	}
-	return tx.AppendAudit(ctx, e)
+	return a.AppendAudit(ctx, e)
 }
 
 // limitChange is the change of a limit from before to after (nil: none),

@@ -285,7 +285,7 @@ func (b *batch) recall(ctx context.Context, tx Tx) error {
 			t.w.forgetLimits()
 			t.w.version = lv
 			// A prune moves the limits version too.
-			h, err := tx.PrunedBefore(ctx)
+			h, err := prunedBefore(ctx, tx)
 			if err != nil {
 				return err
 			}
@@ -768,7 +768,7 @@ func (b *batch) needReserve(ctx context.Context, tx Tx, o *op, n *needs) error {
 		n.prices = n.prices || l.Metric == MetricUSD
 	}
 	if o.req.Provider != "" && !m.parkOK {
-		ps, err := tx.Providers(ctx)
+		ps, err := parkedProviders(ctx, tx)
 		if err != nil {
 			return err
 		}
@@ -849,7 +849,7 @@ func (b *batch) decideReserve(ctx context.Context, tx Tx, o *op) error {
 		req.Estimate = fit
 	}
 	if o.resID == "" {
-		o.resID = NewReservationID(at)
+		o.resID = newReservationID(at)
 	}
 	r := &Reservation{ID: o.resID, Key: req.Key, Team: who.Team, Org: who.Org, User: who.User, Provider: req.Provider, Model: req.Model,
 		Estimate: req.Estimate, At: at, ExpiresAt: at.Add(o.ttl), OnExpiry: o.policy}

@@ -147,8 +147,8 @@ type Unpriced struct {
 	Provider, Model string
 }
 
-// MaxConcurrentWait caps the retry-after of a refused concurrent limit.
-const MaxConcurrentWait = 5 * time.Second
+// maxConcurrentWait caps the retry-after of a refused concurrent limit.
+const maxConcurrentWait = 5 * time.Second
 
 // Decide applies contract section 4 to the statuses of the applicable enabled
 // limits. It is pure, so the Tracker's cache path and a store transaction
@@ -219,9 +219,9 @@ func countsAmount(m Metric) bool { return m != MetricRequests && m != MetricConc
 func (s *Status) wait(now time.Time) int64 {
 	if s.Limit.Metric == MetricConcurrent {
 		if s.NextExpiry.IsZero() {
-			return ceilSeconds(MaxConcurrentWait)
+			return ceilSeconds(maxConcurrentWait)
 		}
-		return ceilSeconds(min(s.NextExpiry.Sub(now), MaxConcurrentWait))
+		return ceilSeconds(min(s.NextExpiry.Sub(now), maxConcurrentWait))
 	}
 	return ceilSeconds(s.ResetAt.Sub(now))
 }

@@ -45,12 +45,6 @@ func (t *Tracker) Definitions(ctx context.Context) (Definitions, error) {
 	return d, err
 }
 
-// LoadDefinitions writes d in one transaction: teams (creating their
-// organisations) and their keys' placements, limits by id (created, or
-// their limit, state, reset time and zone updated), raises by id (those
-// not there yet), and prices. Each limit is validated; a limit whose
-// identity another limit of the database already has under another id is
-// invalid input. Nothing is written unless everything is.
 // validate checks d as LoadDefinitions and ApplyDefinitions need it and
 // returns its limits validated (raises kept, no subject).
 func (d *Definitions) validate() ([]Limit, error) {
@@ -106,43 +100,16 @@ func (d *Definitions) validate() ([]Limit, error) {
 	return ls, nil
 }
 
+// LoadDefinitions writes d in one transaction: teams (creating their
+// organisations) and their keys' placements, limits by id (created, or
+// their limit, state, reset time and zone updated), raises by id (those
+// not there yet), and prices. Each limit is validated; a limit whose
+// identity another limit of the database already has under another id is
+// invalid input. Nothing is written unless everything is.
 func (t *Tracker) LoadDefinitions(ctx context.Context, d Definitions) error {
-	ls, err := d.validate()
-	if err != nil {
-		return err
-	}
-	now := t.now()
-	err = t.store.Update(ctx, func(tx Tx) error {
-		if err := tx.LockDefinitions(ctx); err != nil {
-			return err
-		}
-		before, err := snapshot(ctx, tx)
-		if err != nil {
-			return err
-		}
-		if err := loadDefinitions(ctx, tx, &d, ls, now); err != nil {
-			return err
-		}
-		// What the import changed, read back, is what the audit log gets.
-		after, err := snapshot(ctx, tx)
-		if err != nil {
-			return err
-		}
-		changes, err := diffDefinitions(ctx, tx, &before, &after)
-		if err != nil {
-			return err
-		}
-		for _, c := range changes {
-			if err := t.logChange(ctx, tx, now, c); err != nil {
-				return err
-			}
-		}
-		return nil
+	_, err := t.define(ctx, d, ApplyOptions{}, func(ctx context.Context, tx Tx, _ *Definitions, ls []Limit, now time.Time) error {
+		return loadDefinitions(ctx, tx, &d, ls, now)
 	})
-	if err == nil {
-		t.InvalidateLimits("")
-		t.prices.Store(nil)
-	}
 	return err
 }
 
@@ -181,19 +148,8 @@ func loadDefinitions(ctx context.Context, tx Tx, d *Definitions, ls []Limit, now
 				return err
 			}
 		}
-		for _, r := range l.Raises {
-			if slices.ContainsFunc(cur.Raises, func(c Raise) bool { return c.ID == r.ID }) {
-				continue
-			}
-			if r.ID == "" || r.Amount <= 0 || r.Amount > MaxTokens {
-				return invalid("raises", r.ID, "of limit "+l.ID+": a raise needs an id and an amount from 1 to 2^53-1")
-			}
-			if r.At.IsZero() {
-				r.At = now
-			}
-			if err := tx.AddRaise(ctx, l.ID, r); err != nil {
-				return err
-			}
+		if err := addRaises(ctx, tx, &cur, l.Raises, now); err != nil {
+			return err
 		}
 	}
 	if len(d.Prices) > 0 {

@@ -62,8 +62,9 @@
 //
 // Where it lives: the domain types in limit.go, window.go, usage.go,
 // price.go and model.go; decisions in decide.go; statuses in status.go;
-// the store seam and its locking contract in store.go, the rows it
-// exchanges in rows.go; the writer in writer.go and batch.go (each
+// the store seam and its locking contract in store.go (Tx is the two
+// roles every backend implements; roles.go says what works without each
+// optional one), the rows it exchanges in rows.go; the writer in writer.go and batch.go (each
 // operation kind's steps side by side); administration (limits,
 // inspect, verify) in admin.go; teams, organisations and raises in team.go; provider parking
 // in park.go and prober.go; the audit log and who made a change in audit.go

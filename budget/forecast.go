@@ -16,8 +16,8 @@ import (
 // that is not before the reset (or the pace is zero). A window that never
 // resets (once) has no ForecastUsed; a concurrent limit has no forecast.
 
-// MinForecastSpan is the shortest span a pace is measured over.
-const MinForecastSpan = time.Minute
+// minForecastSpan is the shortest span a pace is measured over.
+const minForecastSpan = time.Minute
 
 // Forecast is a limit window's forecast at an instant.
 type Forecast struct {
@@ -36,13 +36,13 @@ type Forecast struct {
 
 // ForecastSpan is the span [since, now) a window starting at start is
 // paced over at now: the most recent quarter of the elapsed time, at
-// least MinForecastSpan, at most the elapsed time.
+// least minForecastSpan, at most the elapsed time.
 func ForecastSpan(start, now time.Time) (since time.Time) {
 	elapsed := now.Sub(start)
 	if elapsed <= 0 {
 		return now
 	}
-	span := max(elapsed/4, MinForecastSpan)
+	span := max(elapsed/4, minForecastSpan)
 	return now.Add(-min(span, elapsed))
 }
 
@@ -89,7 +89,13 @@ func (t *Tracker) Forecasts(ctx context.Context, sts []Status, now time.Time) ([
 	return out, err
 }
 
+// On a store without HistoryTx there is no history to forecast from: out
+// stays nil throughout.
 func forecasts(ctx context.Context, tx Tx, sts []Status, now time.Time, out []*Forecast) error {
+	h, ok := tx.(HistoryTx)
+	if !ok {
+		return nil
+	}
 	for i := range sts {
 		st := &sts[i]
 		if st.Limit.Metric == MetricConcurrent || st.WindowStart.IsZero() || st.Limit.userless() {
@@ -100,7 +106,7 @@ func forecasts(ctx context.Context, tx Tx, sts []Status, now time.Time, out []*F
 		var recent int64
 		if since.Before(now) {
 			var err error
-			if recent, err = tx.SumUsage(ctx, &st.Limit, since, now); err != nil {
+			if recent, err = h.SumUsage(ctx, &st.Limit, since, now); err != nil {
 				return err
 			}
 		}

@@ -261,6 +261,12 @@ func (l *Limit) SubjectUser() string {
 	return user
 }
 
+// SubjectText is a counter's subject as people read it: key/user for a
+// default per-user limit's, else the subject as it is ("" for none).
+func SubjectText(subject string) string {
+	return strings.ReplaceAll(subject, SubjectSep, "/")
+}
+
 // DefaultSubjectKey is the key a default limit's counter subject names.
 func DefaultSubjectKey(subject string) string {
 	k, _, _ := strings.Cut(subject, SubjectSep)
@@ -480,9 +486,9 @@ func ParseAlerts(s string) ([]int, error) {
 	return out, nil
 }
 
-// AlertLevel is the usage at which threshold p (percent) of a limit of
+// alertLevel is the usage at which threshold p (percent) of a limit of
 // max is crossed: p% of max, rounded up (at least 1).
-func AlertLevel(limit int64, p int) int64 {
+func alertLevel(limit int64, p int) int64 {
 	// limit <= 2^53 and p <= 1000: the product fits an int64.
 	return max((limit*int64(p)+99)/100, 1)
 }

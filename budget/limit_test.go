@@ -382,4 +382,9 @@ func TestSubjectParts(t *testing.T) {
 	if got := budget.DefaultSubjectKey("k" + sep + "bob"); got != "k" {
 		t.Errorf("DefaultSubjectKey = %q; want k", got)
 	}
+	for subject, want := range map[string]string{"k" + sep + "bob": "k/bob", "k": "k", "bob": "bob", "": ""} {
+		if got := budget.SubjectText(subject); got != want {
+			t.Errorf("SubjectText(%q) = %q; want %q", subject, got, want)
+		}
+	}
 }

@@ -45,11 +45,14 @@ func (t *Tracker) ParkAt(ctx context.Context, provider string, kind ParkKind, re
 	}
 	p := ProviderState{Provider: provider, Kind: kind, ParkedAt: at, RetryAfter: retryAfter, ResumeAt: at.Add(retryAfter), Affected: affected}
 	err := t.store.Update(ctx, func(tx Tx) error {
-		if err := tx.ParkProvider(ctx, p); err != nil {
+		pt, err := providerTx(tx)
+		if err != nil {
 			return err
 		}
-		var err error
-		p, err = tx.Provider(ctx, provider)
+		if err := pt.ParkProvider(ctx, p); err != nil {
+			return err
+		}
+		p, err = pt.Provider(ctx, provider)
 		return err
 	})
 	if err != nil {
@@ -69,8 +72,11 @@ func (t *Tracker) Unpark(ctx context.Context, provider string) (bool, error) {
 	}
 	var was bool
 	err := t.store.Update(ctx, func(tx Tx) error {
-		var err error
-		was, err = tx.DeleteProvider(ctx, provider)
+		pt, err := providerTx(tx)
+		if err != nil {
+			return err
+		}
+		was, err = pt.DeleteProvider(ctx, provider)
 		return err
 	})
 	if err == nil {
@@ -84,8 +90,11 @@ func (t *Tracker) Unpark(ctx context.Context, provider string) (bool, error) {
 func (t *Tracker) ProviderState(ctx context.Context, provider string) (ProviderState, error) {
 	var p ProviderState
 	err := t.store.View(ctx, func(tx Tx) error {
-		var err error
-		p, err = tx.Provider(ctx, strings.TrimSpace(provider))
+		pt, err := providerTx(tx)
+		if err != nil {
+			return err
+		}
+		p, err = pt.Provider(ctx, strings.TrimSpace(provider))
 		return err
 	})
 	return p, err
@@ -97,7 +106,7 @@ func (t *Tracker) ParkedProviders(ctx context.Context) ([]ProviderState, error) 
 	var ps []ProviderState
 	err := t.store.View(ctx, func(tx Tx) error {
 		var err error
-		ps, err = tx.Providers(ctx)
+		ps, err = parkedProviders(ctx, tx)
 		return err
 	})
 	return ps, err
@@ -110,8 +119,11 @@ func (t *Tracker) ProbeFailed(ctx context.Context, provider string) (int, error)
 	now := t.now()
 	var p ProviderState
 	err := t.store.Update(ctx, func(tx Tx) error {
-		var err error
-		p, err = tx.ProbeFailed(ctx, provider, func(p ProviderState) time.Time { return now.Add(t.backoff(p)) })
+		pt, err := providerTx(tx)
+		if err != nil {
+			return err
+		}
+		p, err = pt.ProbeFailed(ctx, provider, func(p ProviderState) time.Time { return now.Add(t.backoff(p)) })
 		return err
 	})
 	if err != nil {
@@ -150,7 +162,12 @@ func (t *Tracker) parkedAt(ctx context.Context, provider string, now time.Time, 
 	loadedAt := t.now().UnixNano()
 	var p *ProviderState
 	err := t.store.View(ctx, func(tx Tx) error {
-		s, err := tx.Provider(ctx, provider)
+		pt, ok := tx.(ProviderTx)
+		if !ok { // a store that cannot park: nothing is ever parked
+			p = nil
+			return nil
+		}
+		s, err := pt.Provider(ctx, provider)
 		if errors.Is(err, ErrNotFound) {
 			p = nil
 			return nil

@@ -14,9 +14,9 @@ import (
 // and prices are integers in micro-dollars, so sums are exact.
 const MicrosPerUSD = 1_000_000
 
-// MaxPrice bounds a price: $1,000,000 per million tokens, far above any
+// maxPrice bounds a price: $1,000,000 per million tokens, far above any
 // model's, low enough that no cost sum can overflow.
-const MaxPrice = 1_000_000 * MicrosPerUSD
+const maxPrice = 1_000_000 * MicrosPerUSD
 
 // Price is what one model of one provider costs per million tokens, in
 // micro-dollars (the unit of the providers' price pages, scaled), from an
@@ -134,7 +134,7 @@ func parsePrice(field, s string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if v > MaxPrice {
+	if v > maxPrice {
 		return 0, invalid(field, s, "must be at most 1000000 (USD per million tokens)")
 	}
 	return v, nil

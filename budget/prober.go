@@ -86,8 +86,11 @@ func (p *Prober) RunOnce(ctx context.Context) (ProbeReport, error) {
 		}
 		var ok bool
 		err := t.store.Update(ctx, func(tx Tx) error {
-			var err error
-			ok, err = tx.ClaimProbe(ctx, ps.Provider, p.Owner, now, now.Add(ttl))
+			pt, err := providerTx(tx)
+			if err != nil {
+				return err
+			}
+			ok, err = pt.ClaimProbe(ctx, ps.Provider, p.Owner, now, now.Add(ttl))
 			return err
 		})
 		if err != nil {

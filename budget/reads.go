@@ -20,8 +20,13 @@ func (t *Tracker) Ping(ctx context.Context) error {
 
 // StoreAs finds an optional role of the tracker's store by type assertion
 // (a store that keeps gateway keys, say), looking through wrappers that
-// have an Unwrap() Store method.
+// have an Unwrap() Store method. It never hands out the Store itself
+// (T = Store finds nothing): transactions stay inside the package.
 func StoreAs[T any](t *Tracker) (T, bool) {
+	var zero T
+	if _, isStore := any(&zero).(*Store); isStore {
+		return zero, false
+	}
 	s := t.store
 	for {
 		if v, ok := s.(T); ok {
@@ -42,9 +47,9 @@ func StoreAs[T any](t *Tracker) (T, bool) {
 // not there yet.
 func (t *Tracker) UsageSeries(ctx context.Context, l *Limit, edges []time.Time) ([]int64, error) {
 	out := make([]int64, max(len(edges)-1, 0))
-	err := t.store.View(ctx, func(tx Tx) error {
+	err := t.viewHistory(ctx, func(tx Tx, h HistoryTx) error {
 		for i := range out {
-			v, err := tx.SumUsage(ctx, l, edges[i], edges[i+1])
+			v, err := h.SumUsage(ctx, l, edges[i], edges[i+1])
 			if err != nil {
 				return err
 			}
@@ -60,9 +65,9 @@ func (t *Tracker) UsageSeries(ctx context.Context, l *Limit, edges []time.Time) 
 // (sorted bytewise).
 func (t *Tracker) CurrentSubjects(ctx context.Context, starts map[string]time.Time) (map[string][]string, error) {
 	out := make(map[string][]string, len(starts))
-	err := t.store.View(ctx, func(tx Tx) error {
+	err := t.viewHistory(ctx, func(tx Tx, h HistoryTx) error {
 		for id, start := range starts {
-			subs, err := tx.Subjects(ctx, id, start)
+			subs, err := h.Subjects(ctx, id, start)
 			if err != nil {
 				return err
 			}
@@ -91,7 +96,7 @@ type Gauge struct {
 // whose limit is 0 are left out.
 func (t *Tracker) Gauges(ctx context.Context, keep func(*Limit) bool, now time.Time) ([]Gauge, error) {
 	var out []Gauge
-	err := t.store.View(ctx, func(tx Tx) error {
+	err := t.viewHistory(ctx, func(tx Tx, h HistoryTx) error {
 		out = out[:0]
 		ls, err := tx.Limits(ctx, "")
 		if err != nil {
@@ -113,7 +118,7 @@ func (t *Tracker) Gauges(ctx context.Context, keep func(*Limit) bool, now time.T
 			case perSubject(l):
 				// The counters of this window only, each subject's.
 				start, end := l.Window.Bounds(now)
-				subs, err := tx.Subjects(ctx, l.ID, start)
+				subs, err := h.Subjects(ctx, l.ID, start)
 				if err != nil {
 					return err
 				}

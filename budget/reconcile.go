@@ -48,6 +48,16 @@ var errDryRun = errors.New("dry run")
 // each logged in the audit log with ctx's actor. Bad input is refused
 // before anything is written.
 func (t *Tracker) ApplyDefinitions(ctx context.Context, d Definitions, o ApplyOptions) ([]Change, error) {
+	return t.define(ctx, d, o, func(ctx context.Context, tx Tx, before *Definitions, ls []Limit, now time.Time) error {
+		return reconcile(ctx, tx, before, &d, ls, o.Prune, now)
+	})
+}
+
+// define validates d, then in one transaction runs write (given the
+// definitions before it and d's validated limits) and o.Also, and returns
+// what changed, logged unless o.DryRun rolls it all back.
+func (t *Tracker) define(ctx context.Context, d Definitions, o ApplyOptions,
+	write func(ctx context.Context, tx Tx, before *Definitions, ls []Limit, now time.Time) error) ([]Change, error) {
 	ls, err := d.validate()
 	if err != nil {
 		return nil, err
@@ -62,14 +72,10 @@ func (t *Tracker) ApplyDefinitions(ctx context.Context, d Definitions, o ApplyOp
 		if err != nil {
 			return err
 		}
-		if err := reconcile(ctx, tx, &before, &d, ls, o.Prune, now); err != nil {
+		if err := write(ctx, tx, &before, ls, now); err != nil {
 			return err
 		}
-		after, err := snapshot(ctx, tx)
-		if err != nil {
-			return err
-		}
-		if changes, err = diffDefinitions(ctx, tx, &before, &after); err != nil {
+		if changes, err = changedSince(ctx, tx, &before); err != nil {
 			return err
 		}
 		if o.Also != nil {
@@ -82,12 +88,7 @@ func (t *Tracker) ApplyDefinitions(ctx context.Context, d Definitions, o ApplyOp
 		if o.DryRun {
 			return errDryRun
 		}
-		for _, c := range changes {
-			if err := t.logChange(ctx, tx, now, c); err != nil {
-				return err
-			}
-		}
-		return nil
+		return t.logChanges(ctx, tx, now, changes)
 	})
 	if errors.Is(err, errDryRun) {
 		return changes, nil
@@ -114,6 +115,25 @@ func snapshot(ctx context.Context, tx Tx) (Definitions, error) {
 	}
 	d.Teams, err = tx.Teams(ctx)
 	return d, err
+}
+
+// changedSince is what changed in tx since the definitions were before.
+func changedSince(ctx context.Context, tx Tx, before *Definitions) ([]Change, error) {
+	after, err := snapshot(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	return diffDefinitions(ctx, tx, before, &after)
+}
+
+// logChanges logs each of cs, made in tx.
+func (t *Tracker) logChanges(ctx context.Context, tx Tx, now time.Time, cs []Change) error {
+	for _, c := range cs {
+		if err := t.logChange(ctx, tx, now, c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // reconcile writes in tx what makes cur into want (its limits ls,
@@ -217,18 +237,14 @@ func checkOwners(cur, want *Definitions, ls []Limit, prune bool) error {
 func reconcileLimits(ctx context.Context, tx Tx, cur, want []Limit, prune bool, now time.Time) error {
 	kept := make(map[string]bool, len(cur))
 	byID := make(map[string]*Limit, len(cur))
+	byIdentity := make(map[string]*Limit, len(cur))
 	for i := range cur {
 		byID[cur[i].ID] = &cur[i]
+		byIdentity[identity(&cur[i])] = &cur[i]
 	}
 	for i := range want {
 		w := &want[i]
-		var same *Limit
-		for j := range cur {
-			if cur[j].SameIdentity(w) {
-				same = &cur[j]
-			}
-		}
-		if same != nil {
+		if same := byIdentity[identity(w)]; same != nil {
 			kept[same.ID] = true
 			if err := updateLimit(ctx, tx, same, w, now); err != nil {
 				return err
@@ -272,6 +288,12 @@ func reconcileLimits(ctx context.Context, tx Tx, cur, want []Limit, prune bool, 
 		}
 	}
 	return nil
+}
+
+// identity is l's identity as one string: what SameIdentity compares
+// (names hold no control characters, so the separator is unambiguous).
+func identity(l *Limit) string {
+	return strings.Join([]string{l.Key, l.Team, l.Org, string(l.Scope), l.ScopeValue, string(l.Metric), l.Window.String()}, "\x00")
 }
 
 // updateLimit gives cur w's attributes (its id, counters and raises kept)

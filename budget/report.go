@@ -68,9 +68,9 @@ func (t *Tracker) Report(ctx context.Context, q ReportQuery) ([]ReportRow, error
 		return nil, err
 	}
 	var all []Rollup
-	err := t.store.View(ctx, func(tx Tx) error {
+	err := t.viewHistory(ctx, func(tx Tx, h HistoryTx) error {
 		all = all[:0]
-		horizon, err := tx.PrunedBefore(ctx)
+		horizon, err := h.PrunedBefore(ctx)
 		if err != nil {
 			return err
 		}
@@ -90,14 +90,14 @@ func (t *Tracker) Report(ctx context.Context, q ReportQuery) ([]ReportRow, error
 				return invalid(field, v.UTC().Format(time.RFC3339), "splits a day before the prune horizon "+
 					horizon.Format(time.RFC3339)+", which only daily rollups cover: give UTC midnights")
 			}
-			rs, err := tx.EventTotals(ctx, part[0], part[1], q.Key, q.By)
+			rs, err := h.EventTotals(ctx, part[0], part[1], q.Key, q.By)
 			if err != nil {
 				return err
 			}
 			all = append(all, rs...)
 		}
 		if first.Before(last) {
-			rs, err := tx.Rollups(ctx, first, last, q.Key, q.By)
+			rs, err := h.Rollups(ctx, first, last, q.Key, q.By)
 			if err != nil {
 				return err
 			}
@@ -226,16 +226,16 @@ func (t *Tracker) Export(ctx context.Context, since, until time.Time, key string
 	if err := checkRange(since, until); err != nil {
 		return res, err
 	}
-	err := t.store.View(ctx, func(tx Tx) error {
+	err := t.viewHistory(ctx, func(tx Tx, h HistoryTx) error {
 		res = ExportResult{}
-		horizon, err := tx.PrunedBefore(ctx)
+		horizon, err := h.PrunedBefore(ctx)
 		if err != nil {
 			return err
 		}
 		if since.Before(horizon) {
 			res.RolledUpFrom, res.RolledUpTo = since, minTime(horizon, until)
 		}
-		return tx.Events(ctx, since, until, key, func(u Usage) error {
+		return h.Events(ctx, since, until, key, func(u Usage) error {
 			res.Events++
 			return fn(u)
 		})
@@ -276,9 +276,9 @@ func (t *Tracker) Prune(ctx context.Context, before time.Time) (PruneResult, err
 		return PruneResult{}, invalid("before", before.UTC().Format(time.RFC3339), "must be before today (UTC): today's events are still being written")
 	}
 	var res PruneResult
-	err := t.store.Update(ctx, func(tx Tx) error {
+	err := t.updateHistory(ctx, func(tx Tx, h HistoryTx) error {
 		res = PruneResult{Before: cut}
-		horizon, err := tx.PrunedBefore(ctx)
+		horizon, err := h.PrunedBefore(ctx)
 		if err != nil {
 			return err
 		}
@@ -287,13 +287,13 @@ func (t *Tracker) Prune(ctx context.Context, before time.Time) (PruneResult, err
 			return nil // already pruned that far
 		}
 		// What goes must be in the rollups.
-		if err := checkRollups(ctx, tx, horizon, cut); err != nil {
+		if err := checkRollups(ctx, h, horizon, cut); err != nil {
 			return err
 		}
 		// The deletion next: it ends holding the definitions' lock, so
 		// the checks below see every limit committed before them; a
 		// refusal rolls the deletion back.
-		if res.Deleted, err = tx.Prune(ctx, cut); err != nil {
+		if res.Deleted, err = h.Prune(ctx, cut); err != nil {
 			return err
 		}
 		ls, err := tx.Limits(ctx, "")
@@ -310,7 +310,7 @@ func (t *Tracker) Prune(ctx context.Context, before time.Time) (PruneResult, err
 					l.ID, start.UTC().Format(time.RFC3339), Day(start).Format(time.RFC3339)))
 			}
 		}
-		open, err := tx.OpenReservationsBefore(ctx, cut, now.Add(-t.cfg.SettledRetention), maxListed)
+		open, err := h.OpenReservationsBefore(ctx, cut, now.Add(-t.cfg.SettledRetention), maxListed)
 		if err != nil {
 			return err
 		}
@@ -332,8 +332,8 @@ func (t *Tracker) Prune(ctx context.Context, before time.Time) (PruneResult, err
 
 // checkRollups confirms the rollups of [from, to) hold exactly what the
 // events there sum to, before the events go.
-func checkRollups(ctx context.Context, tx Tx, from, to time.Time) error {
-	bad, err := rollupDrift(ctx, tx, from, to)
+func checkRollups(ctx context.Context, h HistoryTx, from, to time.Time) error {
+	bad, err := rollupDrift(ctx, h, from, to)
 	if err != nil {
 		return err
 	}
@@ -352,15 +352,15 @@ type RollupDrift struct {
 
 // rollupDrift compares the rollups of [from, to) with the events (from
 // zero: the start of the history).
-func rollupDrift(ctx context.Context, tx Tx, from, to time.Time) ([]RollupDrift, error) {
+func rollupDrift(ctx context.Context, h HistoryTx, from, to time.Time) ([]RollupDrift, error) {
 	if from.IsZero() {
 		from = beforeAll // the start of the history
 	}
-	rs, err := tx.Rollups(ctx, from, to, "", AllDims)
+	rs, err := h.Rollups(ctx, from, to, "", AllDims)
 	if err != nil {
 		return nil, err
 	}
-	es, err := tx.EventTotals(ctx, from, to, "", AllDims)
+	es, err := h.EventTotals(ctx, from, to, "", AllDims)
 	if err != nil {
 		return nil, err
 	}
@@ -404,12 +404,12 @@ func rollupDrift(ctx context.Context, tx Tx, from, to time.Time) ([]RollupDrift,
 // cover (from the prune horizon on) with those events.
 func (t *Tracker) VerifyRollups(ctx context.Context) ([]RollupDrift, error) {
 	var out []RollupDrift
-	err := t.store.View(ctx, func(tx Tx) error {
-		horizon, err := tx.PrunedBefore(ctx)
+	err := t.viewHistory(ctx, func(tx Tx, h HistoryTx) error {
+		horizon, err := h.PrunedBefore(ctx)
 		if err != nil {
 			return err
 		}
-		out, err = rollupDrift(ctx, tx, horizon, Forever)
+		out, err = rollupDrift(ctx, h, horizon, Forever)
 		return err
 	})
 	return out, err
@@ -417,14 +417,14 @@ func (t *Tracker) VerifyRollups(ctx context.Context) ([]RollupDrift, error) {
 
 // PrunedBefore is the prune horizon (zero when nothing was pruned).
 func (t *Tracker) PrunedBefore(ctx context.Context) (time.Time, error) {
-	var h time.Time
+	var horizon time.Time
 	err := t.store.View(ctx, func(tx Tx) error {
 		var err error
-		h, err = tx.PrunedBefore(ctx)
+		horizon, err = prunedBefore(ctx, tx)
 		return err
 	})
 	if err == nil {
-		t.horizon.Store(nsOf(h))
+		t.horizon.Store(nsOf(horizon))
 	}
-	return h, err
+	return horizon, err
 }

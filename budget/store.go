@@ -238,13 +238,15 @@ type ProviderTx interface {
 	ClaimProbe(ctx context.Context, name, owner string, now, until time.Time) (ok bool, err error)
 }
 
-// Tx is one transaction of a Store, in every role above. A new backend can
-// implement HotTx and DefinitionsTx first; code that needs an optional
-// role can find it by type assertion (as the proxy finds a store's gateway
-// keys), so a missing role is one clear error, not a compile failure of the
-// whole seam. Times are stored with nanosecond
-// precision. Methods that find nothing return ErrNotFound unless they say
-// otherwise.
+// Tx is one transaction of a Store: the two roles every backend
+// implements, HotTx (what the writer decides on and writes) and
+// DefinitionsTx (what limits, teams and prices say). HistoryTx, AlertTx,
+// ProviderTx and AuditTx are optional: a backend offers them by implementing them
+// on the same transaction value, and the Tracker finds them by type
+// assertion (roles.go says what works without each), so a new backend
+// runs the writer once it has the two required roles. Times are stored
+// with nanosecond precision. Methods that find nothing return ErrNotFound
+// unless they say otherwise.
 //
 // Locking contract. No read takes a lock but LimitsVersion (see there). A
 // write transaction that decides
@@ -263,8 +265,4 @@ type ProviderTx interface {
 type Tx interface {
 	HotTx
 	DefinitionsTx
-	HistoryTx
-	AlertTx
-	ProviderTx
-	AuditTx
 }

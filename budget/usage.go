@@ -76,8 +76,8 @@ func (u Usage) Billable() int64 { return u.Input + u.Output + u.Reasoning }
 // dollars but no request; the stores' history sums agree.
 const LateSuffix = ":late"
 
-// IsLate reports whether requestID is a late commit's (ends in LateSuffix).
-func IsLate(requestID string) bool { return strings.HasSuffix(requestID, LateSuffix) }
+// isLate reports whether requestID is a late commit's (ends in LateSuffix).
+func isLate(requestID string) bool { return strings.HasSuffix(requestID, LateSuffix) }
 
 // Amount is the event's contribution to a limit of metric m.
 func (u Usage) Amount(m Metric) int64 {
@@ -89,7 +89,7 @@ func (u Usage) Amount(m Metric) int64 {
 	case MetricOutput:
 		return u.Output + u.Reasoning
 	case MetricRequests:
-		if IsLate(u.RequestID) {
+		if isLate(u.RequestID) {
 			return 0 // the excess of a request already counted (see LateSuffix)
 		}
 		return 1
@@ -169,10 +169,10 @@ func NewID(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
-// NewReservationID is a reservation id that sorts by its instant at (then
+// newReservationID is a reservation id that sorts by its instant at (then
 // at random), so the store's index receives new ids at its end instead of
 // all over it.
-func NewReservationID(at time.Time) string {
+func newReservationID(at time.Time) string {
 	var b [14]byte
 	binary.BigEndian.PutUint64(b[:8], uint64(at.UnixNano()))
 	_, _ = rand.Read(b[8:])

@@ -369,7 +369,7 @@ func (b *batch) try(ctx context.Context, tx Tx) error {
 	exhausted := b.exhausted()
 	if b.ws.size() == 0 && b.ws.DeleteSettledBefore.IsZero() {
 		if len(exhausted) > 0 {
-			return tx.LogAlerts(ctx, exhausted)
+			return logAlerts(ctx, tx, exhausted)
 		}
 		return nil
 	}
@@ -399,7 +399,7 @@ func (b *batch) try(ctx context.Context, tx Tx) error {
 	if as, err := b.alerts(ctx, tx); err != nil {
 		return err
 	} else if as = append(as, exhausted...); len(as) > 0 {
-		if err := tx.LogAlerts(ctx, as); err != nil {
+		if err := logAlerts(ctx, tx, as); err != nil {
 			return err
 		}
 	}

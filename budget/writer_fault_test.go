@@ -307,7 +307,7 @@ func TestWriterCloseDrainsTheQueue(t *testing.T) {
 		}
 		n := 0
 		if err := f.View(ctx, func(tx budget.Tx) error {
-			return tx.Events(ctx, time.Time{}, time.Now().Add(time.Hour), "k", func(budget.Usage) error { n++; return nil })
+			return tx.(budget.HistoryTx).Events(ctx, time.Time{}, time.Now().Add(time.Hour), "k", func(budget.Usage) error { n++; return nil })
 		}); err != nil {
 			t.Fatal(err)
 		}

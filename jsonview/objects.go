@@ -5,54 +5,12 @@ import (
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
-	"github.com/tokenbudget/tokenbudget/gatekey"
 )
 
-// The objects of `key ls --json`, `team ls --json`, `price ls --json` and
-// `export`, which the admin API (package admin) serves as well. The CLI's
+// The objects of `team ls --json`, `price ls --json` and `export`, which
+// the admin API (package admin) serves as well (keys.go has `key ls`'s). The CLI's
 // own copies in cmd/budget are checked against these byte for byte by
 // cmd/budget's admin listener tests, so the two cannot drift.
-
-// Key is a gateway key; secrets and hashes are never part of it.
-type Key struct {
-	Name          string  `json:"name"`
-	Team          *string `json:"team"` // null: in no team
-	CreatedAt     string  `json:"created_at"`
-	Revoked       bool    `json:"revoked"`
-	State         string  `json:"state"` // active, rotating, expired or revoked
-	RevokedAt     *string `json:"revoked_at"`
-	RotatingUntil *string `json:"rotating_until"`
-	LastUsedAt    *string `json:"last_used_at"`
-	ExpiresAt     *string `json:"expires_at"` // null: never
-	// Models are the patterns of the models the key may ask for; []: any.
-	Models []string `json:"models"`
-}
-
-// KeyState is a key's state at now and, while rotating, until when its
-// previous secret works.
-func KeyState(k *gatekey.Key, now time.Time) (string, time.Time) {
-	switch {
-	case !k.RevokedAt.IsZero():
-		return "revoked", time.Time{}
-	case k.Expired(now):
-		return "expired", time.Time{}
-	case k.PrevHash != "" && now.Before(k.PrevUntil):
-		return "rotating", k.PrevUntil
-	}
-	return "active", time.Time{}
-}
-
-// KeyOf is k at now, in team ("" for none).
-func KeyOf(k *gatekey.Key, team string, now time.Time) Key {
-	state, until := KeyState(k, now)
-	o := Key{Name: k.Name, CreatedAt: Time(k.CreatedAt), Revoked: !k.RevokedAt.IsZero(), State: state,
-		RevokedAt: TimeOrNull(k.RevokedAt), RotatingUntil: TimeOrNull(until), LastUsedAt: TimeOrNull(k.LastUsedAt),
-		ExpiresAt: TimeOrNull(k.ExpiresAt), Models: append([]string{}, k.Models...)}
-	if team != "" {
-		o.Team = ptr(team)
-	}
-	return o
-}
 
 // Secret is what creating or rotating a key answers: the secret, shown
 // this once.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"maps"
@@ -460,8 +459,7 @@ func New(t *budget.Tracker, cfg Config) (*Middleware, error) {
 	if m.keys == nil {
 		ks, ok := budget.StoreAs[KeyStore](t)
 		if !ok {
-			s, _ := budget.StoreAs[budget.Store](t)
-			return nil, budget.Invalid("Keys", fmt.Sprintf("%T", s), "is required: the tracker's store keeps no gateway keys")
+			return nil, budget.Invalid("Keys", "nil", "is required: the tracker's store keeps no gateway keys")
 		}
 		m.keys = NewKeys(ks)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	tokenbudget "github.com/tokenbudget/tokenbudget"
 	"github.com/tokenbudget/tokenbudget/budget"
 	"github.com/tokenbudget/tokenbudget/proxy"
 )
@@ -20,7 +21,12 @@ func (e *env) reservation(id string) budget.ReservationRow {
 	e.t.Helper()
 	ctx := context.Background()
 	var r budget.ReservationRow
-	s, _ := budget.StoreAs[budget.Store](e.db.Tracker)
+	// A handle of its own on the file, as another process would read it.
+	s, err := tokenbudget.OpenStore(ctx, e.path, tokenbudget.Options{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer s.Close()
 	if err := s.View(ctx, func(tx budget.Tx) error {
 		rows, err := tx.Reservations(ctx, []string{id})
 		if err == nil && len(rows) != 1 {

@@ -5,9 +5,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
+
+	"github.com/tokenbudget/tokenbudget"
 
 	"github.com/tokenbudget/tokenbudget/budget"
 	"github.com/tokenbudget/tokenbudget/gatekey"
+	"github.com/tokenbudget/tokenbudget/jsonview"
 )
 
 const adminTokenHelp = `usage: budget admin token <add|ls|revoke> [flags]
@@ -155,16 +159,6 @@ null when they do not apply).
 
 `
 
-// adminTokenJSON is an admin token in 'admin token ls --json'.
-type adminTokenJSON struct {
-	Name      string  `json:"name"`
-	Team      *string `json:"team"`
-	Org       *string `json:"org"`
-	ReadOnly  bool    `json:"read_only"`
-	CreatedAt string  `json:"created_at"`
-	RevokedAt *string `json:"revoked_at"`
-}
-
 func (m *Main) runAdminTokenLs(ctx context.Context, args []string) (err error) {
 	fs := newFlagSet("admin token ls")
 	dsn := m.dbFlag(fs)
@@ -186,14 +180,12 @@ func (m *Main) runAdminTokenLs(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	if *asJSON {
-		out := make([]adminTokenJSON, len(toks))
+		out := make([]jsonview.AdminToken, len(toks))
 		for i := range toks {
-			t := &toks[i]
-			out[i] = adminTokenJSON{Name: t.Name, Team: nullIfEmpty(t.Scope.Team), Org: nullIfEmpty(t.Scope.Org),
-				ReadOnly: t.Scope.ReadOnly, CreatedAt: ts(t.CreatedAt), RevokedAt: tsp(t.RevokedAt)}
+			out[i] = jsonview.AdminTokenOf(&toks[i])
 		}
 		return writeJSON(m.Stdout, struct {
-			Tokens []adminTokenJSON `json:"tokens"`
+			Tokens []jsonview.AdminToken `json:"tokens"`
 		}{out})
 	}
 	if len(toks) == 0 {
@@ -216,35 +208,9 @@ Revoking a revoked token is no error (exit 0); an unknown name exits 4.
 
 `
 
-func (m *Main) runAdminTokenRevoke(ctx context.Context, args []string) (err error) {
-	fs := newFlagSet("admin token revoke")
-	dsn := m.dbFlag(fs)
-	at := m.atFlag(fs)
-	pos, err := m.parseArgs(fs, adminTokenRevokeHelp, args)
-	if err != nil {
-		return err
-	}
-	name, err := adminName("admin token revoke", pos)
-	if err != nil {
-		return err
-	}
-	now, err := at()
-	if err != nil {
-		return err
-	}
-	db, err := m.openDB(ctx, *dsn, dbOptions{})
-	if err != nil {
-		return err
-	}
-	defer closeDB(ctx, db, &err)
-	revoked, err := db.AdminTokens().RevokeAdminToken(ctx, name, now)
-	if err != nil {
-		return err
-	}
-	if !revoked {
-		_, err = fmt.Fprintf(m.Stdout, "%s was already revoked\n", name)
-		return err
-	}
-	_, err = fmt.Fprintf(m.Stdout, "%s revoked\n", name)
-	return err
+func (m *Main) runAdminTokenRevoke(ctx context.Context, args []string) error {
+	return m.runRevoke(ctx, args, "admin token revoke", adminTokenRevokeHelp, adminName,
+		func(ctx context.Context, db *tokenbudget.DB, name string, at time.Time) (bool, error) {
+			return db.AdminTokens().RevokeAdminToken(ctx, name, at)
+		})
 }

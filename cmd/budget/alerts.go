@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/tokenbudget/tokenbudget/alert"
 	"github.com/tokenbudget/tokenbudget/budget"
@@ -134,11 +133,10 @@ func (m *Main) runAlertsLs(ctx context.Context, args []string) (err error) {
 	return w.Flush()
 }
 
-// subjectText is a counter's subject for tables: key/user for a default
-// per-user limit's, "-" for none.
+// subjectText is a counter's subject for tables, "-" for none.
 func subjectText(s string) string {
 	if s == "" {
 		return "-"
 	}
-	return strings.ReplaceAll(s, budget.SubjectSep, "/")
+	return budget.SubjectText(s)
 }

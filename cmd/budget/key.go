@@ -12,6 +12,7 @@ import (
 	"github.com/tokenbudget/tokenbudget"
 	"github.com/tokenbudget/tokenbudget/budget"
 	"github.com/tokenbudget/tokenbudget/gatekey"
+	"github.com/tokenbudget/tokenbudget/jsonview"
 	"github.com/tokenbudget/tokenbudget/proxy"
 )
 
@@ -232,45 +233,10 @@ for any model).
 
 `
 
-// keyJSON is a gateway key in 'key ls --json'.
-type keyJSON struct {
-	Name          string   `json:"name"`
-	Team          *string  `json:"team"` // null: in no team
-	CreatedAt     string   `json:"created_at"`
-	Revoked       bool     `json:"revoked"`
-	State         string   `json:"state"` // active, rotating or revoked
-	RevokedAt     *string  `json:"revoked_at"`
-	RotatingUntil *string  `json:"rotating_until"`
-	LastUsedAt    *string  `json:"last_used_at"`
-	ExpiresAt     *string  `json:"expires_at"`
-	Models        []string `json:"models"` // the patterns it may ask for; [] for any
-}
-
 // keyObj is k as 'key ls --json' lists it at now; teams maps keys to
 // their teams.
-func keyObj(k *gatekey.Key, teams map[string]string, now time.Time) keyJSON {
-	state, until := keyState(k, now)
-	o := keyJSON{Name: k.Name, CreatedAt: ts(k.CreatedAt), Revoked: !k.RevokedAt.IsZero(), State: state,
-		RevokedAt: tsp(k.RevokedAt), RotatingUntil: tsp(until), LastUsedAt: tsp(k.LastUsedAt),
-		ExpiresAt: tsp(k.ExpiresAt), Models: append([]string{}, k.Models...)}
-	if t, ok := teams[k.Name]; ok {
-		o.Team = &t
-	}
-	return o
-}
-
-// keyState is a key's state at now and, while rotating, until when its
-// previous secret works.
-func keyState(k *gatekey.Key, now time.Time) (string, time.Time) {
-	switch {
-	case !k.RevokedAt.IsZero():
-		return "revoked", time.Time{}
-	case k.Expired(now):
-		return "expired", time.Time{}
-	case k.PrevHash != "" && now.Before(k.PrevUntil):
-		return "rotating", k.PrevUntil
-	}
-	return "active", time.Time{}
+func keyObj(k *gatekey.Key, teams map[string]string, now time.Time) jsonview.Key {
+	return jsonview.KeyOf(k, teams[k.Name], now)
 }
 
 func (m *Main) runKeyLs(ctx context.Context, args []string) (err error) {
@@ -303,12 +269,12 @@ func (m *Main) runKeyLs(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	if *asJSON {
-		out := make([]keyJSON, len(keys))
+		out := make([]jsonview.Key, len(keys))
 		for i := range keys {
 			out[i] = keyObj(&keys[i], teams, now)
 		}
 		return writeJSON(m.Stdout, struct {
-			Keys []keyJSON `json:"keys"`
+			Keys []jsonview.Key `json:"keys"`
 		}{out})
 	}
 	if len(keys) == 0 {
@@ -319,7 +285,7 @@ func (m *Main) runKeyLs(ctx context.Context, args []string) (err error) {
 	fmt.Fprintln(w, "NAME\tTEAM\tCREATED AT\tSTATE\tLAST USED\tREVOKED AT\tEXPIRES\tMODELS")
 	for i := range keys {
 		k := &keys[i]
-		state, until := keyState(k, now)
+		state, until := jsonview.KeyState(k, now)
 		if state == "rotating" {
 			state = "rotating until " + ts(until)
 		}
@@ -394,15 +360,25 @@ Revoking a revoked key is no error (exit 0); an unknown name exits 4.
 
 `
 
-func (m *Main) runKeyRevoke(ctx context.Context, args []string) (err error) {
-	fs := newFlagSet("key revoke")
+func (m *Main) runKeyRevoke(ctx context.Context, args []string) error {
+	return m.runRevoke(ctx, args, "key revoke", keyRevokeHelp, keyName, func(ctx context.Context, db *tokenbudget.DB, name string, at time.Time) (bool, error) {
+		return db.KeyStore().RevokeKey(ctx, name, at)
+	})
+}
+
+// runRevoke is a revoke command (key revoke, admin token revoke): NAME
+// read by name, revoked at --at, "NAME revoked" or "NAME was already
+// revoked" on stdout.
+func (m *Main) runRevoke(ctx context.Context, args []string, cmd, help string, name func(string, []string) (string, error),
+	revoke func(context.Context, *tokenbudget.DB, string, time.Time) (bool, error)) (err error) {
+	fs := newFlagSet(cmd)
 	dsn := m.dbFlag(fs)
 	at := m.atFlag(fs)
-	pos, err := m.parseArgs(fs, keyRevokeHelp, args)
+	pos, err := m.parseArgs(fs, help, args)
 	if err != nil {
 		return err
 	}
-	name, err := keyName("key revoke", pos)
+	n, err := name(cmd, pos)
 	if err != nil {
 		return err
 	}
@@ -415,15 +391,15 @@ func (m *Main) runKeyRevoke(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	defer closeDB(ctx, db, &err)
-	revoked, err := db.KeyStore().RevokeKey(ctx, name, now)
+	revoked, err := revoke(ctx, db, n, now)
 	if err != nil {
 		return err
 	}
 	if !revoked {
-		_, err = fmt.Fprintf(m.Stdout, "%s was already revoked\n", name)
+		_, err = fmt.Fprintf(m.Stdout, "%s was already revoked\n", n)
 		return err
 	}
-	_, err = fmt.Fprintf(m.Stdout, "%s revoked\n", name)
+	_, err = fmt.Fprintf(m.Stdout, "%s revoked\n", n)
 	return err
 }
 

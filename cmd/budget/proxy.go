@@ -195,17 +195,20 @@ type proxyOptions struct {
 	imageTokens int64
 	// zero: the proxy package's defaults
 	reservationTTL time.Duration
-	bodyTimeout    time.Duration
-	headerTimeout  time.Duration
-	idleTimeout    time.Duration
-	maxInflight    int64
-	maxInflightKey int64         // 0: the default share
-	minBodyRate    int64         // 0: no minimum
-	maxClientWait  time.Duration // 0: the default; negative: every refusal
-	capField       string        // "": auto
-	requireLimits  bool
-	log            *slog.Logger
-	accessLog      bool // one line per request on log
+	// maxWriteBackoff is the writer's longest wait between attempts at a
+	// failing write (budget.Config.MaxRetryBackoff).
+	maxWriteBackoff time.Duration
+	bodyTimeout     time.Duration
+	headerTimeout   time.Duration
+	idleTimeout     time.Duration
+	maxInflight     int64
+	maxInflightKey  int64         // 0: the default share
+	minBodyRate     int64         // 0: no minimum
+	maxClientWait   time.Duration // 0: the default; negative: every refusal
+	capField        string        // "": auto
+	requireLimits   bool
+	log             *slog.Logger
+	accessLog       bool // one line per request on log
 	// retain prunes the history older than it, at start and daily (0: keep it all).
 	retain time.Duration
 	// retainTicks replaces the daily ticker of retain. (Optional; tests.)
@@ -239,6 +242,7 @@ func (m *Main) runProxy(ctx context.Context, args []string) (err error) {
 	fs.Int64Var(&o.maxOutput, "default-max-output", proxy.DefaultMaxOutput, "output estimate of a request without max tokens")
 	fs.Int64Var(&o.imageTokens, "image-tokens", proxy.DefaultImageTokens, "estimate of one image or file part")
 	fs.DurationVar(&o.reservationTTL, "reservation-ttl", proxy.DefaultReservationTTL, "lifetime of a reservation, renewed every third of it while its request runs (at least 1s)")
+	fs.DurationVar(&o.maxWriteBackoff, "max-write-backoff", budget.DefaultMaxRetryBackoff, "longest wait between the writer's attempts at a failing write (store away, disk full): the proxy writes again at most this long after the store is back")
 	fs.DurationVar(&o.bodyTimeout, "body-timeout", proxy.DefaultBodyTimeout, "time allowed to receive a request body; slower ones get 408")
 	fs.DurationVar(&o.headerTimeout, "header-timeout", proxy.DefaultHeaderTimeout, "time allowed for the upstream's response headers; past it 504")
 	fs.DurationVar(&o.idleTimeout, "stream-idle-timeout", proxy.DefaultStreamIdleTimeout, "longest the upstream may go quiet mid-response before it is cut off")
@@ -355,6 +359,9 @@ func (o *proxyOptions) validate() error {
 	if o.reservationTTL < time.Second {
 		return budget.Invalid("reservation-ttl", o.reservationTTL, "must be at least 1s")
 	}
+	if o.maxWriteBackoff < 10*time.Millisecond {
+		return budget.Invalid("max-write-backoff", o.maxWriteBackoff, "must be at least 10ms (the first retry's wait)")
+	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
@@ -439,6 +446,7 @@ func (m *Main) startProxy(ctx context.Context, o proxyOptions) (_ *runningProxy,
 	cfg := budget.DefaultConfig()
 	cfg.Now = m.Now
 	cfg.OnError = func(err error) { o.log.Error("budget: write failed; retrying", "err", err) }
+	cfg.MaxRetryBackoff = o.maxWriteBackoff
 	if p.tracker, err = budget.New(ctx, metrics.InstrumentStore(s), cfg); err != nil {
 		return nil, err
 	}

@@ -444,7 +444,9 @@ func TestProxyDiskFull(t *testing.T) {
 		}
 		io.WriteString(w, last)
 	})
-	p := startProxyProc(t, bin, "--db", db, "--upstream", up)
+	// A short backoff cap: the test waits for the writer's next try once
+	// space is back, not out the default 5 s.
+	p := startProxyProc(t, bin, "--db", db, "--upstream", up, "--max-write-backoff", "50ms")
 	client := proxyClient()
 	if code, body := getURL(client, p.url+"/healthz"); code != 200 {
 		t.Fatalf("/healthz before: %d %s", code, body)

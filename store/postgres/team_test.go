@@ -57,7 +57,7 @@ func TestDefinitionChangesWaitForWriters(t *testing.T) {
 		}},
 		{"delete a team", func(tx budget.Tx) error { return tx.DeleteTeam(ctx, "new") }},
 		{"prune", func(tx budget.Tx) error {
-			_, err := tx.Prune(ctx, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			_, err := tx.(budget.HistoryTx).Prune(ctx, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 			return err
 		}},
 	} {

@@ -55,8 +55,8 @@ func TestDiskFullThenSpaceBack(t *testing.T) {
 		}
 	})
 	ctx := context.Background()
-	s := &flaky{Store: openStore(t, filepath.Join(dir, "b.db"))} // never fails: only to see writes land
-	t.Cleanup(func() { s.Close() })                              // before the unmount
+	s := &landing{Store: openStore(t, filepath.Join(dir, "b.db"))}
+	t.Cleanup(func() { s.Close() }) // before the unmount
 	tr := newTracker(t, s, nil)
 	defer tr.Close(ctx)
 	max := int64(1 << 40)
@@ -97,7 +97,7 @@ func TestDiskFullThenSpaceBack(t *testing.T) {
 	if err := tr.Health(); err == nil || !strings.Contains(err.Error(), "disk full") {
 		t.Fatalf("Health with the disk full = %v; want it to say disk full", err)
 	}
-	landed := s.heal()
+	landed := s.next()
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestDiskFullThenSpaceBack(t *testing.T) {
 		} else if attempt > 10 {
 			t.Fatalf("Flush after space came back: %v", err)
 		}
-		landed = s.heal()
+		landed = s.next()
 	}
 	d, err := tr.CheckAt(ctx, budget.Request{Key: "k"}, tr.Now())
 	if err != nil {

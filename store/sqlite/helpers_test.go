@@ -6,7 +6,6 @@ import (
 	"flag"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -62,58 +61,38 @@ func tmpDB(t testing.TB) string { return filepath.Join(t.TempDir(), "x.db") }
 // fixed is a clock stopped at a Monday, 09:00 UTC, for Config.Now.
 func fixed() time.Time { return time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC) }
 
-// errInjected is what flaky's writes fail with.
-var errInjected = errors.New("disk I/O error (injected)")
-
-// flaky fails every write while fail is set. (Writer behaviour under
-// failing writes is tested in budget/ on a memstore behind
-// budget/internal/faultstore; here it serves what is about SQLite.)
-type flaky struct {
+// landing watches a store's writes, so a test can wait for the next one
+// that lands. (Writer behaviour under failing writes is tested in budget/
+// on a memstore behind budget/internal/faultstore; here it serves what is
+// about SQLite.)
+type landing struct {
 	budget.Store
-	fail      atomic.Bool
 	mu        sync.Mutex
 	succeeded chan struct{} // closed at the next successful write
-	refused   chan struct{} // closed at the next refused write
 }
 
-func (f *flaky) Update(ctx context.Context, fn func(budget.Tx) error) error {
-	if f.fail.Load() {
-		f.fire(&f.refused)
-		return errInjected
-	}
+func (f *landing) Update(ctx context.Context, fn func(budget.Tx) error) error {
 	err := f.Store.Update(ctx, fn)
 	if err == nil {
-		f.fire(&f.succeeded)
+		f.mu.Lock()
+		if f.succeeded != nil {
+			close(f.succeeded)
+			f.succeeded = nil
+		}
+		f.mu.Unlock()
 	}
 	return err
 }
 
-// fire closes *ch, if armed, and disarms it.
-func (f *flaky) fire(ch *chan struct{}) {
+// next returns a wait for the next successful write.
+func (f *landing) next() func(context.Context) error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	if *ch != nil {
-		close(*ch)
-		*ch = nil
+	if f.succeeded == nil {
+		f.succeeded = make(chan struct{})
 	}
-}
-
-// heal stops the failures and returns a wait for the next successful write.
-func (f *flaky) heal() func(context.Context) error {
-	ch := f.arm(&f.succeeded)
-	f.fail.Store(false)
+	ch := f.succeeded
+	f.mu.Unlock()
 	return func(ctx context.Context) error { return waitClosed(ctx, ch, "no write succeeded") }
-}
-
-// arm returns the channel *ch, made if need be, that Update closes at the
-// next write of its kind.
-func (f *flaky) arm(ch *chan struct{}) <-chan struct{} {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if *ch == nil {
-		*ch = make(chan struct{})
-	}
-	return *ch
 }
 
 func waitClosed(ctx context.Context, ch <-chan struct{}, what string) error {
@@ -125,49 +104,6 @@ func waitClosed(ctx context.Context, ch <-chan struct{}, what string) error {
 	case <-ctx.Done():
 		return errors.New(what + " within 30s")
 	}
-}
-
-// gated holds every write at a gate while it is closed: Update reports its
-// arrival on arrived, then waits for the gate to open.
-type gated struct {
-	budget.Store
-	arrived chan struct{} // one send per write that reached a closed gate
-	mu      sync.Mutex
-	gate    chan struct{} // nil while open
-}
-
-func newGated(s budget.Store) *gated { return &gated{Store: s, arrived: make(chan struct{}, 64)} }
-
-// close closes the gate: writes wait from now on.
-func (g *gated) close() {
-	g.mu.Lock()
-	g.gate = make(chan struct{})
-	g.mu.Unlock()
-}
-
-// open lets the waiting writes and all later ones through.
-func (g *gated) open() {
-	g.mu.Lock()
-	if g.gate != nil {
-		close(g.gate)
-		g.gate = nil
-	}
-	g.mu.Unlock()
-}
-
-func (g *gated) Update(ctx context.Context, fn func(budget.Tx) error) error {
-	g.mu.Lock()
-	gate := g.gate
-	g.mu.Unlock()
-	if gate != nil {
-		g.arrived <- struct{}{}
-		select {
-		case <-gate:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return g.Store.Update(ctx, fn)
 }
 
 // within fails the test unless ch yields before d passes, and returns what

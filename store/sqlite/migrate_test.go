@@ -150,7 +150,7 @@ func TestMigrateKeepsLiveReservations(t *testing.T) {
 	}
 	var left int
 	if err := s.View(ctx, func(x budget.Tx) error {
-		rows, err := x.CounterRows(ctx)
+		rows, err := x.(budget.HistoryTx).CounterRows(ctx)
 		left = len(rows)
 		return err
 	}); err != nil || left != 0 {

@@ -184,7 +184,7 @@ func testAuditWithChange(t *testing.T, newDB NewDB) {
 		if err != nil {
 			return err
 		}
-		if err := tx.AppendAudit(ctx, e); err != nil {
+		if err := tx.(budget.AuditTx).AppendAudit(ctx, e); err != nil {
 			return err
 		}
 		if err := tx.PutTeam(ctx, budget.Team{Name: "ghost"}); err != nil {
@@ -202,7 +202,7 @@ func testAuditWithChange(t *testing.T, newDB NewDB) {
 		}
 	}
 	if err := s.View(ctx, func(tx budget.Tx) error {
-		return tx.AppendAudit(ctx, budget.AuditEntry{ID: "aud_x", At: T0})
+		return tx.(budget.AuditTx).AppendAudit(ctx, budget.AuditEntry{ID: "aud_x", At: T0})
 	}); err == nil {
 		t.Fatal("AppendAudit inside View succeeded")
 	}

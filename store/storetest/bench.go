@@ -222,7 +222,7 @@ func BenchReport(b *testing.B, s budget.Store) {
 	fromEvents := func() []budget.ReportRow {
 		var rows []budget.ReportRow
 		if err := s.View(ctx, func(t budget.Tx) error {
-			rs, err := t.EventTotals(ctx, q.Since, q.Until, "", q.By)
+			rs, err := historyRole(b, t).EventTotals(ctx, q.Since, q.Until, "", q.By)
 			rows = budget.Group(rs, q.By)
 			return err
 		}); err != nil {
@@ -231,7 +231,7 @@ func BenchReport(b *testing.B, s budget.Store) {
 		return rows
 	}
 	if err := s.View(ctx, func(t budget.Tx) error {
-		rs, err := t.Rollups(ctx, q.Since, q.Until, "", budget.AllDims)
+		rs, err := historyRole(b, t).Rollups(ctx, q.Since, q.Until, "", budget.AllDims)
 		nRollups = len(rs)
 		return err
 	}); err != nil {

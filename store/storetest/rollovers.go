@@ -47,7 +47,7 @@ func testRolloversOfPerUserDefaults(t *testing.T, newDB NewDB) {
 		t.Fatal(err)
 	}
 	err = s.View(ctx, func(tx budget.Tx) error {
-		rs, err := tx.Rollovers(ctx, "k", 100)
+		rs, err := historyRole(t, tx).Rollovers(ctx, "k", 100)
 		if err != nil {
 			return err
 		}

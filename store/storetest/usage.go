@@ -396,10 +396,11 @@ func testReadsWriteNothing(t *testing.T, newDB NewDB) {
 	var rolls []budget.Rollover
 	err := s.View(ctx, func(tx budget.Tx) error {
 		var err error
-		if rows, err = tx.CounterRows(ctx); err != nil {
+		h := historyRole(t, tx)
+		if rows, err = h.CounterRows(ctx); err != nil {
 			return err
 		}
-		rolls, err = tx.Rollovers(ctx, "", 10)
+		rolls, err = h.Rollovers(ctx, "", 10)
 		return err
 	})
 	if err != nil {

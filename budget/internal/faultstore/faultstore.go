@@ -134,7 +134,7 @@ func (s *Store) Update(ctx context.Context, fn func(budget.Tx) error) error {
 	runErr := s.Store.Update(ctx, func(tx budget.Tx) error {
 		used = false // fn may run again after a transient conflict
 		if err != nil && p == Apply {
-			tx = &failingApply{Tx: tx, err: err, used: &used}
+			tx = &failingApply{fullTx: tx.(fullTx), err: err, used: &used}
 		}
 		if ferr := fn(tx); ferr != nil {
 			return ferr
@@ -209,8 +209,10 @@ func fire(ch *chan struct{}) {
 
 // failingApply is a transaction whose Apply fails as a full disk's would:
 // having written nothing.
+// It keeps every optional role of the wrapped memstore transaction, so the
+// writer sees the same store it would without the fault.
 type failingApply struct {
-	budget.Tx
+	fullTx
 	err  error
 	used *bool
 }
@@ -218,4 +220,13 @@ type failingApply struct {
 func (f *failingApply) Apply(context.Context, *budget.WriteSet) ([]bool, int64, error) {
 	*f.used = true
 	return nil, 0, f.err
+}
+
+// fullTx is a transaction in every role (memstore's are).
+type fullTx interface {
+	budget.Tx
+	budget.HistoryTx
+	budget.AlertTx
+	budget.ProviderTx
+	budget.AuditTx
 }

@@ -20,7 +20,14 @@ type tx struct {
 	ro bool
 }
 
-var _ budget.Tx = (*tx)(nil)
+// Every role, the optional ones included (budget/roles.go).
+var (
+	_ budget.Tx         = (*tx)(nil)
+	_ budget.HistoryTx  = (*tx)(nil)
+	_ budget.AlertTx    = (*tx)(nil)
+	_ budget.ProviderTx = (*tx)(nil)
+	_ budget.AuditTx    = (*tx)(nil)
+)
 
 func (t *tx) write() error {
 	if t.ro {
