@@ -29,7 +29,7 @@ import (
 // ?token=) for a session cookie, and a script as a bearer token.
 
 // adminHelp is what `budget proxy -h` says of the admin listener.
-const adminHelp = `Dashboard: --admin-listen ADDR serves a read-only web dashboard of the
+const adminHelp = `Dashboard: --admin-listen ADDR serves a web dashboard of the
 budget on an address of its own (off by default; /metrics and /healthz
 stay on --listen): every limit as a bar of used, reserved and left with its
 reset and forecast, filters by key, team and org, the alerts, the recent
@@ -46,7 +46,9 @@ prices, alerts, report, usage, audit; GET /admin/v1/openapi.json describes
 it) to "Authorization: Bearer TOKEN": the --admin-token-env token acts
 as the global admin, 'budget admin token add' makes scoped ones (a team's,
 an org's, read-only). On a loopback address without --admin-token-env it
-answers GETs without a token; every change needs one.
+answers GETs without a token; every change needs one. The dashboard's
+forms (create, rotate or revoke a key; set, change or raise a limit) call
+this API with the browser's session.
 `
 
 // adminOptions configure the admin listener.
