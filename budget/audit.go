@@ -114,6 +114,10 @@ type AuditEntry struct {
 	// token may see of the log. Empty for prices, admin tokens, default
 	// limits and keys in no team.
 	Team, Org string
+	// WasTeam and WasOrg are where the change moved the object from (a
+	// key to another team, a team to another org), so the scope it left
+	// sees the entry too; empty when it did not move.
+	WasTeam, WasOrg string
 	// Before and After are the object's JSON before and after the change:
 	// nil when it did not exist (a create) or no longer does (a delete).
 	// Never a secret or a hash.
@@ -122,6 +126,12 @@ type AuditEntry struct {
 
 // Placed is where an entry's object sits.
 func (e *AuditEntry) Placed() Placed { return Placed{Team: e.Team, Org: e.Org} }
+
+// Moved reports whether the change moved the object, and from where.
+func (e *AuditEntry) Moved() (Placed, bool) {
+	was := Placed{Team: e.WasTeam, Org: e.WasOrg}
+	return was, was != Placed{} && was != e.Placed()
+}
 
 // Change is an AuditEntry without who and when: what an apply or a dry
 // run would do.

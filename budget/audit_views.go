@@ -108,6 +108,7 @@ func (t *Tracker) logChange(ctx context.Context, tx Tx, now time.Time, c Change)
 	if err != nil {
 		return err
 	}
+	e.WasTeam, e.WasOrg = c.WasTeam, c.WasOrg
 	return a.AppendAudit(ctx, e)
 }
 
@@ -148,6 +149,9 @@ func (t *Tracker) logTeam(ctx context.Context, tx Tx, now time.Time, action Audi
 			c.ObjectID, c.Team, c.Org = tm.Name, tm.Name, tm.Org
 		}
 	}
+	if before != nil && after != nil && before.Org != after.Org {
+		c.WasTeam, c.WasOrg = before.Name, before.Org
+	}
 	if before != nil {
 		c.Before = teamJSON(before)
 	}
@@ -184,6 +188,13 @@ func (t *Tracker) logPlacement(ctx context.Context, tx Tx, now time.Time, key, o
 		p = Placed{Team: cmpOr(to, old)}
 	}
 	c.Team, c.Org = p.Team, p.Org
+	if old != "" && to != "" {
+		was, err := teamPlaced(ctx, tx, old)
+		if err != nil {
+			was = Placed{Team: old}
+		}
+		c.WasTeam, c.WasOrg = was.Team, was.Org
+	}
 	return t.logChange(ctx, tx, now, c)
 }
 

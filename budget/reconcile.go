@@ -367,6 +367,9 @@ func diffDefinitions(ctx context.Context, tx Tx, before, after *Definitions) ([]
 		c.Object = ObjectTeam
 		tm := findIn(after.Teams, before.Teams, c.ObjectID, func(t *Team) string { return t.Name })
 		c.Team, c.Org = tm.Name, tm.Org
+		if was := findIn(before.Teams, nil, c.ObjectID, func(t *Team) string { return t.Name }); was.Name != "" && was.Org != tm.Org {
+			c.WasTeam, c.WasOrg = was.Name, was.Org
+		}
 		out = append(out, c)
 	}
 	for _, c := range diffBy(before.Limits, after.Limits, func(l *Limit) string { return l.ID }, limitJSON) {

@@ -100,8 +100,12 @@ func (s AdminScope) MayChange(kind ObjectKind, p Placed) bool {
 }
 
 // MaySeeEntry reports whether s may see an audit entry: one about an
-// object it may see where the change left it, or where it was before.
+// object it may see where the change left it, or where it was before a
+// move.
 func (s AdminScope) MaySeeEntry(e *AuditEntry) bool {
+	if was, moved := e.Moved(); moved && s.MaySee(e.Object, was) {
+		return true
+	}
 	return s.MaySee(e.Object, e.Placed())
 }
 

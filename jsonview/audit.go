@@ -21,6 +21,8 @@ type AuditEntry struct {
 	ObjectID  string          `json:"object_id"`
 	Team      *string         `json:"team"`
 	Org       *string         `json:"org"`
+	WasTeam   *string         `json:"was_team"` // where a move took the object from; null when it did not move
+	WasOrg    *string         `json:"was_org"`
 	Before    json.RawMessage `json:"before"`
 	After     json.RawMessage `json:"after"`
 }
@@ -41,6 +43,7 @@ func AuditOf(e *budget.AuditEntry) AuditEntry {
 	}
 	return AuditEntry{ID: e.ID, At: e.At.UTC().Format(time.RFC3339Nano), Actor: e.Actor.String(), ActorKind: string(e.Actor.Kind),
 		Action: string(e.Action), Object: string(e.Object), ObjectID: e.ObjectID, Team: null(e.Team), Org: null(e.Org),
+		WasTeam: null(e.WasTeam), WasOrg: null(e.WasOrg),
 		Before: raw(e.Before), After: raw(e.After)}
 }
 

@@ -28,9 +28,11 @@ or after T; --limit N the newest N. Prune never deletes entries and 'config
 export' does not include them.
 
 With --json prints {"entries": [{"id", "at", "actor", "actor_kind",
-"action", "object", "object_id", "team", "org", "before", "after"}]}:
-before and after are the object's JSON (null for a create's before and a
-delete's after), never a secret or a hash.
+"action", "object", "object_id", "team", "org", "was_team", "was_org",
+"before", "after"}]}: team and org place the object, was_team and was_org
+where a move took it from (null when it did not move); before and after
+are the object's JSON (null for a create's before and a delete's after),
+never a secret or a hash.
 
 `
 

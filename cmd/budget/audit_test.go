@@ -33,7 +33,7 @@ func TestAuditLsNamesTheCLIUser(t *testing.T) {
 	who := osUser(t)
 	for _, x := range v["entries"].([]any) {
 		e := x.(map[string]any)
-		wantKeys(t, "audit entry", e, "id", "at", "actor", "actor_kind", "action", "object", "object_id", "team", "org", "before", "after")
+		wantKeys(t, "audit entry", e, "id", "at", "actor", "actor_kind", "action", "object", "object_id", "team", "org", "was_team", "was_org", "before", "after")
 		if e["actor"] != who || e["actor_kind"] != "cli" {
 			t.Errorf("entry %v: actor %v; want %s", e["object_id"], e["actor"], who)
 		}

@@ -230,7 +230,6 @@ func testAuditScoped(t *testing.T, newDB NewDB) {
 		}
 		return strings.Join(out, "; ")
 	}
-	all := ids(budget.AuditFilter{})
 	if got, want := ids(budget.AuditFilter{Scope: budget.AdminScope{Team: "eng"}}),
 		"create team eng/acme; update key eng/acme; create limit eng/acme"; got != want {
 		t.Fatalf("team eng sees %q; want %q", got, want)
@@ -239,6 +238,32 @@ func testAuditScoped(t *testing.T, newDB NewDB) {
 		"create team eng/acme; update key eng/acme; create team ops/acme; update key ops/acme; create limit eng/acme; create limit ops/acme; create limit /acme"; got != want {
 		t.Fatalf("org acme sees %q; want %q", got, want)
 	}
+	// Moves: the scope an object left sees the move too.
+	if err := tr.SetKeyTeam(ctx, "a", "web"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.SetTeam(ctx, "ops", "bigco"); err != nil {
+		t.Fatal(err)
+	}
+	moves := func(s budget.AdminScope) string {
+		var out []string
+		for _, e := range audit(t, tr, budget.AuditFilter{Scope: s}) {
+			if was, moved := e.Moved(); moved {
+				out = append(out, string(e.Object)+" "+e.ObjectID+" "+was.Team+"/"+was.Org+" -> "+e.Team+"/"+e.Org)
+			}
+		}
+		return strings.Join(out, "; ")
+	}
+	if got, want := moves(budget.AdminScope{Team: "eng"}), "key a eng/acme -> web/"; got != want {
+		t.Fatalf("team eng sees the moves %q; want %q", got, want)
+	}
+	if got, want := moves(budget.AdminScope{Org: "acme"}), "key a eng/acme -> web/; team ops ops/acme -> ops/bigco"; got != want {
+		t.Fatalf("org acme sees the moves %q; want %q", got, want)
+	}
+	if got, want := moves(budget.AdminScope{Team: "web"}), "key a eng/acme -> web/"; got != want {
+		t.Fatalf("team web sees the moves %q; want %q", got, want)
+	}
+	all := ids(budget.AuditFilter{})
 	RecordSync(t, tr, ev("r1", "a", "p", "m", 1, 0, T0))
 	clock.Advance(72 * time.Hour)
 	if _, err := tr.Prune(ctx, T0.Add(48*time.Hour)); err != nil {

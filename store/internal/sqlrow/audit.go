@@ -25,15 +25,17 @@ type Audit struct {
 	ObjectID   string `db:"object_id"`
 	Team       string `db:"team"`
 	Org        string `db:"org"`
+	WasTeam    string `db:"was_team"`
+	WasOrg     string `db:"was_org"`
 	Before     string `db:"before_json"`
 	After      string `db:"after_json"`
 }
 
 // AuditCols are the columns of an Audit row, in order.
-const AuditCols = `id, at, actor_kind, actor_name, action, object_kind, object_id, team, org, before_json, after_json`
+const AuditCols = `id, at, actor_kind, actor_name, action, object_kind, object_id, team, org, was_team, was_org, before_json, after_json`
 
 // AuditInsert appends one entry (AuditArgs).
-const AuditInsert = `INSERT INTO audit (` + AuditCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+const AuditInsert = `INSERT INTO audit (` + AuditCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // AuditSince lists the entries at or after an instant, in the order they
 // were appended.
@@ -42,7 +44,7 @@ const AuditSince = `SELECT ` + AuditCols + ` FROM audit WHERE at >= ? ORDER BY s
 // AuditArgs are e's values in AuditCols order.
 func AuditArgs(e *budget.AuditEntry) []any {
 	return []any{e.ID, Ns(e.At), string(e.Actor.Kind), e.Actor.Name, string(e.Action), string(e.Object), e.ObjectID,
-		e.Team, e.Org, string(e.Before), string(e.After)}
+		e.Team, e.Org, e.WasTeam, e.WasOrg, string(e.Before), string(e.After)}
 }
 
 // Decode is the row as a budget.AuditEntry.
@@ -55,7 +57,7 @@ func (r *Audit) Decode() budget.AuditEntry {
 	}
 	return budget.AuditEntry{ID: r.ID, At: FromNs(r.At), Actor: budget.Actor{Kind: budget.ActorKind(r.ActorKind), Name: r.ActorName},
 		Action: budget.AuditAction(r.Action), Object: budget.ObjectKind(r.ObjectKind), ObjectID: r.ObjectID,
-		Team: r.Team, Org: r.Org, Before: raw(r.Before), After: raw(r.After)}
+		Team: r.Team, Org: r.Org, WasTeam: r.WasTeam, WasOrg: r.WasOrg, Before: raw(r.Before), After: raw(r.After)}
 }
 
 // DecodeAudit decodes rows.

@@ -24,6 +24,8 @@ CREATE TABLE IF NOT EXISTS audit (
     object_id   TEXT   NOT NULL,
     team        TEXT   NOT NULL DEFAULT '',
     org         TEXT   NOT NULL DEFAULT '',
+    was_team    TEXT   NOT NULL DEFAULT '',
+    was_org     TEXT   NOT NULL DEFAULT '',
     before_json TEXT   NOT NULL DEFAULT '',
     after_json  TEXT   NOT NULL DEFAULT ''
 );
