@@ -217,6 +217,9 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, p *Principal
 		k.Models = *rules.Models
 	}
 	if err := gatekey.Create(r.Context(), h.cfg.Keys, k, in.Reuse); err != nil {
+		if errors.Is(err, budget.ErrInvalid) && invalidField(err) == "name" { // taken since it was looked up
+			return conflict("name", "%v", err)
+		}
 		return err
 	}
 	// Then placed in its team, as `key add --team` does: no one holds its
