@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/proxy/internal/wire"
 )
 
 // UpstreamConfig says where the proxy forwards and how it authenticates
@@ -107,6 +108,8 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 		}
 		tr = &signingTransport{rt: tr, creds: cfg.AWSCredentials, region: region, signer: v4.NewSigner(), now: time.Now}
 	}
+	creds := wire.Credentials{OpenAIKey: cfg.OpenAIKey, AnthropicKey: cfg.AnthropicKey, AzureKey: cfg.AzureKey,
+		GeminiKey: cfg.GeminiKey, BedrockToken: cfg.BedrockToken}
 	rp := &httputil.ReverseProxy{
 		Transport: &timeoutTransport{rt: tr, header: cfg.HeaderTimeout, idle: cfg.StreamIdleTimeout},
 		// 0: ReverseProxy flushes each write of a stream by itself (an SSE
@@ -121,36 +124,20 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 			for _, name := range keyHeaders {
 				h.Del(name)
 			}
-			f, kind := Unknown, ""
+			var a wire.Adapter
 			if info, ok := InfoFrom(pr.In.Context()); ok {
-				f, kind = info.Route.Format, info.Route.Kind
+				a = info.Route.adapter()
 			} else {
-				f, _ = FormatForPath(pr.In.URL.Path)
+				f, _ := wire.ForPath(pr.In.URL.Path)
+				a = adapterOf(f)
 			}
-			switch {
-			case kind == KindAzure:
-				if cfg.AzureKey != "" {
-					h.Set("Api-Key", cfg.AzureKey)
-				}
-			case f == GeminiGenerate:
-				if cfg.GeminiKey != "" {
-					h.Set("X-Goog-Api-Key", cfg.GeminiKey)
-				}
-			case f == BedrockConverse || f == BedrockInvoke:
-				if cfg.BedrockToken != "" {
-					h.Set("Authorization", "Bearer "+cfg.BedrockToken)
-				} // else signingTransport signs it
-			case f == AnthropicMessages && cfg.AnthropicKey != "":
-				h.Set("X-Api-Key", cfg.AnthropicKey)
-			case f != AnthropicMessages && f != Unknown && cfg.OpenAIKey != "":
-				h.Set("Authorization", "Bearer "+cfg.OpenAIKey)
-			}
+			a.Authorize(h, &creds)
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if r.Context().Err() != nil {
 				return // the client is gone: nobody to answer
 			}
-			f, _ := FormatForPath(r.URL.Path)
+			f, _ := wire.ForPath(r.URL.Path)
 			if info, ok := InfoFrom(r.Context()); ok {
 				f = info.Route.Format
 			}

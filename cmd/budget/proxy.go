@@ -24,6 +24,7 @@ import (
 	"github.com/tokenbudget/tokenbudget/budget"
 	"github.com/tokenbudget/tokenbudget/dashboard"
 	"github.com/tokenbudget/tokenbudget/proxy"
+	"github.com/tokenbudget/tokenbudget/proxy/mock"
 )
 
 const proxyHelp = `usage: budget proxy (--upstream URL | --upstream NAME=URL ... | --mock-upstream) [--listen ADDR]
@@ -555,7 +556,7 @@ func (m *Main) buildUpstreams(ctx context.Context, o proxyOptions, p *runningPro
 		if err != nil {
 			return nil, nil, fmt.Errorf("mock upstream: %w", err)
 		}
-		p.mock = &http.Server{Handler: &proxy.MockUpstream{}, ReadHeaderTimeout: 10 * time.Second}
+		p.mock = &http.Server{Handler: &mock.Upstream{}, ReadHeaderTimeout: 10 * time.Second}
 		go p.mock.Serve(ln)
 		p.upstream = "http://" + ln.Addr().String()
 	}
