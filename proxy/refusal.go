@@ -276,21 +276,29 @@ func parkedError(h http.Header, f Format, p budget.ProviderState, retry int64, m
 // requests} for one limit of metric m (concurrent limits have none); a
 // negative reset (a limit that never resets) sets no reset header.
 func setLimitHeaders(h http.Header, m budget.Metric, limit, remaining int64, reset time.Duration) {
-	var kind string
+	var names *[3]string
 	switch m {
 	case budget.MetricTokens, budget.MetricInput, budget.MetricOutput:
-		kind = "tokens"
+		names = &tokenLimitHeaders
 	case budget.MetricRequests:
-		kind = "requests"
+		names = &requestLimitHeaders
 	default:
 		return
 	}
-	h.Set("X-Ratelimit-Limit-"+kind, strconv.FormatInt(limit, 10))
-	h.Set("X-Ratelimit-Remaining-"+kind, strconv.FormatInt(max(0, remaining), 10))
+	// Canonical keys set directly: Header.Set's canonicalising showed in
+	// the profile of every admitted request.
+	h[names[0]] = []string{strconv.FormatInt(limit, 10)}
+	h[names[1]] = []string{strconv.FormatInt(max(0, remaining), 10)}
 	if reset >= 0 {
-		h.Set("X-Ratelimit-Reset-"+kind, reset.String())
+		h[names[2]] = []string{reset.String()}
 	}
 }
+
+// The x-ratelimit-* fields, canonical: limit, remaining, reset.
+var (
+	tokenLimitHeaders   = [3]string{"X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens"}
+	requestLimitHeaders = [3]string{"X-Ratelimit-Limit-Requests", "X-Ratelimit-Remaining-Requests", "X-Ratelimit-Reset-Requests"}
+)
 
 // setRateLimitHeaders sets the headers of the applicable limits: the IETF
 // RateLimit-Policy and RateLimit fields for every one but dollar limits,
@@ -305,7 +313,8 @@ func setRateLimitHeaders(h http.Header, limits []budget.Status, sub budget.Estim
 	if len(limits) == 0 {
 		return
 	}
-	var policy, state strings.Builder
+	// Appended, not printed: fmt's %q and %d were most of this function.
+	var policy, state []byte
 	var tok, req *budget.Status
 	var tokRem, reqRem int64
 	for i := range limits {
@@ -339,22 +348,30 @@ func setRateLimitHeaders(h http.Header, limits []budget.Status, sub budget.Estim
 				tok, tokRem = s, rem
 			}
 		}
-		if policy.Len() > 0 {
-			policy.WriteString(", ")
-			state.WriteString(", ")
+		if len(policy) > 0 {
+			policy = append(policy, ", "...)
+			state = append(state, ", "...)
 		}
-		fmt.Fprintf(&policy, "%q;q=%d;qu=%q", s.Limit.ID, s.Max, unit)
+		policy = strconv.AppendQuote(policy, s.Limit.ID)
+		policy = append(policy, ";q="...)
+		policy = strconv.AppendInt(policy, s.Max, 10)
+		policy = append(policy, ";qu="...)
+		policy = strconv.AppendQuote(policy, unit)
 		if w > 0 {
-			fmt.Fprintf(&policy, ";w=%d", w)
+			policy = append(policy, ";w="...)
+			policy = strconv.AppendInt(policy, w, 10)
 		}
-		fmt.Fprintf(&state, "%q;r=%d", s.Limit.ID, rem)
+		state = strconv.AppendQuote(state, s.Limit.ID)
+		state = append(state, ";r="...)
+		state = strconv.AppendInt(state, rem, 10)
 		if reset > 0 {
-			fmt.Fprintf(&state, ";t=%d", ceilSeconds(reset))
+			state = append(state, ";t="...)
+			state = strconv.AppendInt(state, ceilSeconds(reset), 10)
 		}
 	}
-	if policy.Len() > 0 {
-		h.Set("RateLimit-Policy", policy.String())
-		h.Set("RateLimit", state.String())
+	if len(policy) > 0 {
+		h["Ratelimit-Policy"] = []string{string(policy)}
+		h["Ratelimit"] = []string{string(state)}
 	}
 	if !success {
 		return

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 
 	"github.com/tokenbudget/tokenbudget/budget"
@@ -211,8 +212,14 @@ func (r *Request) set(k, v []byte) {
 // stream flags, the output cap in any of max_completion_tokens,
 // max_output_tokens and max_tokens, the end user and the service tier.
 func (r *Request) Common(ri *RequestInfo) {
-	_ = json.Unmarshal(r.Model, &ri.Model)
-	_ = json.Unmarshal(r.Stream, &ri.Stream)
+	str(r.Model, &ri.Model)
+	switch string(r.Stream) {
+	case "true":
+		ri.Stream = true
+	case "false", "":
+	default:
+		_ = json.Unmarshal(r.Stream, &ri.Stream)
+	}
 	if len(r.StreamOptions) > 0 {
 		var so struct {
 			IncludeUsage bool `json:"include_usage"`
@@ -225,12 +232,12 @@ func (r *Request) Common(ri *RequestInfo) {
 			ri.HasCap = true
 		}
 		var v int64
-		if json.Unmarshal(raw, &v) == nil && v > 0 {
+		if integer(raw, &v) && v > 0 {
 			ri.MaxOutput = max(ri.MaxOutput, min(v, budget.MaxTokens))
 		}
 	}
 	ri.User, ri.UserField = bodyUser(r.User, r.Metadata)
-	if json.Unmarshal(r.ServiceTier, &ri.ServiceTier) == nil {
+	if len(r.ServiceTier) > 0 && str(r.ServiceTier, &ri.ServiceTier) {
 		ri.ServiceTier = budget.NormalizeTier(ri.ServiceTier)
 		if budget.CheckName("service_tier", ri.ServiceTier) != nil {
 			ri.ServiceTier = "" // not a tier the tracker could store: priced as standard
@@ -247,7 +254,7 @@ func Cap(raw json.RawMessage) (maxOutput int64, has bool) {
 		has = true
 	}
 	var v int64
-	if json.Unmarshal(raw, &v) == nil && v > 0 {
+	if integer(raw, &v) && v > 0 {
 		maxOutput = min(v, budget.MaxTokens)
 	}
 	return maxOutput, has
@@ -257,7 +264,7 @@ func Cap(raw json.RawMessage) (maxOutput int64, has bool) {
 // else metadata.user_id (Anthropic), whichever route it came on, spaces
 // trimmed; a blank string or a value of another type names none.
 func bodyUser(user, metadata json.RawMessage) (v, field string) {
-	if json.Unmarshal(user, &v) == nil {
+	if len(user) > 0 && str(user, &v) {
 		if v = strings.TrimSpace(v); v != "" {
 			return v, "user"
 		}
@@ -266,10 +273,39 @@ func bodyUser(user, metadata json.RawMessage) (v, field string) {
 		UserID json.RawMessage `json:"user_id"`
 	}
 	v = ""
-	if json.Unmarshal(metadata, &md) == nil && json.Unmarshal(md.UserID, &v) == nil {
+	if len(metadata) > 0 && json.Unmarshal(metadata, &md) == nil && json.Unmarshal(md.UserID, &v) == nil {
 		if v = strings.TrimSpace(v); v != "" {
 			return v, "metadata.user_id"
 		}
 	}
 	return "", ""
+}
+
+// str decodes a JSON string value into *v as json.Unmarshal would,
+// reporting success; plain ASCII without escapes (models, tiers, users)
+// skips the reflection. A value of another type leaves *v alone.
+func str(raw json.RawMessage, v *string) bool {
+	if len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"' {
+		plain := true
+		for _, c := range raw[1 : len(raw)-1] {
+			if c == '\\' || c == '"' || c >= 0x80 || c < 0x20 {
+				plain = false
+				break
+			}
+		}
+		if plain {
+			*v = string(raw[1 : len(raw)-1])
+			return true
+		}
+	}
+	return json.Unmarshal(raw, v) == nil
+}
+
+// integer decodes a JSON integer as json.Unmarshal into an int64 would.
+func integer(raw json.RawMessage, v *int64) bool {
+	if n, err := strconv.ParseInt(string(raw), 10, 64); err == nil && len(raw) > 0 && raw[0] != '+' {
+		*v = n
+		return true
+	}
+	return json.Unmarshal(raw, v) == nil
 }
