@@ -17,6 +17,7 @@ import (
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/oauth2"
 
 	"github.com/tokenbudget/tokenbudget/budget"
 	"github.com/tokenbudget/tokenbudget/proxy/internal/wire"
@@ -45,6 +46,11 @@ type UpstreamConfig struct {
 	BedrockToken   string
 	AWSCredentials aws.CredentialsProvider
 	AWSRegion      string
+	// GoogleTokens gives the OAuth access token put in "Authorization:
+	// Bearer" on Vertex AI routes (Route.Kind KindVertex): Google
+	// application default credentials (golang.org/x/oauth2/google), whose
+	// token source refreshes the token before it expires.
+	GoogleTokens oauth2.TokenSource
 	// Transport makes the upstream calls. (Optional; default a clone of
 	// http.DefaultTransport.)
 	Transport http.RoundTripper
@@ -110,6 +116,9 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 	}
 	creds := wire.Credentials{OpenAIKey: cfg.OpenAIKey, AnthropicKey: cfg.AnthropicKey, AzureKey: cfg.AzureKey,
 		GeminiKey: cfg.GeminiKey, BedrockToken: cfg.BedrockToken}
+	if cfg.GoogleTokens != nil {
+		tr = &googleTransport{rt: tr, src: cfg.GoogleTokens}
+	}
 	rp := &httputil.ReverseProxy{
 		Transport: &timeoutTransport{rt: tr, header: cfg.HeaderTimeout, idle: cfg.StreamIdleTimeout},
 		// 0: ReverseProxy flushes each write of a stream by itself (an SSE
@@ -118,6 +127,11 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 		// written without a flush per write.
 		FlushInterval: 0,
 		Rewrite: func(pr *httputil.ProxyRequest) {
+			// The client's query as it came (the middleware removed a
+			// gateway key= from it): ReverseProxy re-encodes a query with
+			// a parameter it cannot parse, and drops that parameter,
+			// such as Vertex AI's $alt=json;enum-encoding=int.
+			pr.Out.URL.RawQuery = pr.In.URL.RawQuery
 			pr.SetURL(&target)
 			h := pr.Out.Header
 			h.Del("Authorization")

@@ -531,6 +531,10 @@ func (m *Main) buildUpstreams(ctx context.Context, o proxyOptions, p *runningPro
 			uc := upstreamConfig(base, u.kind, key)
 			uc.URL = pu
 			switch {
+			case u.kind == proxy.KindVertex:
+				if uc.GoogleTokens, err = m.googleTokens(ctx, key); err != nil {
+					return nil, nil, fmt.Errorf("upstream %s: %w", u.name, err)
+				}
 			case key != "":
 			case u.kind == proxy.KindBedrock:
 				// No Bedrock API key: SigV4 with the standard AWS
