@@ -32,7 +32,7 @@ func (m *Main) googleTokens(ctx context.Context, key string) (oauth2.TokenSource
 	if path == "" {
 		creds, err := google.FindDefaultCredentials(ctx, cloudPlatformScope)
 		if err != nil {
-			return nil, fmt.Errorf("Google application default credentials (set GOOGLE_APPLICATION_CREDENTIALS or run 'gcloud auth application-default login'): %w", err)
+			return nil, fmt.Errorf("no Google application default credentials (set GOOGLE_APPLICATION_CREDENTIALS or run 'gcloud auth application-default login'): %w", err)
 		}
 		return creds.TokenSource, nil
 	}

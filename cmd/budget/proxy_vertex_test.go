@@ -10,6 +10,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // googleTokenServer is an OAuth token endpoint for a service account: it
@@ -168,5 +170,14 @@ func TestProxyVertexADC(t *testing.T) {
 	got := [4]any{row["provider"], row["input"], row["output"], row["reasoning"]}
 	if want := [4]any{"vertex", 11.0 + 11, 17.0 + 16, 190.0 + 232}; got != want {
 		t.Errorf("vertex usage (provider, input, output, reasoning) %v; want %v", got, want)
+	}
+	// A credentials file that is not there stops the proxy at start-up,
+	// naming the variable.
+	missing := filepath.Join(t.TempDir(), "missing.json")
+	m := &Main{Stdout: io.Discard, Stderr: io.Discard, Now: func() time.Time { return testNow },
+		Getenv: func(k string) string { return map[string]string{"GOOGLE_APPLICATION_CREDENTIALS": missing}[k] }}
+	err = m.Run(context.Background(), []string{"proxy", "--db", tempDB(t), "--listen", "127.0.0.1:0", "--upstream", "vertex=" + vertex.URL})
+	if err == nil || !strings.Contains(err.Error(), "GOOGLE_APPLICATION_CREDENTIALS") || !strings.Contains(err.Error(), "missing.json") {
+		t.Errorf("a missing credentials file: %v; want an error naming GOOGLE_APPLICATION_CREDENTIALS and the file", err)
 	}
 }

@@ -50,12 +50,18 @@ func (Adapter) Prepare(body []byte, _ *wire.RequestInfo) ([]byte, bool, error) {
 	return body, false, nil
 }
 
-// Body reads one GenerateContentResponse, or a whole JSON-array stream.
+// Body reads one GenerateContentResponse, or a whole JSON-array stream. A
+// whole body with a chunk that cannot be read reports no usage (the
+// estimate stands in), as every kind's Body does: unlike a stream cut
+// short, it is not what the API answers.
 func (Adapter) Body(data []byte) (wire.Tokens, bool, error) {
 	p := wire.NewJSONArray(&SSE{})
 	p.Write(data)
+	if err := p.Err(); err != nil {
+		return wire.Tokens{}, false, err
+	}
 	t, found := p.Result()
-	return t, found, p.Err()
+	return t, found, nil
 }
 
 // Stream reads an alt=sse stream, or a streamGenerateContent answered

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"encoding/json"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -69,6 +70,31 @@ func FuzzSSEBuffers(f *testing.F) {
 			if cap(p.data) > 2*limit+8192 || cap(p.event) > 2*maxEventName {
 				t.Fatalf("buffers over the cap: %d %d", cap(p.data), cap(p.event))
 			}
+		}
+	})
+}
+
+// FuzzScalars: the request's scalar members read without reflection (str,
+// integer) give what json.Unmarshal gives, for any valid JSON value.
+func FuzzScalars(f *testing.F) {
+	for _, s := range []string{`"gpt-4o"`, `"h\u00e9"`, `"a\"b"`, `"é"`, `12`, `-3`, `1e3`, `1.0`, `9223372036854775808`, `null`, `true`, `"\u0000"`, `{}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		if !json.Valid([]byte(raw)) {
+			return
+		}
+		var s1, s2 string
+		ok1 := str(json.RawMessage(raw), &s1)
+		ok2 := json.Unmarshal([]byte(raw), &s2) == nil
+		if ok1 != ok2 || s1 != s2 {
+			t.Errorf("str(%s) = %q %v; json.Unmarshal %q %v", raw, s1, ok1, s2, ok2)
+		}
+		var i1, i2 int64
+		ok1 = integer(json.RawMessage(raw), &i1)
+		ok2 = json.Unmarshal([]byte(raw), &i2) == nil
+		if ok1 != ok2 || i1 != i2 {
+			t.Errorf("integer(%s) = %d %v; json.Unmarshal %d %v", raw, i1, ok1, i2, ok2)
 		}
 	})
 }
