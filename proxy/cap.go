@@ -69,13 +69,5 @@ func withCap(body []byte, field string, n int64) ([]byte, error) {
 		top[field] = json.RawMessage(val)
 		return json.Marshal(top)
 	}
-	i := bytes.IndexByte(body, '{')
-	ins := `"` + field + `":` + val
-	out := make([]byte, 0, len(body)+len(ins)+1)
-	out = append(out, body[:i+1]...)
-	out = append(out, ins...)
-	if len(top) > 0 {
-		out = append(out, ',')
-	}
-	return append(out, body[i+1:]...), nil
+	return wire.InsertFirst(body, `"`+field+`":`+val, len(top) == 0), nil
 }

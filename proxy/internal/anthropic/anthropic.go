@@ -122,19 +122,10 @@ func (d *Decoder) Event(name, data []byte) (bool, error) {
 // streamedText counts the text of a content_block_delta: its text,
 // partial_json or thinking (not a signature), in bytes as written.
 func streamedText(data []byte) int64 {
-	b, ok := wire.DeltaObject(data)
+	typ, delta, ok := wire.DeltaEvent(data)
 	if !ok {
 		return 0
 	}
-	var typ, delta []byte
-	wire.Members(b, func(k, v []byte) {
-		switch string(k) {
-		case `"type"`:
-			typ = v
-		case `"delta"`:
-			delta = v
-		}
-	})
 	var n int64
 	if string(typ) == `"content_block_delta"` && delta != nil && delta[0] == '{' {
 		wire.Members(delta, func(k, v []byte) {

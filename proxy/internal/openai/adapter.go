@@ -1,7 +1,6 @@
 package openai
 
 import (
-	"bytes"
 	"encoding/json"
 	"mime"
 	"net/http"
@@ -167,15 +166,7 @@ func WithIncludeUsage(body []byte) ([]byte, error) {
 	}
 	so, ok := top["stream_options"]
 	if !ok {
-		i := bytes.IndexByte(body, '{')
-		const ins = `"stream_options":{"include_usage":true}`
-		out := make([]byte, 0, len(body)+len(ins)+1)
-		out = append(out, body[:i+1]...)
-		out = append(out, ins...)
-		if len(top) > 0 {
-			out = append(out, ',')
-		}
-		return append(out, body[i+1:]...), nil
+		return wire.InsertFirst(body, `"stream_options":{"include_usage":true}`, len(top) == 0), nil
 	}
 	var opts map[string]json.RawMessage
 	if err := json.Unmarshal(so, &opts); err != nil || opts == nil {

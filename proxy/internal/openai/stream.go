@@ -100,13 +100,13 @@ func streamedText(f wire.Format, data []byte) int64 {
 	if f != wire.OpenAIChat && f != wire.OpenAIResponses {
 		return 0
 	}
-	b, ok := wire.DeltaObject(data)
+	typ, delta, ok := wire.DeltaEvent(data)
 	if !ok {
 		return 0
 	}
 	var n int64
 	if f == wire.OpenAIChat {
-		wire.Members(b, func(k, v []byte) {
+		wire.Members(bytes.TrimSpace(data), func(k, v []byte) {
 			if string(k) != `"choices"` || v[0] != '[' {
 				return
 			}
@@ -123,15 +123,6 @@ func streamedText(f wire.Format, data []byte) int64 {
 		})
 		return n
 	}
-	var typ, delta []byte
-	wire.Members(b, func(k, v []byte) {
-		switch string(k) {
-		case `"type"`:
-			typ = v
-		case `"delta"`:
-			delta = v
-		}
-	})
 	if delta != nil && delta[0] == '"' && typ != nil && bytes.HasSuffix(typ, []byte(`.delta"`)) &&
 		string(typ) != `"response.audio.delta"` {
 		n = int64(wire.StringLen(delta))

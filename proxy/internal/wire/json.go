@@ -118,17 +118,40 @@ func HasUsageObject(data []byte) bool {
 
 var usageKey = []byte(`"usage"`)
 
-// DeltaObject returns data trimmed when it may stream text: valid JSON, an
-// object, holding a "delta" key (every event that streams text does).
-func DeltaObject(data []byte) ([]byte, bool) {
+// DeltaEvent returns the raw "type" and "delta" members of an event that
+// may stream text: valid JSON, an object, holding a "delta" key (every
+// event that streams text does). ok is false for any other data.
+func DeltaEvent(data []byte) (typ, delta []byte, ok bool) {
 	if !bytes.Contains(data, deltaKey) || !json.Valid(data) {
-		return nil, false
+		return nil, nil, false
 	}
 	b := bytes.TrimSpace(data)
 	if len(b) == 0 || b[0] != '{' {
-		return nil, false
+		return nil, nil, false
 	}
-	return b, true
+	Members(b, func(k, v []byte) {
+		switch string(k) {
+		case `"type"`:
+			typ = v
+		case `"delta"`:
+			delta = v
+		}
+	})
+	return typ, delta, true
+}
+
+// InsertFirst returns the JSON object body with member (`"name":value`)
+// inserted as its first member, every other byte kept; empty says the
+// object has no members (no comma follows).
+func InsertFirst(body []byte, member string, empty bool) []byte {
+	i := bytes.IndexByte(body, '{')
+	out := make([]byte, 0, len(body)+len(member)+1)
+	out = append(out, body[:i+1]...)
+	out = append(out, member...)
+	if !empty {
+		out = append(out, ',')
+	}
+	return append(out, body[i+1:]...)
 }
 
 var deltaKey = []byte(`"delta"`)

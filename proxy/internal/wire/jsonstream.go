@@ -25,7 +25,7 @@ type JSONArray struct {
 	// MaxEventSize caps one chunk, in bytes; 0 means DefaultMaxEventSize.
 	MaxEventSize int
 
-	dec  Decoder
+	decoded
 	f    jsonFrame
 	data []byte
 	err  error
@@ -33,12 +33,7 @@ type JSONArray struct {
 
 // NewJSONArray returns a reader of a JSON-array stream whose chunks dec
 // decodes.
-func NewJSONArray(dec Decoder) *JSONArray { return &JSONArray{dec: dec} }
-
-// Result, Final and TextBytes are the Decoder's; see SSE.
-func (p *JSONArray) Result() (t Tokens, found bool) { return p.dec.Result() }
-func (p *JSONArray) Final() bool                    { return p.dec.Final() }
-func (p *JSONArray) TextBytes() int64               { return p.dec.TextBytes() }
+func NewJSONArray(dec Decoder) *JSONArray { return &JSONArray{decoded: decoded{dec}} }
 
 // Err is the first chunk that could not be read, or ErrEventTooLarge.
 func (p *JSONArray) Err() error { return p.err }

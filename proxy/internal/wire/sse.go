@@ -66,7 +66,7 @@ type SSE struct {
 	// DefaultMaxEventSize. Set it before the first Write.
 	MaxEventSize int
 
-	dec Decoder
+	decoded
 
 	// SSE framing
 	st        int
@@ -99,23 +99,23 @@ const (
 )
 
 // NewSSE returns a reader of an SSE stream whose events dec decodes.
-func NewSSE(dec Decoder) *SSE { return &SSE{dec: dec, firstLine: true} }
+func NewSSE(dec Decoder) *SSE { return &SSE{decoded: decoded{dec}, firstLine: true} }
 
-// Decoder is the decoder the events go to.
-func (p *SSE) Decoder() Decoder { return p.dec }
+// decoded gives a framer its Decoder's results.
+type decoded struct{ dec Decoder }
 
 // Result returns the usage seen so far. found is false when no event carried
 // usage (the caller then falls back to its estimate; never record zero).
 // Called before the stream ends, it reports what the dispatched events gave.
-func (p *SSE) Result() (t Tokens, found bool) { return p.dec.Result() }
+func (d decoded) Result() (t Tokens, found bool) { return d.dec.Result() }
 
 // Final reports whether the stream's final usage has been seen (see the
 // Decoder's Final).
-func (p *SSE) Final() bool { return p.dec.Final() }
+func (d decoded) Final() bool { return d.dec.Final() }
 
 // TextBytes is how many bytes of generated text the events dispatched so
 // far carried: what a client that left mid-stream was sent.
-func (p *SSE) TextBytes() int64 { return p.dec.TextBytes() }
+func (d decoded) TextBytes() int64 { return d.dec.TextBytes() }
 
 // Err returns the first problem met: ErrEventTooLarge, or why an event
 // carrying usage could not be decoded (bad JSON, a count that is not an
