@@ -113,7 +113,13 @@
 // generationConfig.maxOutputTokens, usageMetadata read from a body, an
 // alt=sse stream or a JSON-array stream (framed chunk by chunk, so a stream
 // cut short keeps its last usage), refusals in Google's error shape;
-// NewUpstream sends UpstreamConfig.GeminiKey as x-goog-api-key.
+// NewUpstream sends UpstreamConfig.GeminiKey as x-goog-api-key. Vertex AI
+// (VertexRoutes, Route.Kind KindVertex) is read the same way and
+// authenticated with an OAuth token from UpstreamConfig.GoogleTokens (Google
+// application default credentials), put on each Vertex request by
+// NewUpstream's transport. The client's query reaches the upstream as it
+// was sent (Vertex's $alt=json;enum-encoding=int included), less a gateway
+// key= parameter.
 //
 // Many upstreams: KindRoutes gives the routes of an upstream of an API
 // kind under its provider name; Upstreams forwards each admitted request to
