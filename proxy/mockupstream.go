@@ -2,8 +2,7 @@ package proxy
 
 import "github.com/tokenbudget/tokenbudget/proxy/mock"
 
-// MockUpstream is the mock provider.
-//
-// Deprecated: use mock.Upstream; this alias stays until the dashboard's
-// browser test, its last user, moves.
+// MockUpstream is mock.Upstream, the mock provider, under its name from
+// before it had a package of its own: the dashboard's browser test still
+// names it. New code uses package proxy/mock.
 type MockUpstream = mock.Upstream
