@@ -328,69 +328,6 @@ func (c *mockCall) streamAnthropic(w http.ResponseWriter) {
 	s.event("message_stop", map[string]any{"type": "message_stop"})
 }
 
-// writeGemini answers a generateContent call as the Gemini API does: one
-// GenerateContentResponse, or a stream of them (SSE with alt=sse, else a
-// JSON array), each chunk one word with the usage so far, the last with
-// its finishReason.
-func (c *mockCall) writeGemini(w http.ResponseWriter, stream, sse bool) {
-	finish := "STOP"
-	if c.finish == "length" {
-		finish = "MAX_TOKENS"
-	}
-	chunk := func(text string, out int64, last bool) map[string]any {
-		cand := map[string]any{"content": map[string]any{"parts": []any{map[string]any{"text": text}}, "role": "model"}, "index": 0}
-		if last {
-			cand["finishReason"] = finish
-		}
-		return map[string]any{"candidates": []any{cand}, "modelVersion": c.model, "responseId": fmt.Sprintf("mock%d", c.n),
-			"usageMetadata": map[string]any{"promptTokenCount": c.in, "candidatesTokenCount": out, "totalTokenCount": c.in + out,
-				"promptTokensDetails": []any{map[string]any{"modality": "TEXT", "tokenCount": c.in}}}}
-	}
-	if !stream {
-		b, _ := json.Marshal(chunk(c.text(), c.out, true))
-		w.Header().Set("Content-Type", "application/json; charset=UTF-8")
-		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-		w.Write(b)
-		return
-	}
-	words := c.words
-	if len(words) == 0 {
-		words = []string{""}
-	}
-	if sse {
-		s := c.newSSE(w)
-		for i, wd := range words {
-			if i > 0 {
-				wd = " " + wd
-			}
-			if !s.event("", chunk(wd, int64(min(i+1, len(c.words))), i == len(words)-1)) {
-				return
-			}
-		}
-		return
-	}
-	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	for i, wd := range words {
-		if i > 0 {
-			wd = " " + wd
-			if c.delay > 0 {
-				time.Sleep(c.delay)
-			}
-		}
-		b, _ := json.Marshal(chunk(wd, int64(min(i+1, len(c.words))), i == len(words)-1))
-		sep := ",\r\n"
-		if i == 0 {
-			sep = "["
-		}
-		if _, err := w.Write(append([]byte(sep), b...)); err != nil || rc.Flush() != nil {
-			return
-		}
-	}
-	w.Write([]byte("]"))
-}
-
 // formats are the operations the mock answers, by route key
 // (kinds.Route): every kind's, Azure's deployments and Vertex AI's too.
 var formats = map[string]wire.Format{
@@ -428,46 +365,6 @@ func isModels(path string) bool {
 func writeError(w http.ResponseWriter, f wire.Format, status int, code, msg string) {
 	a := kinds.For(f, "")
 	wire.WriteError(w, a, &wire.Error{Status: status, Type: a.ErrorType(status), Code: code, Message: msg})
-}
-
-// mockModelIDs are the models the mock lists.
-var mockModelIDs = map[wire.Format][]string{
-	wire.OpenAIChat:        {"gpt-4o", "gpt-4o-mini", "gpt-4.1-mini", "text-embedding-3-small"},
-	wire.AnthropicMessages: {"claude-sonnet-4-5", "claude-haiku-4-5"},
-}
-
-// mockModels answers GET /v1/models and /v1/models/ID.
-func mockModels(w http.ResponseWriter, r *http.Request) {
-	f := wire.OpenAIChat
-	if r.Header.Get("Anthropic-Version") != "" {
-		f = wire.AnthropicMessages
-	}
-	const created = 1767225600 // 2026-01-01
-	model := func(id string) map[string]any {
-		if f == wire.AnthropicMessages {
-			return map[string]any{"type": "model", "id": id, "display_name": id, "created_at": "2026-01-01T00:00:00Z"}
-		}
-		return map[string]any{"id": id, "object": "model", "created": created, "owned_by": "tokenbudget-mock"}
-	}
-	var v any
-	if id, ok := strings.CutPrefix(r.URL.Path, modelsPath+"/"); ok {
-		v = model(id)
-	} else {
-		ids := mockModelIDs[f]
-		data := make([]any, len(ids))
-		for i, id := range ids {
-			data[i] = model(id)
-		}
-		if f == wire.AnthropicMessages {
-			v = map[string]any{"data": data, "has_more": false, "first_id": ids[0], "last_id": ids[len(ids)-1]}
-		} else {
-			v = map[string]any{"object": "list", "data": data}
-		}
-	}
-	b, _ := json.Marshal(v)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	w.Write(b)
 }
 
 // mockPNG is a 1x1 PNG, the image of every mock generation.
