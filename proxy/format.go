@@ -36,8 +36,8 @@ func (r Route) adapter() wire.Adapter { return kinds.For(r.Format, r.Kind) }
 // refusals have their family's shape).
 func adapterOf(f Format) wire.Adapter { return kinds.For(f, "") }
 
-// Tokens is the usage a response reports, mapped to the tracker's counting
-// rules; see wire.Tokens.
+// tokens is the usage a response reports, mapped to the tracker's counting
+// rules (wire.Tokens).
 type tokens = wire.Tokens
 
 // errCount reports a token count that is not an integer from 0 to 2^53-1.

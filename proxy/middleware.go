@@ -84,8 +84,9 @@ type Route struct {
 	// Provider is the provider name limits and parking use.
 	Provider string
 	// Kind is the API kind of the upstream when it is not the one Format
-	// implies: KindAzure for Azure OpenAI (api-key credential). "" for
-	// OpenAI's and Anthropic's own APIs.
+	// implies: KindAzure for Azure OpenAI (api-key credential), KindVertex
+	// for Vertex AI (an OAuth token); "" otherwise. With Format it picks
+	// the route's adapter.
 	Kind string
 }
 
