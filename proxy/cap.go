@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/proxy/internal/wire"
 )
 
 // Output cap fields, the values of Config.CapField.
@@ -15,10 +16,10 @@ const (
 	// max_completion_tokens on chat completions (max_tokens is deprecated
 	// there and refused by reasoning models), max_output_tokens on
 	// Responses, max_tokens elsewhere.
-	CapAuto = "auto"
+	CapAuto = wire.CapAuto
 	// CapNone injects no cap: a request without one is estimated at
 	// DefaultMaxOutput and refused when that does not fit.
-	CapNone             = "none"
+	CapNone             = wire.CapNone
 	CapMaxTokens        = "max_tokens"
 	CapMaxCompletion    = "max_completion_tokens"
 	CapMaxOutputTokens  = "max_output_tokens"
@@ -43,49 +44,6 @@ func ParseCapField(s string) (string, error) {
 	return "", budget.Invalid("cap-field", s, "want auto, none, max_tokens, max_completion_tokens or max_output_tokens")
 }
 
-// capField is the field a cap is injected in on format f's route, or ""
-// when none is: embeddings have no output, an image's output is set by its
-// quality and size (see imageOutputTokens), and an Anthropic request always
-// carries its own max_tokens (the API refuses one without it, so there is
-// nothing to decide for the client).
-func capField(setting string, f Format) string {
-	switch f {
-	case GeminiGenerate, BedrockConverse:
-		// The settings name OpenAI's fields; these APIs have one each.
-		if setting == CapNone {
-			return ""
-		}
-		if f == BedrockConverse {
-			return converseCapField
-		}
-		return geminiCapField
-	case OpenAIEmbeddings, AnthropicMessages, OpenAIImages, BedrockInvoke, Unknown:
-		return ""
-	}
-	switch setting {
-	case CapNone:
-		return ""
-	case CapAuto, "":
-		switch f {
-		case OpenAIChat:
-			return CapMaxCompletion
-		case OpenAIResponses:
-			return CapMaxOutputTokens
-		}
-		return CapMaxTokens
-	}
-	return setting
-}
-
-// geminiCapField is where a Gemini request's cap goes: a member of the
-// generationConfig object.
-const geminiCapField = "generationConfig.maxOutputTokens"
-
-// converseCapField is where a Bedrock Converse request's cap goes. An
-// InvokeModel body gets none: Anthropic's requires max_tokens, and other
-// families' fields are their own.
-const converseCapField = "inferenceConfig.maxTokens"
-
 // withCap returns body with the top-level member field set to n, every
 // other member kept. A body without the member gets it inserted first,
 // byte for byte otherwise; one that has it (null: the client gave no cap)
@@ -93,7 +51,7 @@ const converseCapField = "inferenceConfig.maxTokens"
 func withCap(body []byte, field string, n int64) ([]byte, error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(body, &top); err != nil || top == nil {
-		return nil, errBody
+		return nil, wire.ErrBody
 	}
 	val := strconv.FormatInt(n, 10)
 	if parent, member, nested := strings.Cut(field, "."); nested {
@@ -111,13 +69,5 @@ func withCap(body []byte, field string, n int64) ([]byte, error) {
 		top[field] = json.RawMessage(val)
 		return json.Marshal(top)
 	}
-	i := bytes.IndexByte(body, '{')
-	ins := `"` + field + `":` + val
-	out := make([]byte, 0, len(body)+len(ins)+1)
-	out = append(out, body[:i+1]...)
-	out = append(out, ins...)
-	if len(top) > 0 {
-		out = append(out, ',')
-	}
-	return append(out, body[i+1:]...), nil
+	return wire.InsertFirst(body, `"`+field+`":`+val, len(top) == 0), nil
 }

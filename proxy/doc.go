@@ -1,8 +1,11 @@
 // Package proxy is the HTTP layer of tokenbudget: a net/http middleware
 // that enforces token budgets around any handler, the reverse proxy and
-// handler of `budget proxy`, gateway keys, a mock provider, and the usage
-// extraction they rest on, for OpenAI's Chat Completions, Responses and
-// Embeddings APIs and Anthropic's Messages API, streamed or not.
+// handler of `budget proxy` and gateway keys, for OpenAI's Chat
+// Completions, Responses, Embeddings and image APIs (and the
+// OpenAI-compatible servers, Azure OpenAI), Anthropic's Messages API,
+// Gemini's and Vertex AI's generateContent and Bedrock's Converse and
+// InvokeModel, streamed or not, each read by its kind's adapter (see API
+// kinds below).
 //
 // The middleware (New, Middleware.Wrap) takes a request through:
 //
@@ -110,7 +113,13 @@
 // generationConfig.maxOutputTokens, usageMetadata read from a body, an
 // alt=sse stream or a JSON-array stream (framed chunk by chunk, so a stream
 // cut short keeps its last usage), refusals in Google's error shape;
-// NewUpstream sends UpstreamConfig.GeminiKey as x-goog-api-key.
+// NewUpstream sends UpstreamConfig.GeminiKey as x-goog-api-key. Vertex AI
+// (VertexRoutes, Route.Kind KindVertex) is read the same way and
+// authenticated with an OAuth token from UpstreamConfig.GoogleTokens (Google
+// application default credentials), put on each Vertex request by
+// NewUpstream's transport. The client's query reaches the upstream as it
+// was sent (Vertex's $alt=json;enum-encoding=int included), less a gateway
+// key= parameter.
 //
 // Many upstreams: KindRoutes gives the routes of an upstream of an API
 // kind under its provider name; Upstreams forwards each admitted request to
@@ -141,33 +150,46 @@
 // tracker's writes fail, as on a full disk, or its database file was
 // deleted or replaced) and /metrics (Metrics, with per-limit gauges read
 // from the store at each scrape for the limits with alert thresholds and
-// those named by Metrics.GaugeLimits). MockUpstream answers the four
-// routes and the model list like the real APIs, without an account.
+// those named by Metrics.GaugeLimits). Package proxy/mock is a fake
+// provider of every kind, answering like the real APIs without an account.
 //
-// Usage extraction:
-//   - FormatForPath maps a route (/v1/chat/completions, /v1/responses,
-//     /v1/embeddings, /v1/messages) to its Format.
-//   - ParseJSON reads a non-streamed response body.
-//   - StreamParser reads a text/event-stream body as it passes through,
-//     chunk by chunk (io.TeeReader(body, parser)), never buffering it whole;
-//     Result gives the usage, Final whether the stream's last usage event
-//     has arrived.
-//   - StripUsageChunks does the same and also removes the usage-only chunk
-//     of an OpenAI chat stream, for a client that did not ask for
-//     stream_options.include_usage; IsUsageOnlyChunk tells one such event.
+// API kinds: one adapter each. What differs between APIs sits behind one
+// interface, wire.Adapter (proxy/internal/wire), chosen by a route's
+// Format and Kind (proxy/internal/kinds.For): how a request names its
+// model, cap, stream and end user and what its estimate counts
+// (Request); where a cap is injected (CapField); a body the proxy changes
+// before forwarding (Prepare: an OpenAI chat stream's include_usage); where
+// usage sits in a body (Body) and in a stream, read as it passes through
+// (Stream: SSE, Gemini's JSON array, Bedrock's event-stream; a
+// wire.Decoder per kind for SSE events); the upstream credential
+// (Authorize; signatures and OAuth tokens are NewUpstream's transport);
+// and the error shape of refusals (ErrorBody, ErrorType). The middleware,
+// the recorder and NewUpstream ask the route's adapter and never switch on
+// a Format. Each kind is a package of its own under proxy/internal:
+// openai (Chat Completions, Responses, Embeddings, images; Azure OpenAI's
+// credential), anthropic (Messages), gemini (generateContent, Gemini API
+// and Vertex AI), bedrock (Converse and InvokeModel); wire holds what they
+// share (SSE framing, stripping, JSON scanning, Tokens, the request's top
+// level) and none of it is exported from proxy.
 //
-// A response without usage reports found == false: the caller records its
-// estimate instead, never zero. The parsers read bodies as they are on the
-// wire after Content-Encoding is removed: a gzip-compressed body has no
-// usage to find, so the caller must decode it or not ask for compression.
+// Adding an API kind:
+//  1. a package proxy/internal/NAME implementing wire.Adapter (a
+//     wire.Decoder for its stream events, or a wire.Stream of its own for
+//     a framing that is not SSE), with table tests over recorded real
+//     responses in testdata/captures (their sources listed) and a fuzz
+//     target over its parsers;
+//  2. a Format in wire/format.go (its name, default provider), the adapter
+//     in kinds.For's table, and, when its path names the model, the path
+//     shape in kinds.Route;
+//  3. its routes in KindRoutes (and Kinds), its credential in
+//     UpstreamConfig, and its answers in proxy/mock.
 //
-// Concurrency: Middleware, Keys, Metrics and MockUpstream are safe for
-// concurrent use. FormatForPath, ParseJSON, ParseRequest, IsUsageOnlyChunk
-// and the methods of Format and Tokens are pure functions. A StreamParser,
-// and the reader StripUsageChunks returns, hold per-response state and are
-// not safe for concurrent use: feed and query each from one goroutine at a
-// time. The middleware starts a timer per reservation (renewal every third
-// of its TTL), NewUpstream's transport two per upstream call (headers,
+// Concurrency: Middleware, Keys and Metrics are safe for concurrent use;
+// ParseRequest and the methods of Format are pure functions, and the
+// adapters hold no state. The usage reader of one response holds its
+// state and is fed and queried by that request's goroutine alone. The
+// middleware starts a timer per reservation (renewal every third of its
+// TTL), NewUpstream's transport two per upstream call (headers,
 // body idle), and Keys a goroutine per recorded key use (at most one a
 // minute per key; Keys.Wait waits for them); nothing else runs in the
 // background, and the package keeps no global mutable state.

@@ -129,8 +129,13 @@ func FuzzParseRequest(f *testing.F) {
 			f.Add(s, int(fm))
 		}
 	}
+	f.Add(`{"contents":[{"parts":[{"text":"hi"},{"inlineData":{}}]}],"generationConfig":{"maxOutputTokens":5,"candidateCount":3}}`, int(proxy.GeminiGenerate))
+	f.Add(`{"messages":[{"content":[{"text":"hi"},{"image":{}}]}],"inferenceConfig":{"maxTokens":5},"toolConfig":{}}`, int(proxy.BedrockConverse))
+	f.Add(`{"anthropic_version":"x","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, int(proxy.BedrockInvoke))
+	f.Add(`{"model":"gpt-image-1","prompt":"a cat","n":2,"quality":"low","size":"1024x1024"}`, int(proxy.OpenAIImages))
 	f.Fuzz(func(t *testing.T, body string, fm int) {
-		format := proxy.Format(fm%4 + 1)
+		// Every format's adapter, Unknown's too.
+		format := proxy.Format(uint(fm) % uint(proxy.BedrockInvoke+1))
 		ri, err := proxy.ParseRequest(format, []byte(body))
 		if err != nil {
 			return

@@ -118,7 +118,8 @@ func TestGeminiCapturesThroughProxy(t *testing.T) {
 
 // TestGeminiCapInjected: a generateContent request without
 // generationConfig.maxOutputTokens gets the largest cap the room left
-// admits there, its other settings kept; a client's own cap is left alone;
+// admits there (per candidate), its other settings kept; a client's own
+// cap is left alone;
 // the Gemini estimate reads contents, not the inline data.
 func TestGeminiCapInjected(t *testing.T) {
 	t.Parallel()
@@ -138,6 +139,8 @@ func TestGeminiCapInjected(t *testing.T) {
 		{`{"temperature":0.5}`, `{"maxOutputTokens":299,"temperature":0.5}`, "299"},
 		{`{"maxOutputTokens":null}`, `{"maxOutputTokens":298}`, "298"},
 		{`{"maxOutputTokens":100,"temperature":0}`, `{"maxOutputTokens":100,"temperature":0}`, ""},
+		// Two candidates share the 296 left: the cap is per candidate.
+		{`{"candidateCount":2}`, `{"maxOutputTokens":148,"candidateCount":2}`, "148"},
 	} {
 		r := e.do(geminiModelPath+"generateContent", geminiBody("hi", c.config))
 		if r.status != http.StatusOK {

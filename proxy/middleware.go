@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
-	"github.com/tokenbudget/tokenbudget/proxy/internal/bedrock"
-	"github.com/tokenbudget/tokenbudget/proxy/internal/gemini"
+	"github.com/tokenbudget/tokenbudget/proxy/internal/kinds"
+	"github.com/tokenbudget/tokenbudget/proxy/internal/wire"
 )
 
 // Mode is how the middleware admits a request.
@@ -83,21 +83,20 @@ type Route struct {
 	// Provider is the provider name limits and parking use.
 	Provider string
 	// Kind is the API kind of the upstream when it is not the one Format
-	// implies: KindAzure for Azure OpenAI (api-key credential). "" for
-	// OpenAI's and Anthropic's own APIs.
+	// implies: KindAzure for Azure OpenAI (api-key credential), KindVertex
+	// for Vertex AI (an OAuth token); "" otherwise. With Format it picks
+	// the route's adapter.
 	Kind string
 }
 
 // KindAzure is the Route.Kind of Azure OpenAI routes.
-const KindAzure = "azure"
+const KindAzure = kinds.Azure
 
 // DeploymentPath is how an Azure OpenAI route's key in Config.Routes names
 // the deployment segment of its path: a request for
 // /openai/deployments/NAME/chat/completions takes the route at
 // DeploymentPath + "chat/completions", and NAME is its model.
-const DeploymentPath = "/openai/deployments/{deployment}/"
-
-const deploymentsPrefix = "/openai/deployments/"
+const DeploymentPath = kinds.DeploymentPath
 
 // AzureRoutes maps Azure OpenAI's deployment paths (chat completions,
 // embeddings, image generations) to their formats with the provider
@@ -121,8 +120,8 @@ func AzureRoutes(provider string) map[string]Route {
 // /v1/projects/P/locations/L/publishers/google/models/MODEL:... the one at
 // VertexPath; MODEL is its model, the method says whether it streams.
 const (
-	GeminiPath = "/{version}/models/{model}:{method}"
-	VertexPath = "/{version}/projects/{project}/locations/{location}/publishers/google/models/{model}:{method}"
+	GeminiPath = kinds.GeminiPath
+	VertexPath = kinds.VertexPath
 )
 
 // BedrockConversePath and BedrockInvokePath are the keys in Config.Routes
@@ -131,8 +130,8 @@ const (
 // /invoke-with-response-stream the second; MODEL (a model id, an inference
 // profile or an ARN, unescaped) is the request's model.
 const (
-	BedrockConversePath = "/model/{model}/converse"
-	BedrockInvokePath   = "/model/{model}/invoke"
+	BedrockConversePath = kinds.BedrockConversePath
+	BedrockInvokePath   = kinds.BedrockInvokePath
 )
 
 // BedrockRoutes maps Bedrock's runtime paths to BedrockConverse and
@@ -160,9 +159,8 @@ func GeminiRoutes(provider string) map[string]Route {
 // itself says of the request (an Azure deployment or a Gemini model, a
 // Gemini stream).
 type target struct {
-	route  Route
-	model  string // "" when the body names it
-	stream bool
+	route Route
+	kinds.Target
 }
 
 // routeFor is the route of path (URL.Path) with what the path says; rawPath
@@ -171,49 +169,13 @@ func (m *Middleware) routeFor(path, rawPath string) (t target, ok bool) {
 	if t.route, ok = m.cfg.Routes[path]; ok {
 		return t, true
 	}
-	key, t, ok := pathTarget(path, rawPath)
+	key, pt, ok := kinds.Route(path, rawPath)
 	if !ok {
 		return target{}, false
 	}
 	t.route, ok = m.cfg.Routes[key]
+	t.Target = pt
 	return t, ok
-}
-
-// pathTarget is the key in Config.Routes a request path takes and what the
-// path itself says of the request: the path itself (ok), an Azure deployment
-// path (DeploymentPath + the operation), a Bedrock runtime path
-// (BedrockConversePath, BedrockInvokePath) or a Gemini or Vertex AI one
-// (GeminiPath, VertexPath). The middleware and the mock route by it.
-func pathTarget(path, rawPath string) (key string, t target, ok bool) {
-	switch {
-	case strings.HasPrefix(path, deploymentsPrefix):
-		deployment, op, _ := strings.Cut(path[len(deploymentsPrefix):], "/")
-		if deployment == "" || op == "" {
-			return "", target{}, false
-		}
-		return DeploymentPath + op, target{model: deployment}, true
-	case strings.HasPrefix(path, "/model/"):
-		bp, err := bedrock.ParsePath(rawPath)
-		if err != nil {
-			return "", target{}, false
-		}
-		key = BedrockConversePath
-		if bp.Op == bedrock.Invoke || bp.Op == bedrock.InvokeWithResponseStream {
-			key = BedrockInvokePath
-		}
-		return key, target{model: bp.Model, stream: bp.Stream()}, true
-	case strings.Contains(path, ":"):
-		gp, err := gemini.ParsePath(rawPath)
-		if err != nil {
-			return "", target{}, false
-		}
-		key = GeminiPath
-		if gp.Vertex {
-			key = VertexPath
-		}
-		return key, target{model: gp.Model, stream: gp.Stream}, true
-	}
-	return path, target{}, true
 }
 
 // DefaultRoutes maps the five API paths to their formats, each with the
@@ -234,23 +196,6 @@ func DefaultRoutes(provider string) map[string]Route {
 		maps.Copy(routes, BedrockRoutes(""))
 	}
 	return routes
-}
-
-// Path is the URL path of f's route ("" for Unknown).
-func (f Format) Path() string {
-	switch f {
-	case OpenAIChat:
-		return "/v1/chat/completions"
-	case OpenAIResponses:
-		return "/v1/responses"
-	case OpenAIEmbeddings:
-		return "/v1/embeddings"
-	case AnthropicMessages:
-		return "/v1/messages"
-	case OpenAIImages:
-		return "/v1/images/generations"
-	}
-	return ""
 }
 
 // Config configures the middleware.
@@ -576,16 +521,17 @@ func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 	if !ok {
 		return
 	}
-	ri, err := ParseRequest(f, body)
+	a := route.adapter()
+	ri, err := parseRequest(a, body)
 	if err != nil {
 		m.outcome(w, OutcomeBadRequest)
 		writeError(w, f, simpleError(f, http.StatusBadRequest, CodeBadRequest, "the request body is not a JSON object"))
 		return
 	}
-	if tg.model != "" {
-		ri.Model = tg.model // what Azure or Gemini runs, whatever the body says
+	if tg.Model != "" {
+		ri.Model = tg.Model // what Azure or Gemini runs, whatever the body says
 	}
-	ri.Stream = ri.Stream || tg.stream
+	ri.Stream = ri.Stream || tg.Stream
 	// Before anything is written or logged: the model is the one string a
 	// client chooses that the tracker stores (reservations, usage), and
 	// the error quotes only its start.
@@ -616,21 +562,18 @@ func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 	// result, so no answer can outgrow what was admitted.
 	field, choices, minOutput := "", int64(1), int64(0)
 	if !ri.HasCap {
-		if field = capField(m.cfg.CapField, f); field != "" {
-			if f == OpenAIChat {
-				choices = max(1, min(ri.Choices, maxChoices))
-			}
+		if field = a.CapField(m.cfg.CapField); field != "" {
+			// The cap is per choice (chat's n, Gemini's candidateCount),
+			// the estimate for all of them.
+			choices = max(1, min(ri.Choices, wire.MaxChoices))
 			minOutput = min(MinInjectedOutput, m.cfg.DefaultMaxOutput) * choices
 		}
 	}
-	strip := false
-	if f == OpenAIChat && ri.Stream && !ri.IncludeUsage {
-		if body, err = WithIncludeUsage(body); err != nil {
-			m.outcome(w, OutcomeBadRequest)
-			writeError(w, f, simpleError(f, http.StatusBadRequest, CodeBadRequest, "the request body is not a JSON object"))
-			return
-		}
-		strip = true
+	body, strip, err := a.Prepare(body, &ri)
+	if err != nil {
+		m.outcome(w, OutcomeBadRequest)
+		writeError(w, f, simpleError(f, http.StatusBadRequest, CodeBadRequest, "the request body is not a JSON object"))
+		return
 	}
 	info := &Info{Key: key, User: user, Route: route, Request: ri, Estimate: est}
 	x.est = &info.Estimate
@@ -658,8 +601,8 @@ func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 	r.Header.Del("Accept-Encoding")
 	r = r.WithContext(context.WithValue(ctx, infoKey{}, info))
 
-	rec := &recorder{w: w, f: f, reqID: info.RequestID, extra: extra, stripUsage: strip, maxJSON: m.cfg.MaxResponseBody,
-		jsonStream: f == GeminiGenerate && ri.Stream}
+	rec := &recorder{w: w, f: f, a: a, reqID: info.RequestID, extra: extra, stripUsage: strip, maxJSON: m.cfg.MaxResponseBody,
+		stream: ri.Stream}
 	var renew *renewer
 	if res != nil {
 		renew = m.startRenew(res)

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/tokenbudget/tokenbudget/proxy"
+	"github.com/tokenbudget/tokenbudget/proxy/mock"
 )
 
 // TestAccessLog: one line per request the middleware answers, whatever
@@ -98,7 +99,7 @@ func TestAccessLog(t *testing.T) {
 // anthropic-version. The built-in mock answers it in both shapes.
 func TestModels(t *testing.T) {
 	t.Parallel()
-	mock := &proxy.MockUpstream{}
+	mock := &mock.Upstream{}
 	e := newEnv(t, envOptions{}, func(w http.ResponseWriter, r *http.Request) {
 		if !strings.HasPrefix(r.URL.Path, "/v1/models") {
 			mock.ServeHTTP(w, r)

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -9,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/proxy/internal/wire"
 )
 
 // Error codes the proxy puts in its error bodies.
@@ -69,165 +69,20 @@ type limitDetail struct {
 	Retryable         bool    `json:"retryable"`
 }
 
-// writeError writes e in the shape of format f: Anthropic's
-// {"type":"error","error":{"type","message"}} on Anthropic routes, OpenAI's
-// {"error":{"message","type","param","code"}} elsewhere. Both carry the
-// code, and a budget refusal its limit.
+// writeError writes e in the error shape of format f's API (its adapter's
+// ErrorBody): OpenAI's {"error":{"message","type","param","code"}},
+// Anthropic's {"type":"error","error":{"type","message"}}, Google's, or
+// Bedrock's. Each carries the code, and a budget refusal its limit.
 func writeError(w http.ResponseWriter, f Format, e apiError) {
-	var body any
-	if f == BedrockConverse || f == BedrockInvoke {
-		body = awsError(w.Header(), e)
-	} else if f == GeminiGenerate {
-		body = googleError(e)
-	} else if f == AnthropicMessages {
-		body = struct {
-			Type  string `json:"type"`
-			Error any    `json:"error"`
-		}{"error", struct {
-			Type    string       `json:"type"`
-			Message string       `json:"message"`
-			Code    string       `json:"code,omitempty"`
-			Limit   *limitDetail `json:"limit,omitempty"`
-		}{e.typ, e.message, e.code, e.limit}}
-	} else {
-		var param *string
-		if e.param != "" {
-			param = &e.param
-		}
-		body = struct {
-			Error any `json:"error"`
-		}{struct {
-			Message string       `json:"message"`
-			Type    string       `json:"type"`
-			Param   *string      `json:"param"`
-			Code    string       `json:"code"`
-			Limit   *limitDetail `json:"limit,omitempty"`
-		}{e.message, e.typ, param, e.code, e.limit}}
+	we := wire.Error{Status: e.status, Type: e.typ, Code: e.code, Message: e.message, Param: e.param}
+	if e.limit != nil {
+		we.Limit = e.limit
 	}
-	b, _ := json.Marshal(body)
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(b)+1))
-	h.Del("Content-Encoding")
-	w.WriteHeader(e.status)
-	w.Write(append(b, '\n'))
-}
-
-// googleStatus is the google.rpc status name of an HTTP status, as
-// Google's APIs answer it.
-var googleStatus = map[int]string{
-	http.StatusBadRequest:            "INVALID_ARGUMENT",
-	http.StatusUnauthorized:          "UNAUTHENTICATED",
-	http.StatusForbidden:             "PERMISSION_DENIED",
-	http.StatusNotFound:              "NOT_FOUND",
-	http.StatusMethodNotAllowed:      "INVALID_ARGUMENT",
-	http.StatusRequestTimeout:        "DEADLINE_EXCEEDED",
-	http.StatusRequestEntityTooLarge: "INVALID_ARGUMENT",
-	http.StatusTooManyRequests:       "RESOURCE_EXHAUSTED",
-	http.StatusBadGateway:            "UNAVAILABLE",
-	http.StatusServiceUnavailable:    "UNAVAILABLE",
-	http.StatusGatewayTimeout:        "DEADLINE_EXCEEDED",
-}
-
-// googleError is e in Google's error shape,
-// {"error":{"code","message","status","details"}}: the SDKs read code and
-// status; the proxy's code is the reason of an ErrorInfo detail, and a
-// budget refusal's limit sits beside them.
-func googleError(e apiError) any {
-	status := googleStatus[e.status]
-	if status == "" {
-		status = "INTERNAL"
-	}
-	type errorInfo struct {
-		Type   string `json:"@type"`
-		Reason string `json:"reason"`
-		Domain string `json:"domain"`
-	}
-	return struct {
-		Error any `json:"error"`
-	}{struct {
-		Code    int          `json:"code"`
-		Message string       `json:"message"`
-		Status  string       `json:"status"`
-		Details []errorInfo  `json:"details"`
-		Limit   *limitDetail `json:"limit,omitempty"`
-	}{e.status, e.message, status, []errorInfo{{"type.googleapis.com/google.rpc.ErrorInfo", e.code, "tokenbudget"}}, e.limit}}
-}
-
-// awsStatus is the exception Bedrock's runtime answers an HTTP status with.
-var awsStatus = map[int]string{
-	http.StatusBadRequest:            "ValidationException",
-	http.StatusUnauthorized:          "AccessDeniedException",
-	http.StatusForbidden:             "AccessDeniedException",
-	http.StatusNotFound:              "ResourceNotFoundException",
-	http.StatusMethodNotAllowed:      "ValidationException",
-	http.StatusRequestTimeout:        "ModelTimeoutException",
-	http.StatusRequestEntityTooLarge: "ValidationException",
-	http.StatusTooManyRequests:       "ThrottlingException",
-	http.StatusServiceUnavailable:    "ServiceUnavailableException",
-	http.StatusGatewayTimeout:        "ModelTimeoutException",
-}
-
-// awsError is e in the shape of Bedrock's REST-JSON errors: the exception
-// in the x-amzn-ErrorType header (which the AWS SDKs read first), the
-// message in the body, with the proxy's code and a budget refusal's limit
-// beside it.
-func awsError(h http.Header, e apiError) any {
-	typ := awsStatus[e.status]
-	if typ == "" {
-		typ = "InternalServerException"
-	}
-	h.Set("X-Amzn-Errortype", typ)
-	return struct {
-		Message string       `json:"message"`
-		Code    string       `json:"code"`
-		Limit   *limitDetail `json:"limit,omitempty"`
-	}{e.message, e.code, e.limit}
+	wire.WriteError(w, adapterOf(f), &we)
 }
 
 // typeFor maps a status to the error type of format f.
-func typeFor(f Format, status int) string {
-	switch status {
-	case http.StatusTooManyRequests:
-		return "rate_limit_error"
-	case http.StatusUnauthorized:
-		if f == AnthropicMessages {
-			return "authentication_error"
-		}
-		return "invalid_request_error"
-	case http.StatusNotFound:
-		if f == AnthropicMessages {
-			return "not_found_error"
-		}
-		return "invalid_request_error"
-	case http.StatusRequestEntityTooLarge:
-		if f == AnthropicMessages {
-			return "request_too_large"
-		}
-		return "invalid_request_error"
-	case http.StatusForbidden:
-		if f == AnthropicMessages {
-			return "permission_error"
-		}
-		return "invalid_request_error"
-	case http.StatusBadRequest, http.StatusMethodNotAllowed, http.StatusRequestTimeout:
-		return "invalid_request_error"
-	case http.StatusGatewayTimeout:
-		if f == AnthropicMessages {
-			return "timeout_error"
-		}
-		return "server_error"
-	case http.StatusServiceUnavailable:
-		if f == AnthropicMessages {
-			return "overloaded_error"
-		}
-		return "server_error"
-	}
-	if f == AnthropicMessages {
-		return "api_error"
-	}
-	return "server_error"
-}
+func typeFor(f Format, status int) string { return adapterOf(f).ErrorType(status) }
 
 // simpleError is an apiError with the status's type.
 func simpleError(f Format, status int, code, msg string) apiError {
@@ -421,21 +276,29 @@ func parkedError(h http.Header, f Format, p budget.ProviderState, retry int64, m
 // requests} for one limit of metric m (concurrent limits have none); a
 // negative reset (a limit that never resets) sets no reset header.
 func setLimitHeaders(h http.Header, m budget.Metric, limit, remaining int64, reset time.Duration) {
-	var kind string
+	var names *[3]string
 	switch m {
 	case budget.MetricTokens, budget.MetricInput, budget.MetricOutput:
-		kind = "tokens"
+		names = &tokenLimitHeaders
 	case budget.MetricRequests:
-		kind = "requests"
+		names = &requestLimitHeaders
 	default:
 		return
 	}
-	h.Set("X-Ratelimit-Limit-"+kind, strconv.FormatInt(limit, 10))
-	h.Set("X-Ratelimit-Remaining-"+kind, strconv.FormatInt(max(0, remaining), 10))
+	// Canonical keys set directly: Header.Set's canonicalising showed in
+	// the profile of every admitted request.
+	h[names[0]] = []string{strconv.FormatInt(limit, 10)}
+	h[names[1]] = []string{strconv.FormatInt(max(0, remaining), 10)}
 	if reset >= 0 {
-		h.Set("X-Ratelimit-Reset-"+kind, reset.String())
+		h[names[2]] = []string{reset.String()}
 	}
 }
+
+// The x-ratelimit-* fields, canonical: limit, remaining, reset.
+var (
+	tokenLimitHeaders   = [3]string{"X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens"}
+	requestLimitHeaders = [3]string{"X-Ratelimit-Limit-Requests", "X-Ratelimit-Remaining-Requests", "X-Ratelimit-Reset-Requests"}
+)
 
 // setRateLimitHeaders sets the headers of the applicable limits: the IETF
 // RateLimit-Policy and RateLimit fields for every one but dollar limits,
@@ -450,7 +313,8 @@ func setRateLimitHeaders(h http.Header, limits []budget.Status, sub budget.Estim
 	if len(limits) == 0 {
 		return
 	}
-	var policy, state strings.Builder
+	// Appended, not printed: fmt's %q and %d were most of this function.
+	var policy, state []byte
 	var tok, req *budget.Status
 	var tokRem, reqRem int64
 	for i := range limits {
@@ -484,22 +348,30 @@ func setRateLimitHeaders(h http.Header, limits []budget.Status, sub budget.Estim
 				tok, tokRem = s, rem
 			}
 		}
-		if policy.Len() > 0 {
-			policy.WriteString(", ")
-			state.WriteString(", ")
+		if len(policy) > 0 {
+			policy = append(policy, ", "...)
+			state = append(state, ", "...)
 		}
-		fmt.Fprintf(&policy, "%q;q=%d;qu=%q", s.Limit.ID, s.Max, unit)
+		policy = strconv.AppendQuote(policy, s.Limit.ID)
+		policy = append(policy, ";q="...)
+		policy = strconv.AppendInt(policy, s.Max, 10)
+		policy = append(policy, ";qu="...)
+		policy = strconv.AppendQuote(policy, unit)
 		if w > 0 {
-			fmt.Fprintf(&policy, ";w=%d", w)
+			policy = append(policy, ";w="...)
+			policy = strconv.AppendInt(policy, w, 10)
 		}
-		fmt.Fprintf(&state, "%q;r=%d", s.Limit.ID, rem)
+		state = strconv.AppendQuote(state, s.Limit.ID)
+		state = append(state, ";r="...)
+		state = strconv.AppendInt(state, rem, 10)
 		if reset > 0 {
-			fmt.Fprintf(&state, ";t=%d", ceilSeconds(reset))
+			state = append(state, ";t="...)
+			state = strconv.AppendInt(state, ceilSeconds(reset), 10)
 		}
 	}
-	if policy.Len() > 0 {
-		h.Set("RateLimit-Policy", policy.String())
-		h.Set("RateLimit", state.String())
+	if len(policy) > 0 {
+		h["Ratelimit-Policy"] = []string{string(policy)}
+		h["Ratelimit"] = []string{string(state)}
 	}
 	if !success {
 		return

@@ -15,6 +15,7 @@ import (
 	tokenbudget "github.com/tokenbudget/tokenbudget"
 	"github.com/tokenbudget/tokenbudget/budget"
 	"github.com/tokenbudget/tokenbudget/proxy"
+	"github.com/tokenbudget/tokenbudget/proxy/mock"
 )
 
 // TestAccessLogRefusal: the access log line of a refused request names
@@ -79,7 +80,7 @@ func TestRefusalsUnpriced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := proxy.NewHandler(proxy.HandlerConfig{Middleware: mw, Upstream: &proxy.MockUpstream{}})
+	h, err := proxy.NewHandler(proxy.HandlerConfig{Middleware: mw, Upstream: &mock.Upstream{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/tokenbudget/tokenbudget"
 	"github.com/tokenbudget/tokenbudget/budget"
 	"github.com/tokenbudget/tokenbudget/proxy"
+	"github.com/tokenbudget/tokenbudget/proxy/mock"
 )
 
 // TestRefusalsRing: the ring keeps the newest refusals, newest first, and
@@ -70,7 +71,7 @@ func TestRefusalsWrap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := proxy.NewHandler(proxy.HandlerConfig{Middleware: mw, Upstream: &proxy.MockUpstream{}})
+	h, err := proxy.NewHandler(proxy.HandlerConfig{Middleware: mw, Upstream: &mock.Upstream{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/proxy/internal/wire"
 )
 
 // recorder is the ResponseWriter the wrapped handler writes to: it passes
@@ -20,19 +21,20 @@ import (
 type recorder struct {
 	w          http.ResponseWriter
 	f          Format
-	reqID      string      // X-Tokenbudget-Request-Id, on every answer
-	extra      http.Header // set on a 2xx response
+	a          wire.Adapter // the route's; nil answers no usage (a pass-through)
+	reqID      string       // X-Tokenbudget-Request-Id, on every answer
+	extra      http.Header  // set on a 2xx response
 	stripUsage bool
 	maxJSON    int64
-	jsonStream bool // a Gemini stream: a JSON array of chunks unless SSE
+	stream     bool // the client asked for a stream
 
 	status     int
 	replaced   bool // an upstream 401/403, swallowed
 	retryAfter time.Duration
 	sse        bool
 	encoded    bool // a Content-Encoding we cannot read through
-	parser     usageStream
-	sw         *stripWriter
+	parser     wire.Stream
+	sw         *wire.StripWriter
 	buf        []byte // a 2xx non-streamed body, for its usage
 	over       bool   // buf outgrew maxJSON
 	writeErr   error
@@ -74,20 +76,14 @@ func (rc *recorder) WriteHeader(code int) {
 		rc.sse = ct == "text/event-stream"
 		ce := h.Get("Content-Encoding")
 		rc.encoded = ce != "" && !strings.EqualFold(ce, "identity")
-		switch {
-		case rc.encoded:
-		case ct == eventStreamType && (rc.f == BedrockConverse || rc.f == BedrockInvoke):
-			rc.sse = true // streamed, for the logs and the cancelled-stream charge
-			rc.parser = newEventStream(rc.f)
-		case rc.sse:
-			p := NewStreamParser(rc.f)
-			rc.parser = p
-			if rc.stripUsage {
+		if !rc.encoded && rc.a != nil {
+			var streamed bool
+			rc.parser, streamed = rc.a.Stream(ct, rc.stream)
+			rc.sse = rc.sse || streamed // for the logs
+			if p, ok := rc.parser.(*wire.SSE); ok && rc.stripUsage {
 				h.Del("Content-Length")
-				rc.sw = newStripWriter(rc.w, p)
+				rc.sw = wire.NewStripWriter(rc.w, p)
 			}
-		case rc.jsonStream:
-			rc.parser = newJSONStreamParser(rc.f)
 		}
 	}
 	rc.w.WriteHeader(code)
@@ -142,7 +138,7 @@ func (rc *recorder) finish(provider string, parked bool) {
 	}
 	rc.finished = true
 	if rc.sw != nil && rc.writeErr == nil {
-		if err := rc.sw.close(); err != nil {
+		if err := rc.sw.Close(); err != nil {
 			rc.writeErr = err
 		}
 		return
@@ -169,16 +165,16 @@ const requestIDHeader = "X-Tokenbudget-Request-Id"
 
 // usage is what the response reported: the tokens, whether any were found,
 // and whether they are final (a stream cut short may carry only the start).
-func (rc *recorder) usage() (t Tokens, found, final bool, err error) {
+func (rc *recorder) usage() (t tokens, found, final bool, err error) {
 	switch {
 	case rc.parser != nil:
 		t, found = rc.parser.Result()
 		return t, found, rc.parser.Final(), rc.parser.Err()
-	case rc.buf != nil:
-		t, found, err = ParseJSON(rc.f, rc.buf)
+	case rc.buf != nil && rc.a != nil:
+		t, found, err = rc.a.Body(rc.buf)
 		return t, found, found, err
 	}
-	return Tokens{}, false, false, nil
+	return tokens{}, false, false, nil
 }
 
 // retryAfter reads an upstream's wait: retry-after-ms (milliseconds), else

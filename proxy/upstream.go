@@ -17,8 +17,10 @@ import (
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/oauth2"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/proxy/internal/wire"
 )
 
 // UpstreamConfig says where the proxy forwards and how it authenticates
@@ -44,6 +46,11 @@ type UpstreamConfig struct {
 	BedrockToken   string
 	AWSCredentials aws.CredentialsProvider
 	AWSRegion      string
+	// GoogleTokens gives the OAuth access token put in "Authorization:
+	// Bearer" on Vertex AI routes (Route.Kind KindVertex): Google
+	// application default credentials (golang.org/x/oauth2/google), whose
+	// token source refreshes the token before it expires.
+	GoogleTokens oauth2.TokenSource
 	// Transport makes the upstream calls. (Optional; default a clone of
 	// http.DefaultTransport.)
 	Transport http.RoundTripper
@@ -107,6 +114,11 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 		}
 		tr = &signingTransport{rt: tr, creds: cfg.AWSCredentials, region: region, signer: v4.NewSigner(), now: time.Now}
 	}
+	creds := wire.Credentials{OpenAIKey: cfg.OpenAIKey, AnthropicKey: cfg.AnthropicKey, AzureKey: cfg.AzureKey,
+		GeminiKey: cfg.GeminiKey, BedrockToken: cfg.BedrockToken}
+	if cfg.GoogleTokens != nil {
+		tr = &googleTransport{rt: tr, src: cfg.GoogleTokens}
+	}
 	rp := &httputil.ReverseProxy{
 		Transport: &timeoutTransport{rt: tr, header: cfg.HeaderTimeout, idle: cfg.StreamIdleTimeout},
 		// 0: ReverseProxy flushes each write of a stream by itself (an SSE
@@ -115,42 +127,31 @@ func NewUpstream(cfg UpstreamConfig) (*httputil.ReverseProxy, error) {
 		// written without a flush per write.
 		FlushInterval: 0,
 		Rewrite: func(pr *httputil.ProxyRequest) {
+			// The client's query as it came (the middleware removed a
+			// gateway key= from it): ReverseProxy re-encodes a query with
+			// a parameter it cannot parse, and drops that parameter,
+			// such as Vertex AI's $alt=json;enum-encoding=int.
+			pr.Out.URL.RawQuery = pr.In.URL.RawQuery
 			pr.SetURL(&target)
 			h := pr.Out.Header
 			h.Del("Authorization")
 			for _, name := range keyHeaders {
 				h.Del(name)
 			}
-			f, kind := Unknown, ""
+			var a wire.Adapter
 			if info, ok := InfoFrom(pr.In.Context()); ok {
-				f, kind = info.Route.Format, info.Route.Kind
+				a = info.Route.adapter()
 			} else {
-				f, _ = FormatForPath(pr.In.URL.Path)
+				f, _ := wire.ForPath(pr.In.URL.Path)
+				a = adapterOf(f)
 			}
-			switch {
-			case kind == KindAzure:
-				if cfg.AzureKey != "" {
-					h.Set("Api-Key", cfg.AzureKey)
-				}
-			case f == GeminiGenerate:
-				if cfg.GeminiKey != "" {
-					h.Set("X-Goog-Api-Key", cfg.GeminiKey)
-				}
-			case f == BedrockConverse || f == BedrockInvoke:
-				if cfg.BedrockToken != "" {
-					h.Set("Authorization", "Bearer "+cfg.BedrockToken)
-				} // else signingTransport signs it
-			case f == AnthropicMessages && cfg.AnthropicKey != "":
-				h.Set("X-Api-Key", cfg.AnthropicKey)
-			case f != AnthropicMessages && f != Unknown && cfg.OpenAIKey != "":
-				h.Set("Authorization", "Bearer "+cfg.OpenAIKey)
-			}
+			a.Authorize(h, &creds)
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if r.Context().Err() != nil {
 				return // the client is gone: nobody to answer
 			}
-			f, _ := FormatForPath(r.URL.Path)
+			f, _ := wire.ForPath(r.URL.Path)
 			if info, ok := InfoFrom(r.Context()); ok {
 				f = info.Route.Format
 			}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/proxy/internal/kinds"
 )
 
 // The API kinds an upstream may speak (see KindRoutes). KindOpenAI is any
@@ -15,7 +16,7 @@ const (
 	KindOpenAI    = "openai"
 	KindAnthropic = "anthropic"
 	KindGemini    = "gemini"
-	KindVertex    = "vertex"
+	KindVertex    = kinds.Vertex
 	KindBedrock   = "bedrock"
 )
 
@@ -39,9 +40,9 @@ type ModelRoute struct {
 // KindRoutes returns the routes an upstream of kind serves under the
 // provider name: OpenAI's chat completions, Responses, embeddings and image
 // generations for openai; Messages for anthropic; generateContent
-// (GeminiPath) for gemini; the deployment paths (AzureRoutes) for azure;
-// Converse and InvokeModel (BedrockRoutes) for bedrock. Vertex AI is not
-// served by the proxy yet: an error says so.
+// (GeminiPath) for gemini; Vertex AI's publisher paths (VertexRoutes) for
+// vertex; the deployment paths (AzureRoutes) for azure; Converse and
+// InvokeModel (BedrockRoutes) for bedrock.
 func KindRoutes(kind, provider string) (map[string]Route, error) {
 	if err := budget.CheckName("provider", provider); err != nil {
 		return nil, err
@@ -61,7 +62,7 @@ func KindRoutes(kind, provider string) (map[string]Route, error) {
 	case KindBedrock:
 		routes = BedrockRoutes(provider)
 	case KindVertex:
-		return nil, budget.Invalid("upstream kind", kind, "is not served by the proxy yet")
+		routes = VertexRoutes(provider)
 	default:
 		return nil, budget.Invalid("upstream kind", kind, "want one of "+strings.Join(Kinds, ", "))
 	}

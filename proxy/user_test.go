@@ -12,12 +12,13 @@ import (
 
 	"github.com/tokenbudget/tokenbudget/budget"
 	"github.com/tokenbudget/tokenbudget/proxy"
+	"github.com/tokenbudget/tokenbudget/proxy/mock"
 )
 
 // headerSpy is the mock provider, remembering the X-Budget-User headers
 // of the last request it got.
 type headerSpy struct {
-	mock proxy.MockUpstream
+	mock mock.Upstream
 	mu   sync.Mutex
 	seen []string
 }

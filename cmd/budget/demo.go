@@ -15,6 +15,7 @@ import (
 
 	"github.com/tokenbudget/tokenbudget/budget"
 	"github.com/tokenbudget/tokenbudget/proxy"
+	"github.com/tokenbudget/tokenbudget/proxy/mock"
 )
 
 const demoHelp = `usage: budget demo [--db PATH] [--keep]
@@ -46,32 +47,31 @@ type demoRequest struct {
 	path   string
 	header string // "bearer", "x-api-key", "x-goog-api-key" or "wrong"
 	body   string
-	format proxy.Format // Unknown: the path's (FormatForPath)
 }
 
 var demoRequests = []demoRequest{
 	{"chat, wrong key", "/v1/chat/completions", "wrong",
-		`{"model":"gpt-4o-mini","max_tokens":64,"messages":[{"role":"user","content":"Hello?"}]}`, proxy.Unknown},
+		`{"model":"gpt-4o-mini","max_tokens":64,"messages":[{"role":"user","content":"Hello?"}]}`},
 	{"chat gpt-4o-mini, no max_tokens", "/v1/chat/completions", "bearer",
-		`{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello in five words."}]}`, proxy.Unknown},
+		`{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello in five words."}]}`},
 	{"chat gpt-4o-mini, streamed", "/v1/chat/completions", "bearer",
-		`{"model":"gpt-4o-mini","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"Count to three."}]}`, proxy.Unknown},
+		`{"model":"gpt-4o-mini","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"Count to three."}]}`},
 	{"responses gpt-4.1-mini, streamed", "/v1/responses", "bearer",
-		`{"model":"gpt-4.1-mini","max_output_tokens":64,"stream":true,"input":"Name a colour."}`, proxy.Unknown},
+		`{"model":"gpt-4.1-mini","max_output_tokens":64,"stream":true,"input":"Name a colour."}`},
 	{"messages claude-sonnet-4-5", "/v1/messages", "x-api-key",
-		`{"model":"claude-sonnet-4-5","max_tokens":64,"messages":[{"role":"user","content":"Name a planet."}]}`, proxy.Unknown},
+		`{"model":"claude-sonnet-4-5","max_tokens":64,"messages":[{"role":"user","content":"Name a planet."}]}`},
 	{"messages claude-sonnet-4-5, streamed", "/v1/messages", "x-api-key",
-		`{"model":"claude-sonnet-4-5","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"Name a river."}]}`, proxy.Unknown},
+		`{"model":"claude-sonnet-4-5","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"Name a river."}]}`},
 	{"embeddings text-embedding-3-small", "/v1/embeddings", "bearer",
-		`{"model":"text-embedding-3-small","input":"tokens are money"}`, proxy.Unknown},
+		`{"model":"text-embedding-3-small","input":"tokens are money"}`},
 	{"gemini gemini-2.5-flash", "/v1beta/models/gemini-2.5-flash:generateContent", "x-goog-api-key",
-		`{"contents":[{"role":"user","parts":[{"text":"Name a mountain."}]}],"generationConfig":{"maxOutputTokens":8}}`, proxy.GeminiGenerate},
+		`{"contents":[{"role":"user","parts":[{"text":"Name a mountain."}]}],"generationConfig":{"maxOutputTokens":8}}`},
 	{"bedrock converse claude-3-5-haiku", "/model/anthropic.claude-3-5-haiku-20241022-v1:0/converse", "bearer",
-		`{"messages":[{"role":"user","content":[{"text":"Name a sea."}]}],"inferenceConfig":{"maxTokens":8}}`, proxy.BedrockConverse},
+		`{"messages":[{"role":"user","content":[{"text":"Name a sea."}]}],"inferenceConfig":{"maxTokens":8}}`},
 	{"chat gpt-4o-mini", "/v1/chat/completions", "bearer",
-		`{"model":"gpt-4o-mini","max_tokens":64,"messages":[{"role":"user","content":"One more, please."}]}`, proxy.Unknown},
+		`{"model":"gpt-4o-mini","max_tokens":64,"messages":[{"role":"user","content":"One more, please."}]}`},
 	{"messages claude-sonnet-4-5, max_tokens 4000", "/v1/messages", "x-api-key",
-		`{"model":"claude-sonnet-4-5","max_tokens":4000,"messages":[{"role":"user","content":"Write an essay."}]}`, proxy.Unknown},
+		`{"model":"claude-sonnet-4-5","max_tokens":4000,"messages":[{"role":"user","content":"Write an essay."}]}`},
 }
 
 func (m *Main) runDemo(ctx context.Context, args []string) (err error) {
@@ -209,10 +209,6 @@ func demoSend(ctx context.Context, c *http.Client, base, secret string, dr demoR
 	if rem := resp.Header.Get("X-Ratelimit-Remaining-Tokens"); rem != "" {
 		res.remaining = rem
 	}
-	f := dr.format
-	if f == proxy.Unknown {
-		f, _ = proxy.FormatForPath(dr.path)
-	}
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(resp.Body)
 		res.message = errorMessage(body)
@@ -226,30 +222,20 @@ func demoSend(ctx context.Context, c *http.Client, base, secret string, dr demoR
 		res.note = strings.Join(notes, ", ")
 		return res, nil
 	}
-	var tok proxy.Tokens
-	var found bool
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		sp := proxy.NewStreamParser(f)
-		var events int
-		var raw bytes.Buffer
-		if _, err := io.Copy(io.MultiWriter(sp, &raw), resp.Body); err != nil {
-			return res, err
-		}
-		events = bytes.Count(raw.Bytes(), []byte("\n\n"))
-		tok, found = sp.Result()
-		res.note = fmt.Sprintf("streamed, %d events", events)
-		if f == proxy.OpenAIChat && !found {
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return res, err
+	}
+	ct := resp.Header.Get("Content-Type")
+	in, out, found := mock.Usage(dr.path, ct, body)
+	if strings.HasPrefix(ct, "text/event-stream") {
+		res.note = fmt.Sprintf("streamed, %d events", bytes.Count(body, []byte("\n\n")))
+		if dr.path == "/v1/chat/completions" && !found {
 			res.note += "; usage chunk added upstream, stripped for the client"
 		}
-	} else {
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return res, err
-		}
-		tok, found, _ = proxy.ParseJSON(f, body)
 	}
 	if found {
-		res.usage = fmt.Sprintf("%d in + %d out", tok.Input, tok.Output+tok.Reasoning)
+		res.usage = fmt.Sprintf("%d in + %d out", in, out)
 	}
 	if c := resp.Header.Get("X-Tokenbudget-Max-Output"); c != "" {
 		// The request had no cap: the proxy gave it the largest that fits.

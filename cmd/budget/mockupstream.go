@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
-	"github.com/tokenbudget/tokenbudget/proxy"
+	"github.com/tokenbudget/tokenbudget/proxy/mock"
 )
 
 const mockUpstreamHelp = `usage: budget mock-upstream [--listen ADDR] [--chunk-delay D]
@@ -51,7 +51,7 @@ func (m *Main) runMockUpstream(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", *listen, err)
 	}
-	srv := &http.Server{Handler: &proxy.MockUpstream{ChunkDelay: *delay}, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: &mock.Upstream{ChunkDelay: *delay}, ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	fmt.Fprintf(m.Stdout, "mock upstream listening on http://%s\n", ln.Addr())

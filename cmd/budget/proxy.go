@@ -24,6 +24,7 @@ import (
 	"github.com/tokenbudget/tokenbudget/budget"
 	"github.com/tokenbudget/tokenbudget/dashboard"
 	"github.com/tokenbudget/tokenbudget/proxy"
+	"github.com/tokenbudget/tokenbudget/proxy/mock"
 )
 
 const proxyHelp = `usage: budget proxy (--upstream URL | --upstream NAME=URL ... | --mock-upstream) [--listen ADDR]
@@ -80,10 +81,10 @@ x-api-key or api-key.
 
 Many upstreams: --upstream NAME=URL, repeated, gives one upstream each;
 NAME is the provider limits, prices and the usage events use. Its API kind
-is NAME when NAME is openai, anthropic, gemini, bedrock or azure, else
---upstream-api NAME=KIND says it (openai for any OpenAI-compatible server:
-DeepSeek, Groq, Mistral, xAI, OpenRouter, Together, vLLM, Ollama; vertex
-is not served yet). Its credential is read from --upstream-key-env
+is NAME when NAME is openai, anthropic, gemini, vertex, bedrock or azure,
+else --upstream-api NAME=KIND says it (openai for any OpenAI-compatible
+server: DeepSeek, Groq, Mistral, xAI, OpenRouter, Together, vLLM, Ollama).
+Its credential is read from --upstream-key-env
 NAME=VAR, else from the kind's variable when NAME is the kind
 (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY sent as x-goog-api-key,
 AZURE_OPENAI_API_KEY, AWS_BEARER_TOKEN_BEDROCK: a Bedrock API key), else
@@ -91,10 +92,16 @@ from NAME_API_KEY (DEEPSEEK_API_KEY). A bedrock upstream without a Bedrock
 API key signs each request with SigV4 (signing name bedrock) with the AWS
 SDK's default credentials (AWS_ACCESS_KEY_ID and friends, AWS_PROFILE and
 the shared files, SSO, roles) in the URL's region
-(bedrock-runtime.REGION.amazonaws.com) or AWS_REGION. Requests route by
-their native path: /v1/messages to the first anthropic-kind upstream,
+(bedrock-runtime.REGION.amazonaws.com) or AWS_REGION. A vertex upstream
+sends an OAuth token from Google application default credentials (the file
+GOOGLE_APPLICATION_CREDENTIALS names, gcloud's default file, the metadata
+server on Google Cloud), or the access token in $VAR with
+--upstream-key-env NAME=VAR. Requests route by their native path:
+/v1/messages to the first anthropic-kind upstream,
 /v1beta/models/MODEL:generateContent and :streamGenerateContent to the
-first gemini one, /model/ID/converse, /converse-stream, /invoke and
+first gemini one, Vertex AI's
+/v1/projects/P/locations/L/publishers/google/models/MODEL:generateContent
+(and :streamGenerateContent) to the first vertex one, /model/ID/converse, /converse-stream, /invoke and
 /invoke-with-response-stream to the first bedrock one,
 /openai/deployments/NAME/... to the first azure one, and the OpenAI paths
 to the first OpenAI-kind upstream unless a --model-route PATTERN=NAME
@@ -548,10 +555,17 @@ func (m *Main) buildUpstreams(ctx context.Context, o proxyOptions, p *runningPro
 				}
 			}
 			pu, _ := url.Parse(u.url) // checked when the flags were parsed
-			key := m.Getenv(u.keyEnv)
+			key := ""
+			if u.keyEnv != "" {
+				key = m.Getenv(u.keyEnv)
+			}
 			uc := upstreamConfig(base, u.kind, key)
 			uc.URL = pu
 			switch {
+			case u.kind == proxy.KindVertex:
+				if uc.GoogleTokens, err = m.googleTokens(ctx, key); err != nil {
+					return nil, nil, fmt.Errorf("upstream %s: %w", u.name, err)
+				}
 			case key != "":
 			case u.kind == proxy.KindBedrock:
 				// No Bedrock API key: SigV4 with the standard AWS
@@ -577,7 +591,7 @@ func (m *Main) buildUpstreams(ctx context.Context, o proxyOptions, p *runningPro
 		if err != nil {
 			return nil, nil, fmt.Errorf("mock upstream: %w", err)
 		}
-		p.mock = &http.Server{Handler: &proxy.MockUpstream{}, ReadHeaderTimeout: 10 * time.Second}
+		p.mock = &http.Server{Handler: &mock.Upstream{}, ReadHeaderTimeout: 10 * time.Second}
 		go p.mock.Serve(ln)
 		p.upstream = "http://" + ln.Addr().String()
 	}

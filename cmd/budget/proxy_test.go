@@ -44,7 +44,6 @@ func TestProxyFlags(t *testing.T) {
 		{"--upstream", "=https://x", "--upstream", "openai=https://y"},                                                 // no name
 		{"--upstream", "openai=https://x", "--upstream-api", "other=openai"},                                           // unknown name
 		{"--upstream", "ds=https://x", "--upstream-api", "ds=cohere"},                                                  // unknown kind
-		{"--upstream", "vertex=https://x"},                                                                             // not served yet
 		{"--upstream", "openai=https://x", "--provider", "openai"},                                                     // --provider is the single form's
 		{"--upstream", "openai=https://x", "--upstream-key-env", "anthropic=K"},                                        // unknown name
 		{"--upstream", "openai=https://x", "--upstream-key-env", "openai="},                                            // no variable

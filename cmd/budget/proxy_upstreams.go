@@ -167,8 +167,13 @@ func (u *upstreamFlags) upstreams() ([]namedUpstream, []proxy.ModelRoute, error)
 
 // defaultKeyEnv is where an upstream's credential is read without
 // --upstream-key-env: the provider's own variable when the upstream is
-// named after its kind, else NAME_API_KEY (DEEPSEEK_API_KEY).
+// named after its kind, else NAME_API_KEY (DEEPSEEK_API_KEY). A vertex
+// upstream has none: it uses Google application default credentials (a
+// VERTEX_API_KEY would be an API key, not the access token it sends).
 func defaultKeyEnv(name, kind string) string {
+	if kind == proxy.KindVertex {
+		return ""
+	}
 	if name == kind {
 		switch kind {
 		case proxy.KindOpenAI:

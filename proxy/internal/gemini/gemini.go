@@ -156,26 +156,29 @@ type SSE struct {
 	err   error
 }
 
-// Event consumes one event's data.
-func (s *SSE) Event(data []byte) {
+// Event consumes one event's data (or one chunk of a JSON-array
+// stream); it returns why the data could not be read.
+func (s *SSE) Event(_, data []byte) (bool, error) {
 	var r response
 	if err := json.Unmarshal(data, &r); err != nil {
+		err = fmt.Errorf("gemini stream event: %w", err)
 		if s.err == nil {
-			s.err = fmt.Errorf("gemini stream event: %w", err)
+			s.err = err
 		}
-		return
+		return false, err
 	}
 	s.text += r.textBytes()
 	if t, ok := r.tokens(); ok {
 		s.tok, s.found = t, true
 	}
 	s.final = s.final || r.finished()
+	return false, nil
 }
 
-// Final reports whether a chunk with a finishReason has arrived: the
-// usage seen is the whole response's. Before it, a stream cut short has
-// whole prompt counts and the output generated so far.
-func (s *SSE) Final() bool { return s.final }
+// Final reports whether a chunk with a finishReason has arrived after
+// usage: the usage seen is the whole response's. Before it, a stream cut
+// short has whole prompt counts and the output generated so far.
+func (s *SSE) Final() bool { return s.final && s.found }
 
 // Result returns the usage of the last event that carried it. A stream cut
 // short reports the usage of its last chunk so far: the prompt counts are

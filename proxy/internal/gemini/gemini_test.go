@@ -80,7 +80,7 @@ func TestSSECaptures(t *testing.T) {
 		ev := events(t, c.file, c.array)
 		var s SSE
 		for _, e := range ev {
-			s.Event(e)
+			s.Event(nil, e)
 		}
 		got, found := s.Result()
 		got.Model = ""
@@ -96,7 +96,7 @@ func TestSSECutKeepsLastUsageAndText(t *testing.T) {
 		t.Fatal("capture has one event")
 	}
 	var s SSE
-	s.Event(ev[0])
+	s.Event(nil, ev[0])
 	got, found := s.Result()
 	if !found || got.Input != 32 || got.Output >= 477 || s.TextBytes() == 0 {
 		t.Fatalf("cut after the first chunk: %+v %v text %d", got, found, s.TextBytes())
@@ -142,7 +142,7 @@ func FuzzUsage(f *testing.F) {
 			t.Fatalf("%+v %v", tok, err)
 		}
 		var s SSE
-		s.Event(b)
+		s.Event(nil, b)
 		if st, sf := s.Result(); sf != found || (found && st != tok) {
 			t.Fatalf("SSE %+v %v, Usage %+v %v", st, sf, tok, found)
 		}

@@ -1,4 +1,9 @@
-package proxy
+// Package mock is a fake provider of every API kind the proxy serves, for
+// trying `budget proxy` without an account (`budget demo`,
+// `budget mock-upstream`), for the tests and for the benchmarks. Its
+// answers have the shapes of the recorded real responses in
+// testdata/captures.
+package mock
 
 import (
 	"encoding/json"
@@ -9,13 +14,16 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/tokenbudget/tokenbudget/proxy/internal/kinds"
+	"github.com/tokenbudget/tokenbudget/proxy/internal/wire"
 )
 
 // mockReply is what the mock says, one token per word.
 var mockReply = strings.Fields("Hello! This is the tokenbudget mock upstream. Every token of this answer, " +
 	"and of your prompt, is counted against the budget of your gateway key.")
 
-// MockUpstream is a fake provider for trying the proxy without an account
+// Upstream is a fake provider for trying the proxy without an account
 // and for benchmarks. It answers POST /v1/chat/completions, /v1/responses,
 // /v1/embeddings and /v1/messages, streamed or not, in the shapes the real
 // APIs use (those of the captures in testdata/captures), with usage:
@@ -29,7 +37,7 @@ var mockReply = strings.Fields("Hello! This is the tokenbudget mock upstream. Ev
 // GET /v1/models lists a few models, in Anthropic's shape when the
 // request carries anthropic-version, else OpenAI's (/v1/models/ID: one).
 // It accepts any credential. Safe for concurrent use.
-type MockUpstream struct {
+type Upstream struct {
 	// ChunkDelay is slept between streamed events. (Optional; default 0.)
 	ChunkDelay time.Duration
 
@@ -37,28 +45,28 @@ type MockUpstream struct {
 }
 
 // ServeHTTP answers one request.
-func (mu *MockUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (mu *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if isModels(r.URL.Path) && r.Method == http.MethodGet {
 		mockModels(w, r)
 		return
 	}
-	key, tg, ok := pathTarget(r.URL.Path, r.URL.EscapedPath())
-	f := Unknown
+	key, tg, ok := kinds.Route(r.URL.Path, r.URL.EscapedPath())
+	f := wire.Unknown
 	if ok {
-		f = mockFormats[key]
-		ok = f != Unknown
+		f = formats[key]
+		ok = f != wire.Unknown
 	}
-	deployment := tg.model // Azure's deployment, Gemini's and Bedrock's model
+	deployment := tg.Model // Azure's deployment, Gemini's and Bedrock's model
 	countTokens := r.URL.Path == countTokensPath
 	if countTokens {
-		f, ok = AnthropicMessages, true
+		f, ok = wire.AnthropicMessages, true
 	}
 	if !ok {
-		writeError(w, Unknown, simpleError(Unknown, http.StatusNotFound, CodeNotFound, "mock upstream: no route "+r.URL.Path))
+		writeError(w, wire.Unknown, http.StatusNotFound, "not_found", "mock upstream: no route "+r.URL.Path)
 		return
 	}
 	if r.Method != http.MethodPost {
-		writeError(w, f, simpleError(f, http.StatusMethodNotAllowed, CodeBadRequest, "mock upstream: use POST"))
+		writeError(w, f, http.StatusMethodNotAllowed, "invalid_request", "mock upstream: use POST")
 		return
 	}
 	if s := r.Header.Get("X-Mock-Status"); s != "" {
@@ -67,19 +75,21 @@ func (mu *MockUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if ra := r.Header.Get("X-Mock-Retry-After"); ra != "" {
 				w.Header().Set("Retry-After", ra)
 			}
-			writeError(w, f, simpleError(f, code, "mock_error", "mock upstream: answering "+s+" as asked"))
+			writeError(w, f, code, "mock_error", "mock upstream: answering "+s+" as asked")
 			return
 		}
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, DefaultMaxBody))
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
 	if err != nil {
 		return
 	}
-	ri, err := ParseRequest(f, body)
-	if err != nil {
-		writeError(w, f, simpleError(f, http.StatusBadRequest, CodeBadRequest, "mock upstream: the body is not a JSON object"))
+	var req wire.Request
+	if err := req.Parse(body); err != nil {
+		writeError(w, f, http.StatusBadRequest, "invalid_request", "mock upstream: the body is not a JSON object")
 		return
 	}
+	ri := wire.RequestInfo{Choices: 1}
+	kinds.For(f, "").Request(&req, body, &ri)
 	c := mockCall{n: mu.n.Add(1), model: ri.Model, delay: mu.ChunkDelay, created: time.Now().Unix()}
 	if deployment != "" {
 		c.model = deployment
@@ -89,13 +99,13 @@ func (mu *MockUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	c.model += "-2026-01-01"
 	c.in = (ri.TextBytes+3)/4 + 3*ri.Messages + 765*ri.Parts + ri.PreTokens
-	if f == OpenAIEmbeddings {
+	if f == wire.OpenAIEmbeddings {
 		c.in = max(1, (ri.TextBytes+3)/4+ri.PreTokens)
 		c.writeEmbeddings(w)
 		return
 	}
 	c.in = max(1, c.in)
-	if f == OpenAIImages {
+	if f == wire.OpenAIImages {
 		c.writeImages(w, ri)
 		return
 	}
@@ -111,21 +121,21 @@ func (mu *MockUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	c.out = int64(len(c.words))
 	switch {
-	case f == GeminiGenerate:
-		c.writeGemini(w, tg.stream, r.URL.Query().Get("alt") == "sse")
-	case f == BedrockConverse:
-		c.writeConverse(w, tg.stream)
-	case f == BedrockInvoke && tg.stream:
+	case f == wire.GeminiGenerate:
+		c.writeGemini(w, tg.Stream, r.URL.Query().Get("alt") == "sse")
+	case f == wire.BedrockConverse:
+		c.writeConverse(w, tg.Stream)
+	case f == wire.BedrockInvoke && tg.Stream:
 		c.streamInvoke(w)
-	case f == BedrockInvoke:
-		c.writeJSON(w, AnthropicMessages)
+	case f == wire.BedrockInvoke:
+		c.writeJSON(w, wire.AnthropicMessages)
 	case !ri.Stream:
 		c.writeJSON(w, f)
-	case f == OpenAIChat:
+	case f == wire.OpenAIChat:
 		c.streamChat(w, ri.IncludeUsage)
-	case f == OpenAIResponses:
+	case f == wire.OpenAIResponses:
 		c.streamResponses(w)
-	case f == AnthropicMessages:
+	case f == wire.AnthropicMessages:
 		c.streamAnthropic(w)
 	default:
 		c.writeJSON(w, f)
@@ -142,17 +152,17 @@ type mockCall struct {
 
 func (c *mockCall) text() string { return strings.Join(c.words, " ") }
 
-func (c *mockCall) writeJSON(w http.ResponseWriter, f Format) {
+func (c *mockCall) writeJSON(w http.ResponseWriter, f wire.Format) {
 	var v any
 	switch f {
-	case OpenAIChat:
+	case wire.OpenAIChat:
 		v = map[string]any{"id": fmt.Sprintf("chatcmpl-mock%d", c.n), "object": "chat.completion", "created": c.created,
 			"model": c.model, "choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant",
 				"content": c.text(), "refusal": nil, "annotations": []any{}}, "logprobs": nil, "finish_reason": c.finish}},
 			"usage": c.chatUsage(), "service_tier": "default", "system_fingerprint": "fp_mock"}
-	case OpenAIResponses:
+	case wire.OpenAIResponses:
 		v = c.response("completed")
-	case AnthropicMessages:
+	case wire.AnthropicMessages:
 		stop := "end_turn"
 		if c.finish == "length" {
 			stop = "max_tokens"
@@ -318,119 +328,43 @@ func (c *mockCall) streamAnthropic(w http.ResponseWriter) {
 	s.event("message_stop", map[string]any{"type": "message_stop"})
 }
 
-// writeGemini answers a generateContent call as the Gemini API does: one
-// GenerateContentResponse, or a stream of them (SSE with alt=sse, else a
-// JSON array), each chunk one word with the usage so far, the last with
-// its finishReason.
-func (c *mockCall) writeGemini(w http.ResponseWriter, stream, sse bool) {
-	finish := "STOP"
-	if c.finish == "length" {
-		finish = "MAX_TOKENS"
-	}
-	chunk := func(text string, out int64, last bool) map[string]any {
-		cand := map[string]any{"content": map[string]any{"parts": []any{map[string]any{"text": text}}, "role": "model"}, "index": 0}
-		if last {
-			cand["finishReason"] = finish
-		}
-		return map[string]any{"candidates": []any{cand}, "modelVersion": c.model, "responseId": fmt.Sprintf("mock%d", c.n),
-			"usageMetadata": map[string]any{"promptTokenCount": c.in, "candidatesTokenCount": out, "totalTokenCount": c.in + out,
-				"promptTokensDetails": []any{map[string]any{"modality": "TEXT", "tokenCount": c.in}}}}
-	}
-	if !stream {
-		b, _ := json.Marshal(chunk(c.text(), c.out, true))
-		w.Header().Set("Content-Type", "application/json; charset=UTF-8")
-		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-		w.Write(b)
-		return
-	}
-	words := c.words
-	if len(words) == 0 {
-		words = []string{""}
-	}
-	if sse {
-		s := c.newSSE(w)
-		for i, wd := range words {
-			if i > 0 {
-				wd = " " + wd
-			}
-			if !s.event("", chunk(wd, int64(min(i+1, len(c.words))), i == len(words)-1)) {
-				return
-			}
-		}
-		return
-	}
-	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	for i, wd := range words {
-		if i > 0 {
-			wd = " " + wd
-			if c.delay > 0 {
-				time.Sleep(c.delay)
-			}
-		}
-		b, _ := json.Marshal(chunk(wd, int64(min(i+1, len(c.words))), i == len(words)-1))
-		sep := ",\r\n"
-		if i == 0 {
-			sep = "["
-		}
-		if _, err := w.Write(append([]byte(sep), b...)); err != nil || rc.Flush() != nil {
-			return
-		}
-	}
-	w.Write([]byte("]"))
+// formats are the operations the mock answers, by route key
+// (kinds.Route): every kind's, Azure's deployments and Vertex AI's too.
+var formats = map[string]wire.Format{
+	"/v1/chat/completions":                      wire.OpenAIChat,
+	"/v1/responses":                             wire.OpenAIResponses,
+	"/v1/embeddings":                            wire.OpenAIEmbeddings,
+	"/v1/images/generations":                    wire.OpenAIImages,
+	"/v1/messages":                              wire.AnthropicMessages,
+	kinds.DeploymentPath + "chat/completions":   wire.OpenAIChat,
+	kinds.DeploymentPath + "embeddings":         wire.OpenAIEmbeddings,
+	kinds.DeploymentPath + "images/generations": wire.OpenAIImages,
+	kinds.GeminiPath:                            wire.GeminiGenerate,
+	kinds.VertexPath:                            wire.GeminiGenerate,
+	kinds.BedrockConversePath:                   wire.BedrockConverse,
+	kinds.BedrockInvokePath:                     wire.BedrockInvoke,
 }
 
-// mockFormats are the formats of the routes the mock answers, by route
-// key (pathTarget): every kind's, Azure's deployments and Vertex AI's too.
-var mockFormats = func() map[string]Format {
-	m := map[string]Format{VertexPath: GeminiGenerate}
-	for _, rs := range []map[string]Route{DefaultRoutes(""), AzureRoutes("")} {
-		for k, r := range rs {
-			m[k] = r.Format
-		}
-	}
-	return m
-}()
+// maxBody bounds a request body the mock reads.
+const maxBody = 32 << 20
 
-// mockModelIDs are the models the mock lists.
-var mockModelIDs = map[Format][]string{
-	OpenAIChat:        {"gpt-4o", "gpt-4o-mini", "gpt-4.1-mini", "text-embedding-3-small"},
-	AnthropicMessages: {"claude-sonnet-4-5", "claude-haiku-4-5"},
+// The model list's path, and Anthropic's token counting endpoint.
+const (
+	modelsPath      = "/v1/models"
+	countTokensPath = "/v1/messages/count_tokens"
+)
+
+func isModels(path string) bool {
+	if strings.HasSuffix(path, ":generateContent") || strings.HasSuffix(path, ":streamGenerateContent") {
+		return false // Gemini's v1 API: /v1/models/MODEL:generateContent
+	}
+	return path == modelsPath || strings.HasPrefix(path, modelsPath+"/")
 }
 
-// mockModels answers GET /v1/models and /v1/models/ID.
-func mockModels(w http.ResponseWriter, r *http.Request) {
-	f := OpenAIChat
-	if r.Header.Get("Anthropic-Version") != "" {
-		f = AnthropicMessages
-	}
-	const created = 1767225600 // 2026-01-01
-	model := func(id string) map[string]any {
-		if f == AnthropicMessages {
-			return map[string]any{"type": "model", "id": id, "display_name": id, "created_at": "2026-01-01T00:00:00Z"}
-		}
-		return map[string]any{"id": id, "object": "model", "created": created, "owned_by": "tokenbudget-mock"}
-	}
-	var v any
-	if id, ok := strings.CutPrefix(r.URL.Path, modelsPath+"/"); ok {
-		v = model(id)
-	} else {
-		ids := mockModelIDs[f]
-		data := make([]any, len(ids))
-		for i, id := range ids {
-			data[i] = model(id)
-		}
-		if f == AnthropicMessages {
-			v = map[string]any{"data": data, "has_more": false, "first_id": ids[0], "last_id": ids[len(ids)-1]}
-		} else {
-			v = map[string]any{"object": "list", "data": data}
-		}
-	}
-	b, _ := json.Marshal(v)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	w.Write(b)
+// writeError answers in the error shape of f's API.
+func writeError(w http.ResponseWriter, f wire.Format, status int, code, msg string) {
+	a := kinds.For(f, "")
+	wire.WriteError(w, a, &wire.Error{Status: status, Type: a.ErrorType(status), Code: code, Message: msg})
 }
 
 // mockPNG is a 1x1 PNG, the image of every mock generation.
@@ -438,8 +372,8 @@ const mockPNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAAC0lEQVQYV2NgAAI
 
 // writeImages answers an image generation as gpt-image-1 does: one image
 // per n, and usage billing the output tokens of the quality and size asked.
-func (c *mockCall) writeImages(w http.ResponseWriter, ri RequestInfo) {
-	n := max(1, min(ri.Choices, maxChoices))
+func (c *mockCall) writeImages(w http.ResponseWriter, ri wire.RequestInfo) {
+	n := max(1, min(ri.Choices, wire.MaxChoices))
 	data := make([]any, n)
 	for i := range data {
 		data[i] = map[string]any{"b64_json": mockPNG}

@@ -1,4 +1,4 @@
-package proxy
+package mock
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws/protocol/eventstream"
+
+	"github.com/tokenbudget/tokenbudget/proxy/internal/bedrock"
 )
 
 // writeConverse answers a Converse call as Bedrock does (the shapes of the
@@ -92,7 +94,7 @@ type eventStream struct {
 }
 
 func (c *mockCall) newEventStream(w http.ResponseWriter) *eventStream {
-	w.Header().Set("Content-Type", eventStreamType)
+	w.Header().Set("Content-Type", bedrock.EventStreamType)
 	w.WriteHeader(http.StatusOK)
 	return &eventStream{w: w, rc: http.NewResponseController(w), enc: eventstream.NewEncoder(), delay: c.delay, first: true}
 }

@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 // A Gemini streamGenerateContent without alt=sse answers a JSON array of
 // chunks, sent as they are generated: the parser frames each element as
@@ -17,10 +17,38 @@ type jsonFrame struct {
 	closed bool // the top value has ended
 }
 
-// writeJSON frames b, the next bytes of a JSON body, dispatching each
-// chunk when its closing brace arrives.
-func (p *StreamParser) writeJSON(b []byte) {
-	f := &p.jf
+// JSONArray reads a JSON body as a stream: each element of a top-level
+// array (or the one top-level object) is a chunk handed to the Decoder as
+// soon as its closing brace arrives. Memory is bounded: a chunk over
+// MaxEventSize is skipped. Not safe for concurrent use.
+type JSONArray struct {
+	// MaxEventSize caps one chunk, in bytes; 0 means DefaultMaxEventSize.
+	MaxEventSize int
+
+	decoded
+	f    jsonFrame
+	data []byte
+	err  error
+}
+
+// NewJSONArray returns a reader of a JSON-array stream whose chunks dec
+// decodes.
+func NewJSONArray(dec Decoder) *JSONArray { return &JSONArray{decoded: decoded{dec}} }
+
+// Err is the first chunk that could not be read, or ErrEventTooLarge.
+func (p *JSONArray) Err() error { return p.err }
+
+func (p *JSONArray) maxEvent() int {
+	if p.MaxEventSize > 0 {
+		return p.MaxEventSize
+	}
+	return DefaultMaxEventSize
+}
+
+// Write frames b, the next bytes of the JSON body, dispatching each chunk
+// when its closing brace arrives. It never fails.
+func (p *JSONArray) Write(b []byte) (int, error) {
+	f := &p.f
 	start := 0 // of the current chunk's bytes in b
 	keep := func(end int) {
 		if !f.in || f.over {
@@ -79,12 +107,19 @@ func (p *StreamParser) writeJSON(b []byte) {
 				keep(i + 1)
 				if f.over {
 					p.fail(ErrEventTooLarge)
-				} else {
-					p.dispatch(p.data)
+				} else if _, err := p.dec.Event(nil, p.data); err != nil {
+					p.fail(err)
 				}
 				f.in, p.data = false, p.data[:0]
 			}
 		}
 	}
 	keep(len(b))
+	return len(b), nil
+}
+
+func (p *JSONArray) fail(err error) {
+	if p.err == nil {
+		p.err = err
+	}
 }

@@ -1,18 +1,32 @@
-package proxy
+package wire
 
 import (
 	"bytes"
 	"errors"
-
-	"github.com/tokenbudget/tokenbudget/proxy/internal/gemini"
 )
 
 // DefaultMaxEventSize is the default cap on the data of one SSE event.
 const DefaultMaxEventSize = 1 << 20
 
-// ErrEventTooLarge is recorded (see StreamParser.Err) when an event's data
+// ErrEventTooLarge is recorded (see SSE.Err) when an event's data
 // exceeds the parser's MaxEventSize: the event is skipped, not buffered.
 var ErrEventTooLarge = errors.New("proxy: SSE event exceeds the size cap; skipped")
+
+// Decoder reads the events of one API's stream: the data of each whole
+// event, with its event field's value (name). The SSE and JSON-array
+// framers feed it; it keeps the usage.
+type Decoder interface {
+	// Event consumes one event. usageOnly reports an event a stripped
+	// stream leaves out (OpenAI chat's usage-only chunk); err, why an
+	// event carrying usage could not be read (it is skipped).
+	Event(name, data []byte) (usageOnly bool, err error)
+	// Result is the usage of the events so far (found false: none).
+	Result() (t Tokens, found bool)
+	// Final reports whether the stream's final usage has arrived.
+	Final() bool
+	// TextBytes is the generated text of the events so far, in bytes.
+	TextBytes() int64
+}
 
 // keepData is the buffer capacity kept between events; a larger buffer,
 // grown by one big event, is released.
@@ -36,37 +50,23 @@ const (
 
 const maxEventName = 64
 
-// StreamParser extracts the usage of a streamed (text/event-stream) response
-// from its raw bytes, fed through Write in chunks split anywhere (inside a
-// line, a field name, a CRLF or a multi-byte character). It follows the SSE
-// framing rules of the WHATWG spec: LF, CR or CRLF line ends, comment lines,
-// one optional space after the colon, multi-line data joined with LF, an
-// event dispatched at a blank line (an event still open when the stream
-// ends is discarded). Only events whose data holds a "usage" object are
-// decoded.
-//
-// Usage by format:
-//   - OpenAIChat (and OpenAIEmbeddings): the last chunk with a usage object,
-//     normally the include_usage chunk before "data: [DONE]".
-//   - OpenAIResponses: the last event with a response.usage object, which
-//     is response.completed, response.incomplete or response.failed.
-//   - AnthropicMessages: message_start's message.usage, then each
-//     message_delta's usage field by field: a count the delta carries
-//     replaces the one seen before (counts are cumulative, so a repeated
-//     input count is not added twice), a count it omits is kept.
+// SSE reads a streamed (text/event-stream) response's usage from its raw
+// bytes, fed through Write in chunks split anywhere (inside a line, a field
+// name, a CRLF or a multi-byte character), and hands each event to its
+// Decoder. It follows the SSE framing rules of the WHATWG spec: LF, CR or
+// CRLF line ends, comment lines, one optional space after the colon,
+// multi-line data joined with LF, an event dispatched at a blank line (an
+// event still open when the stream ends is discarded).
 //
 // Memory is bounded: an event whose data exceeds MaxEventSize is skipped.
-// The zero value is not usable; call NewStreamParser. A StreamParser is not
-// safe for concurrent use.
-type StreamParser struct {
+// The zero value is not usable; call NewSSE. An SSE is not safe for
+// concurrent use.
+type SSE struct {
 	// MaxEventSize caps the data of one event, in bytes; 0 means
 	// DefaultMaxEventSize. Set it before the first Write.
 	MaxEventSize int
 
-	format Format
-	json   bool      // a JSON body, not SSE: a Gemini JSON-array stream (jsonstream.go)
-	jf     jsonFrame // its framing
-	gem    *gemini.SSE
+	decoded
 
 	// SSE framing
 	st        int
@@ -79,16 +79,9 @@ type StreamParser struct {
 	data      []byte
 	hasData   bool
 	overflow  bool
+	err       error
 
-	// results
-	tok   Tokens
-	found bool
-	final bool
-	anth  [4]count // Anthropic input, cache read, cache write, output
-	err   error
-	text  int64 // generated text bytes of the events dispatched (streamedText)
-
-	// StripUsageChunks mode: raw bytes held until their event ends
+	// Strip mode: raw bytes held until their event ends
 	strip      bool
 	usageOnly  bool // the event just dispatched is a usage-only chunk
 	hold       []byte
@@ -105,48 +98,32 @@ const (
 	eventDropped
 )
 
-// NewStreamParser returns a parser for a stream of format f.
-func NewStreamParser(f Format) *StreamParser {
-	p := &StreamParser{format: f, firstLine: true}
-	if f == GeminiGenerate {
-		p.gem = &gemini.SSE{}
-	}
-	return p
-}
+// NewSSE returns a reader of an SSE stream whose events dec decodes.
+func NewSSE(dec Decoder) *SSE { return &SSE{decoded: decoded{dec}, firstLine: true} }
 
-// newJSONStreamParser returns a parser for a Gemini stream sent as a JSON
-// array of chunks (streamGenerateContent without alt=sse).
-func newJSONStreamParser(f Format) *StreamParser {
-	p := NewStreamParser(f)
-	p.json = true
-	return p
-}
+// decoded gives a framer its Decoder's results.
+type decoded struct{ dec Decoder }
 
 // Result returns the usage seen so far. found is false when no event carried
 // usage (the caller then falls back to its estimate; never record zero).
 // Called before the stream ends, it reports what the dispatched events gave.
-func (p *StreamParser) Result() (t Tokens, found bool) { return p.tok, p.found }
+func (d decoded) Result() (t Tokens, found bool) { return d.dec.Result() }
 
-// Final reports whether the stream's final usage has been seen: OpenAI
-// chat's usage chunk, a Responses response.completed, response.incomplete or
-// response.failed event, an Anthropic message_delta with usage. Until then a
-// found Anthropic Result is message_start's: the input and cache counts are
-// known but the output count is a placeholder (typically 1), so a caller
-// charging a stream cut short should add its output estimate.
-func (p *StreamParser) Final() bool { return p.final }
+// Final reports whether the stream's final usage has been seen (see the
+// Decoder's Final).
+func (d decoded) Final() bool { return d.dec.Final() }
 
 // TextBytes is how many bytes of generated text the events dispatched so
-// far carried (the string literals of the text deltas as written; see
-// streamedText): what a client that left mid-stream was sent.
-func (p *StreamParser) TextBytes() int64 { return p.text }
+// far carried: what a client that left mid-stream was sent.
+func (d decoded) TextBytes() int64 { return d.dec.TextBytes() }
 
 // Err returns the first problem met: ErrEventTooLarge, or why an event
 // carrying usage could not be decoded (bad JSON, a count that is not an
 // integer from 0 to 2^53-1). Such events are skipped; Result still holds
 // what the other events gave. For logging only.
-func (p *StreamParser) Err() error { return p.err }
+func (p *SSE) Err() error { return p.err }
 
-func (p *StreamParser) maxEvent() int {
+func (p *SSE) maxEvent() int {
 	if p.MaxEventSize > 0 {
 		return p.MaxEventSize
 	}
@@ -155,11 +132,7 @@ func (p *StreamParser) maxEvent() int {
 
 // Write parses b, the next bytes of the stream. It never fails and always
 // returns len(b), nil, so it can sit behind io.TeeReader or io.MultiWriter.
-func (p *StreamParser) Write(b []byte) (int, error) {
-	if p.json {
-		p.writeJSON(b)
-		return len(b), nil
-	}
+func (p *SSE) Write(b []byte) (int, error) {
 	p.seg = 0
 	for i := 0; i < len(b); {
 		c := b[i]
@@ -253,13 +226,13 @@ func indexEOL(b []byte) int {
 	return i
 }
 
-func (p *StreamParser) endLine(c byte) {
+func (p *SSE) endLine(c byte) {
 	p.prevCR = c == '\r'
 	p.st = stLineStart
 	p.firstLine = false
 }
 
-func (p *StreamParser) addName(b []byte) {
+func (p *SSE) addName(b []byte) {
 	if p.nameLen+len(b) > len(p.name) {
 		p.nameLen = len(p.name) + 1
 		return
@@ -268,7 +241,7 @@ func (p *StreamParser) addName(b []byte) {
 }
 
 // startField decides which field the name just read is.
-func (p *StreamParser) startField() {
+func (p *SSE) startField() {
 	p.field = fieldOther
 	if p.nameLen > len(p.name) {
 		return
@@ -287,7 +260,7 @@ func (p *StreamParser) startField() {
 	}
 }
 
-func (p *StreamParser) addValue(b []byte) {
+func (p *SSE) addValue(b []byte) {
 	switch p.field {
 	case fieldData:
 		if p.overflow {
@@ -306,7 +279,7 @@ func (p *StreamParser) addValue(b []byte) {
 	}
 }
 
-func (p *StreamParser) endField() {
+func (p *SSE) endField() {
 	if p.field == fieldData && !p.overflow {
 		if len(p.data) >= p.maxEvent() {
 			p.tooLarge()
@@ -318,14 +291,14 @@ func (p *StreamParser) endField() {
 }
 
 // tooLarge drops the data of the current event: it will be skipped.
-func (p *StreamParser) tooLarge() {
+func (p *SSE) tooLarge() {
 	p.overflow = true
 	p.data = p.data[:0]
 }
 
 // endEvent ends the event at a blank line; i is the index in b just past
 // the blank line's line end.
-func (p *StreamParser) endEvent(b []byte, i int) {
+func (p *SSE) endEvent(b []byte, i int) {
 	p.firstLine = false
 	p.usageOnly = false
 	if p.hasData {
@@ -357,8 +330,17 @@ func (p *StreamParser) endEvent(b []byte, i int) {
 	}
 }
 
-func (p *StreamParser) fail(err error) {
+func (p *SSE) fail(err error) {
 	if p.err == nil {
 		p.err = err
 	}
+}
+
+// dispatch hands the data of one complete event to the decoder.
+func (p *SSE) dispatch(data []byte) {
+	uo, err := p.dec.Event(p.event, data)
+	if err != nil {
+		p.fail(err)
+	}
+	p.usageOnly = uo
 }
