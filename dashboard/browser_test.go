@@ -21,6 +21,7 @@ import (
 
 	"github.com/tokenbudget/tokenbudget/dashboard"
 	"github.com/tokenbudget/tokenbudget/proxy"
+	"github.com/tokenbudget/tokenbudget/proxy/mock"
 )
 
 // The browser test drives a headless Chromium against a dashboard served
@@ -92,7 +93,7 @@ func TestBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ph, err := proxy.NewHandler(proxy.HandlerConfig{Middleware: mw, Upstream: &proxy.MockUpstream{}})
+	ph, err := proxy.NewHandler(proxy.HandlerConfig{Middleware: mw, Upstream: &mock.Upstream{}})
 	if err != nil {
 		t.Fatal(err)
 	}
