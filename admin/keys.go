@@ -191,6 +191,17 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, p *Principal
 	if err := v.change(budget.ObjectKey, name, to); err != nil {
 		return err
 	}
+	// A name that is already a key somewhere (placed in a team, or with
+	// limits of its own, though no gateway key is issued for it) is taken
+	// where it sits: a scoped token must not pull another scope's key, or
+	// a key only global admins manage, into its own and get its secret.
+	if held, err := h.keyHeld(r.Context(), v, name); err != nil {
+		return err
+	} else if held {
+		if err := v.change(budget.ObjectKey, name, v.keyPlaced(name)); err != nil {
+			return err
+		}
+	}
 	keys, err := h.cfg.Keys.ListKeys(r.Context())
 	if err != nil {
 		return err
@@ -347,4 +358,17 @@ func (h *Handler) rotateKey(w http.ResponseWriter, r *http.Request, p *Principal
 	}
 	writeJSON(w, http.StatusOK, jsonview.Secret{Name: k.Name, Secret: secret})
 	return nil
+}
+
+// keyHeld reports whether name is a key before any gateway key is issued
+// for it: placed in a team, or the owner of limits.
+func (h *Handler) keyHeld(ctx context.Context, v *view, name string) (bool, error) {
+	if _, ok := v.keyTeam[name]; ok {
+		return true, nil
+	}
+	ls, err := h.cfg.Tracker.Limits(ctx, name)
+	if err != nil {
+		return false, err
+	}
+	return slices.ContainsFunc(ls, func(l budget.Limit) bool { return l.Key == name }), nil
 }

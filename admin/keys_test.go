@@ -1,11 +1,14 @@
 package admin_test
 
 import (
+	"context"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tokenbudget/tokenbudget/budget"
 	"github.com/tokenbudget/tokenbudget/gatekey"
 	"github.com/tokenbudget/tokenbudget/jsonview"
 )
@@ -58,6 +61,40 @@ func TestKeyCreateByATeamTokenLandsInItsTeam(t *testing.T) {
 	if key.Team == nil || *key.Team != "red" {
 		t.Fatalf("a team token's key: %+v, want in team red", key)
 	}
+}
+
+// A name that is already a key (placed in another team, or owning limits
+// only a global admin manages) is not a free name for a scoped token: it
+// cannot issue itself a secret for it, nor pull it into its own team. A
+// key already in its team it may issue one for.
+func TestKeyCreateByATeamTokenTakesNoKeyFromElsewhere(t *testing.T) {
+	f := newFixture(t, false)
+	ctx := context.Background()
+	if err := f.db.SetKeyTeam(ctx, "lib-blue", "blue"); err != nil { // placed, no gateway key
+		t.Fatal(err)
+	}
+	if err := f.db.SetKeyTeam(ctx, "lib-red", "red"); err != nil {
+		t.Fatal(err)
+	}
+	max := int64(10)
+	if _, _, err := f.db.SetLimit(ctx, budget.LimitSpec{Key: "lib-loose", Window: "daily", Max: &max}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"lib-blue", "lib-loose"} {
+		f.do("red-lead", "POST", "/admin/v1/keys", map[string]any{"name": name}).wantError(t, http.StatusForbidden, "forbidden", "")
+		f.do("admin", "GET", "/admin/v1/keys/"+name, nil).wantError(t, http.StatusNotFound, "not_found", "")
+	}
+	if ts, err := f.db.Teams(ctx); err != nil {
+		t.Fatal(err)
+	} else {
+		for _, tm := range ts {
+			if tm.Name == "red" && slices.Contains(tm.Keys, "lib-blue") {
+				t.Errorf("lib-blue moved into red: %+v", tm)
+			}
+		}
+	}
+	f.do("red-lead", "POST", "/admin/v1/keys", map[string]any{"name": "lib-red"}).want(t, http.StatusCreated, nil)
+	f.do("admin", "POST", "/admin/v1/keys", map[string]any{"name": "lib-loose"}).want(t, http.StatusCreated, nil)
 }
 
 func TestKeyPatchMovesItBetweenTeams(t *testing.T) {
