@@ -106,6 +106,25 @@ func TestKeyExpired(t *testing.T) {
 			t.Errorf("%s: type %q; want %s", c.path, typ, c.wantType)
 		}
 	}
+	// The routes that cost nothing take no expired key either: they would
+	// still reach the upstream with the operator's credential, or show the
+	// key's budget.
+	for _, c := range []struct {
+		name string
+		send func() response
+	}{
+		{"GET /v1/models", func() response { return e.get("/v1/models", "Authorization", "Bearer "+secret) }},
+		{"GET /v1/budget", func() response { return e.get("/v1/budget", "Authorization", "Bearer "+secret) }},
+		{"POST /v1/messages/count_tokens", func() response {
+			r := e.send("/v1/messages/count_tokens", body, "X-Api-Key", secret, "Anthropic-Version", "2023-06-01")
+			e.wait(1)
+			return r
+		}},
+	} {
+		if r := c.send(); r.status != http.StatusUnauthorized || !strings.Contains(r.body, "key_expired") {
+			t.Errorf("%s with an expired key: %d %s; want 401 key_expired", c.name, r.status, r.body)
+		}
+	}
 	if e.hits.Load() != hits {
 		t.Fatal("an expired key's request reached the upstream")
 	}

@@ -541,7 +541,7 @@ func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 		return
 	}
 	x.model = ri.Model
-	if !m.keyRules(w, f, key, ri.Model) {
+	if !m.modelAllowed(w, f, key, ri.Model) {
 		return
 	}
 	if route.Provider, ok = m.chooseProvider(route, ri.Model, hdrProvider); !ok {
@@ -636,6 +636,9 @@ func (m *Middleware) authenticate(x *exchange, r *http.Request, f Format) (strin
 	}
 	x.key = key
 	stripKey(r)
+	if m.expired(x, f, key) {
+		return "", false
+	}
 	return key, true
 }
 
