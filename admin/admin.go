@@ -25,6 +25,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
@@ -182,7 +183,9 @@ func (h *Handler) serve(rt route) http.HandlerFunc {
 func allowed(path string) string {
 	var ms string
 	for _, rt := range routes {
-		probe, _ := http.NewRequest(rt.Method, path, nil)
+		// Built directly: path is decoded, and a "%" in it (from %25) would
+		// not parse back as a URL.
+		probe := &http.Request{Method: rt.Method, URL: &url.URL{Path: path}, Header: http.Header{}}
 		m := http.NewServeMux()
 		m.HandleFunc(rt.Method+" "+rt.Path, func(http.ResponseWriter, *http.Request) {})
 		if _, pat := m.Handler(probe); pat != "" {

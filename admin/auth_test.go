@@ -144,4 +144,13 @@ func TestUnknownRouteAndMethodAnswerInTheErrorShape(t *testing.T) {
 	if got := a.header.Get("Allow"); got != "GET, POST" {
 		t.Fatalf("Allow %q", got)
 	}
+	// A name whose escape decodes to a "%": the 405 still names the methods
+	// (the route exists), with no token or with one.
+	for _, who := range []string{"", "admin"} {
+		a = f.do(who, "PUT", "/admin/v1/keys/%25zz", nil)
+		a.wantError(t, http.StatusMethodNotAllowed, "method_not_allowed", "")
+		if got := a.header.Get("Allow"); got != "GET, PATCH, DELETE" {
+			t.Fatalf("Allow %q for /admin/v1/keys/%%25zz", got)
+		}
+	}
 }
