@@ -223,17 +223,17 @@ func (h *Handler) patchLimit(w http.ResponseWriter, r *http.Request, p *Principa
 	if cur.Window.Kind == budget.NoWindow {
 		spec.Window = ""
 	}
-	if in.Scope != nil {
-		spec.Scope = *in.Scope
-	}
-	if in.Value != nil {
-		spec.ScopeValue = *in.Value
-	}
-	if in.Metric != nil {
-		spec.Metric = *in.Metric
-	}
-	if in.Window != nil {
-		spec.Window = *in.Window
+	// The identity may be given (a client sending the whole object back),
+	// but not changed: a limit of another scope, metric or window is
+	// another limit, with counters of its own.
+	for _, f := range []struct {
+		name string
+		v    *string
+		cur  string
+	}{{"scope", in.Scope, spec.Scope}, {"value", in.Value, spec.ScopeValue}, {"metric", in.Metric, spec.Metric}, {"window", in.Window, spec.Window}} {
+		if f.v != nil && strings.TrimSpace(*f.v) != f.cur {
+			return budget.Invalid(f.name, *f.v, "is part of the limit's identity and cannot change (it is "+strconv.Quote(f.cur)+"): create a new limit and delete this one")
+		}
 	}
 	if in.Limit != nil {
 		max, err := amount("limit", budget.Metric(strings.TrimSpace(spec.Metric)), in.Limit)

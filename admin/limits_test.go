@@ -118,6 +118,16 @@ func TestLimitPatchChangesOnlyTheFieldsGivenAndKeepsTheCounters(t *testing.T) {
 		t.Fatalf("second patch %+v", l)
 	}
 	f.do("admin", "PATCH", "/admin/v1/limits/"+id, map[string]any{"window": "soon"}).wantError(t, http.StatusBadRequest, "invalid", "window")
+	// The identity sent back unchanged is no change; a new one is refused,
+	// naming the field, and nothing is written.
+	f.do("admin", "PATCH", "/admin/v1/limits/"+id, map[string]any{"window": "daily", "metric": "tokens", "scope": "global", "value": "", "limit": 6000}).want(t, http.StatusOK, &l)
+	for field, v := range map[string]string{"metric": "requests", "window": "1h", "scope": "provider", "value": "openai"} {
+		f.do("admin", "PATCH", "/admin/v1/limits/"+id, map[string]any{field: v, "limit": 7}).wantError(t, http.StatusBadRequest, "invalid", field)
+	}
+	f.do("admin", "GET", "/admin/v1/limits/"+id, nil).want(t, http.StatusOK, &l)
+	if l.Limit != 6000 || l.Metric != "tokens" || *l.Window != "daily" {
+		t.Fatalf("after refused identity changes: %+v; want the limit of 6000 tokens daily", l)
+	}
 	f.do("admin", "PATCH", "/admin/v1/limits/"+id, map[string]any{"key": "loose"}).wantError(t, http.StatusBadRequest, "invalid", "key")
 	f.do("admin", "PATCH", "/admin/v1/limits/lim_nope", map[string]any{"limit": 5}).wantError(t, http.StatusNotFound, "not_found", "")
 }
