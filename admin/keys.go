@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -227,18 +226,18 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, p *Principal
 	if rules.Models != nil {
 		k.Models = *rules.Models
 	}
-	if err := gatekey.Create(r.Context(), h.cfg.Keys, k, in.Reuse); err != nil {
+	// A key for a team is created and placed in one transaction, so its
+	// creation is logged where the team sees it.
+	if team != "" {
+		err = h.cfg.Tracker.PlaceNewKey(r.Context(), name, team, gatekey.CreateIn(k, in.Reuse))
+	} else {
+		err = gatekey.Create(r.Context(), h.cfg.Keys, k, in.Reuse)
+	}
+	if err != nil {
 		if errors.Is(err, budget.ErrInvalid) && invalidField(err) == "name" { // taken since it was looked up
 			return conflict("name", "%v", err)
 		}
 		return err
-	}
-	// Then placed in its team, as `key add --team` does: no one holds its
-	// secret until this answer, so nothing can use it in between.
-	if team != "" && v.keyTeam[name] != team {
-		if err := h.cfg.Tracker.SetKeyTeam(r.Context(), name, team); err != nil {
-			return fmt.Errorf("gateway key %s was created, but not placed in team %s: %w", name, team, err)
-		}
 	}
 	writeJSON(w, http.StatusCreated, jsonview.Secret{Name: name, Secret: secret})
 	return nil

@@ -16,6 +16,7 @@ package gatekey
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -219,4 +220,41 @@ func Create(ctx context.Context, s Store, k Key, reuse bool) error {
 		// it first, InsertKey refuses the name as taken.
 	}
 	return s.InsertKey(ctx, k)
+}
+
+// CreateIn is Create inside a budget transaction, as the create of
+// budget.Tracker.PlaceNewKey: the key is written through the transaction's
+// Tx role, under the same rules (a name that exists is budget.ErrInvalid
+// naming "name", unless reuse and the key is revoked), and its audit change
+// is returned for the caller to log. A reused name keeps its old last use
+// until the new secret's first request.
+func CreateIn(k Key, reuse bool) func(ctx context.Context, tx budget.Tx) ([]budget.Change, error) {
+	return func(ctx context.Context, btx budget.Tx) ([]budget.Change, error) {
+		tx, ok := btx.(Tx)
+		if !ok {
+			return nil, fmt.Errorf("gateway keys: %T keeps none", btx)
+		}
+		keys, err := tx.GatewayKeys(ctx)
+		if err != nil {
+			return nil, err
+		}
+		var cur *Key
+		for i := range keys {
+			if keys[i].Name == k.Name {
+				cur = &keys[i]
+			}
+		}
+		switch {
+		case cur != nil && cur.RevokedAt.IsZero():
+			return nil, budget.Invalid("name", k.Name, "a key with this name exists")
+		case cur != nil && !reuse:
+			return nil, budget.Invalid("name", k.Name, "a key with this name exists (revoked: reuse takes it again)")
+		}
+		if err := tx.PutGatewayKey(ctx, k); err != nil {
+			return nil, err
+		}
+		c, err := keyChange(ctx, btx, cur, &k)
+		c.Action = budget.AuditCreate
+		return []budget.Change{c}, err
+	}
 }

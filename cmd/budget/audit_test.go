@@ -38,8 +38,13 @@ func TestAuditLsNamesTheCLIUser(t *testing.T) {
 			t.Errorf("entry %v: actor %v; want %s", e["object_id"], e["actor"], who)
 		}
 		got = append(got, e["action"].(string)+" "+e["object"].(string)+" "+e["object_id"].(string))
+		// A key added to a team is made in it, in one transaction: one
+		// entry, in the team's scope.
+		if e["object"] == "key" && (e["team"] != "eng" || e["org"] != "acme") {
+			t.Errorf("key entry %v: team %v org %v; want eng in acme", e["action"], e["team"], e["org"])
+		}
 	}
-	want := []string{"create team eng", "create key app", "update key app", "create limit " + id, "update limit " + id, "create admin_token lead"}
+	want := []string{"create team eng", "create key app", "create limit " + id, "update limit " + id, "create admin_token lead"}
 	if strings.Join(got, "; ") != strings.Join(want, "; ") {
 		t.Fatalf("audit ls: %s\nwant: %s", strings.Join(got, "; "), strings.Join(want, "; "))
 	}

@@ -131,17 +131,17 @@ func (m *Main) runKeyAdd(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	rules.Name, rules.Hash, rules.CreatedAt = name, proxy.HashKey(secret), now.UTC()
-	if err := gatekey.Create(ctx, db.KeyStore(), rules, *reuse); err != nil {
+	// A key for a team is created and placed in one transaction.
+	if placed.Name != "" {
+		err = db.PlaceNewKey(ctx, name, placed.Name, gatekey.CreateIn(rules, *reuse))
+	} else {
+		err = gatekey.Create(ctx, db.KeyStore(), rules, *reuse)
+	}
+	if err != nil {
 		if !*reuse && errors.Is(err, budget.ErrInvalid) && revokedKey(ctx, db.KeyStore(), name) {
 			return budget.Invalid("name", name, "a revoked key has this name; give --reuse to take it again (its limits and their windows stay)")
 		}
 		return err
-	}
-	if placed.Name != "" {
-		if err := db.SetKeyTeam(ctx, name, placed.Name); err != nil {
-			return fmt.Errorf("gateway key %s was created, but not placed in team %s (run 'budget key set-team %s %s'): %w",
-				name, placed.Name, name, placed.Name, err)
-		}
 	}
 	if ls, err := db.Limits(ctx, ""); err == nil && !anyApplies(ls, name, placed) {
 		fmt.Fprintf(m.Stderr, "budget: warning: key %q has no limits of its own, of a team or an org, and there are no default limits: it is unlimited until you set one ('budget limit set --key %s ...' or '--default')\n", name, name)
