@@ -62,14 +62,7 @@ type raiseIn struct {
 func amount(field string, metric budget.Metric, raw json.RawMessage) (int64, error) {
 	var s string
 	if err := json.Unmarshal(raw, &s); err == nil {
-		if metric == budget.MetricUSD {
-			return budget.ParseUSD(field, s)
-		}
-		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
-		if err != nil {
-			return 0, budget.Invalid(field, s, "must be a whole number")
-		}
-		return n, nil
+		return budget.ParseAmount(field, metric, s)
 	}
 	var n int64
 	if err := json.Unmarshal(raw, &n); err != nil {

@@ -19,13 +19,6 @@ import (
 // ls`, `budget report` and `budget export` give them, cut to the
 // principal's scope.
 
-// historyStart and historyEnd bound the instants the history can hold
-// (contract section 1): the defaults of since and until.
-var (
-	historyStart = time.Date(1678, 1, 1, 0, 0, 0, 0, time.UTC)
-	historyEnd   = time.Date(2262, 1, 1, 0, 0, 0, 0, time.UTC).Add(-time.Nanosecond)
-)
-
 // defaultAlerts is how many alerts GET /admin/v1/alerts lists by default.
 const defaultAlerts = 100
 
@@ -57,39 +50,11 @@ func (h *Handler) listAlerts(w http.ResponseWriter, r *http.Request, p *Principa
 	return nil
 }
 
-// parseInstant reads an RFC3339 instant or a date (a UTC midnight).
-func parseInstant(field, s string) (time.Time, error) {
-	s = strings.TrimSpace(s)
-	if t, err := time.Parse(time.DateOnly, s); err == nil {
-		return t, budget.CheckInstant(field, t)
-	}
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return time.Time{}, budget.Invalid(field, s, "want an RFC3339 time such as 2026-03-02T09:00:00Z, or a date such as 2026-03-02 (UTC)")
-	}
-	return t, budget.CheckInstant(field, t)
-}
-
 // timeRange reads the query's since and until (defaults: the start of the
 // history and until).
 func timeRange(r *http.Request, until time.Time) (time.Time, time.Time, error) {
 	q := r.URL.Query()
-	s, u := historyStart, until
-	var err error
-	if v := q.Get("since"); strings.TrimSpace(v) != "" {
-		if s, err = parseInstant("since", v); err != nil {
-			return s, u, err
-		}
-	}
-	if v := q.Get("until"); strings.TrimSpace(v) != "" {
-		if u, err = parseInstant("until", v); err != nil {
-			return s, u, err
-		}
-	}
-	if !s.Before(u) {
-		return s, u, budget.Invalid("until", u.UTC().Format(time.RFC3339Nano), "must be after since "+s.UTC().Format(time.RFC3339Nano))
-	}
-	return s, u, nil
+	return budget.ParseRange(q.Get("since"), q.Get("until"), until, "since")
 }
 
 // queryKey is the query's key filter, which must be in scope.
@@ -175,7 +140,7 @@ func (h *Handler) scopedReport(r *http.Request, v *view, q budget.ReportQuery) (
 // usage streams `budget export`'s JSON lines of since..until (key: one
 // key's), those charged to a scoped principal's teams only.
 func (h *Handler) usage(w http.ResponseWriter, r *http.Request, p *Principal) error {
-	since, until, err := timeRange(r, historyEnd)
+	since, until, err := timeRange(r, budget.HistoryEnd)
 	if err != nil {
 		return err
 	}
@@ -233,7 +198,7 @@ func (h *Handler) audit(w http.ResponseWriter, r *http.Request, p *Principal) er
 	f := budget.AuditFilter{Scope: p.Scope}
 	f.Scope.ReadOnly = false // what it may see does not depend on it
 	if s := q.Get("since"); strings.TrimSpace(s) != "" {
-		t, err := parseInstant("since", s)
+		t, err := budget.ParseInstant("since", s)
 		if err != nil {
 			return err
 		}

@@ -172,6 +172,20 @@ func ParseUSD(field, s string) (int64, error) {
 	return w*MicrosPerUSD + f, nil
 }
 
+// ParseAmount parses an amount of a limit of metric as the CLI's flags
+// and the admin API's strings give it: dollars for a usd limit (into
+// micro-dollars), else a whole number. field names it in the error.
+func ParseAmount(field string, metric Metric, s string) (int64, error) {
+	if metric == MetricUSD {
+		return ParseUSD(field, s)
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil {
+		return 0, invalid(field, s, "must be a whole number")
+	}
+	return n, nil
+}
+
 // FormatUSD prints micro-dollars as dollars: at least 2 decimal places,
 // at most 6, no trailing zeros beyond the second ("25.50", "0.000125").
 func FormatUSD(micros int64) string {

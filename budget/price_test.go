@@ -215,3 +215,26 @@ func mustUSD(t *testing.T, s string) int64 {
 	}
 	return v
 }
+
+// TestParseAmount: dollars for a usd limit, a whole number for the others.
+func TestParseAmount(t *testing.T) {
+	for _, c := range []struct {
+		metric budget.Metric
+		in     string
+		want   int64
+		err    string
+	}{
+		{budget.MetricUSD, "2.50", 2_500_000, ""},
+		{budget.MetricUSD, "1.0000001", 0, "more than 6 decimal places"},
+		{budget.MetricTokens, " 1000 ", 1000, ""},
+		{budget.MetricTokens, "1.5", 0, `by "1.5": must be a whole number`},
+	} {
+		got, err := budget.ParseAmount("by", c.metric, c.in)
+		if c.err == "" && (err != nil || got != c.want) {
+			t.Errorf("ParseAmount(%s, %q) = %d, %v; want %d", c.metric, c.in, got, err, c.want)
+		}
+		if c.err != "" && (!errors.Is(err, budget.ErrInvalid) || !strings.Contains(err.Error(), c.err)) {
+			t.Errorf("ParseAmount(%s, %q) = %d, %v; want invalid %q", c.metric, c.in, got, err, c.err)
+		}
+	}
+}

@@ -187,3 +187,48 @@ func CheckInstant(field string, t time.Time) error {
 	}
 	return nil
 }
+
+// HistoryStart and HistoryEnd bound the instants the history can hold (see
+// CheckInstant): the defaults of a range's since, and of an export's until
+// (the last nanosecond of 2261).
+var (
+	HistoryStart = time.Date(1678, 1, 1, 0, 0, 0, 0, time.UTC)
+	HistoryEnd   = time.Date(2262, 1, 1, 0, 0, 0, 0, time.UTC).Add(-time.Nanosecond)
+)
+
+// ParseInstant parses an RFC3339 instant or a date (YYYY-MM-DD), which is
+// that day's UTC midnight, as the CLI's flags and the admin API's query
+// parameters take them. field names it in the error.
+func ParseInstant(field, s string) (time.Time, error) {
+	s = strings.TrimSpace(s)
+	if t, err := time.Parse(time.DateOnly, s); err == nil {
+		return t, CheckInstant(field, t)
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, invalid(field, s, "want an RFC3339 time such as 2026-03-02T09:00:00Z, or a date such as 2026-03-02 (UTC)")
+	}
+	return t, CheckInstant(field, t)
+}
+
+// ParseRange parses a range's since and until with ParseInstant: a blank
+// since is HistoryStart, a blank until is defaultUntil. sinceName is how
+// the caller's user spells since ("--since" on the command line, "since"
+// in a query), for the error when until is not after it.
+func ParseRange(since, until string, defaultUntil time.Time, sinceName string) (s, u time.Time, err error) {
+	s, u = HistoryStart, defaultUntil
+	if strings.TrimSpace(since) != "" {
+		if s, err = ParseInstant("since", since); err != nil {
+			return s, u, err
+		}
+	}
+	if strings.TrimSpace(until) != "" {
+		if u, err = ParseInstant("until", until); err != nil {
+			return s, u, err
+		}
+	}
+	if !s.Before(u) {
+		return s, u, invalid("until", u.UTC().Format(time.RFC3339Nano), "must be after "+sinceName+" "+s.UTC().Format(time.RFC3339Nano))
+	}
+	return s, u, nil
+}

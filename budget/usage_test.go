@@ -200,3 +200,29 @@ func TestNormalizeRefusesUnstorableInstants(t *testing.T) {
 		}
 	}
 }
+
+// TestParseRange: a blank end takes the history's start or the given
+// default, a date is its UTC midnight, and a bad or backwards range is
+// refused naming the field (and since as the caller spells it).
+func TestParseRange(t *testing.T) {
+	def := time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
+	s, u, err := budget.ParseRange(" ", "", def, "--since")
+	if err != nil || !s.Equal(budget.HistoryStart) || !u.Equal(def) {
+		t.Errorf("blank range = %v, %v, %v; want the history's start and %v", s, u, err, def)
+	}
+	s, u, err = budget.ParseRange("2026-03-01", "2026-03-02T09:30:00+01:00", def, "--since")
+	if want := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC); err != nil || !s.Equal(want) || !u.Equal(time.Date(2026, 3, 2, 8, 30, 0, 0, time.UTC)) {
+		t.Errorf("range = %v, %v, %v; want %v to 08:30Z", s, u, err, want)
+	}
+	for _, c := range []struct{ since, until, sinceName, want string }{
+		{"2026-03-02", "2026-03-01", "--since", `until "2026-03-01T00:00:00Z": must be after --since 2026-03-02T00:00:00Z`},
+		{"2026-03-02", "2026-03-02", "since", `until "2026-03-02T00:00:00Z": must be after since 2026-03-02T00:00:00Z`},
+		{"yesterday", "", "since", `since "yesterday": want an RFC3339 time`},
+		{"", "1500-01-01", "since", `until "1500-01-01T00:00:00Z": must be between the years 1678 and 2261`},
+	} {
+		_, _, err := budget.ParseRange(c.since, c.until, def, c.sinceName)
+		if !errors.Is(err, budget.ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("ParseRange(%q, %q) = %v; want invalid %q", c.since, c.until, err, c.want)
+		}
+	}
+}

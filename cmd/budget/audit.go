@@ -69,7 +69,7 @@ func (m *Main) runAuditLs(ctx context.Context, args []string) (err error) {
 		return budget.Invalid("limit", *n, "must be 0 (all) or more")
 	}
 	if *since != "" {
-		if f.Since, err = parseInstant("since", *since); err != nil {
+		if f.Since, err = budget.ParseInstant("since", *since); err != nil {
 			return err
 		}
 	}

@@ -384,7 +384,7 @@ func alertsText(as []int) string {
 // parseLimit reads --limit: dollars for a usd limit (stored in
 // micro-dollars), else a whole number.
 func parseLimit(metric, v string) (int64, error) {
-	return parseAmount("limit", budget.Metric(strings.TrimSpace(metric)), v)
+	return budget.ParseAmount("limit", budget.Metric(strings.TrimSpace(metric)), v)
 }
 
 // amountText prints an amount of l's metric: dollars for usd limits

@@ -44,7 +44,7 @@ func (m *Main) runPrune(ctx context.Context, args []string) (err error) {
 	if strings.TrimSpace(*before) == "" {
 		return usagef("prune", "--before is required")
 	}
-	t, err := parseInstant("before", *before)
+	t, err := budget.ParseInstant("before", *before)
 	if err != nil {
 		return err
 	}

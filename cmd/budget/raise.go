@@ -85,7 +85,7 @@ func (m *Main) runLimitRaise(ctx context.Context, args []string) (err error) {
 	if i < 0 {
 		return budget.Invalid("id", id, "no limit has this id")
 	}
-	by, err := parseAmount("by", ls[i].Metric, *byText)
+	by, err := budget.ParseAmount("by", ls[i].Metric, *byText)
 	if err != nil {
 		return err
 	}
@@ -109,17 +109,4 @@ func (m *Main) runLimitRaise(ctx context.Context, args []string) (err error) {
 	}
 	_, err = fmt.Fprintln(m.Stdout, r.ID)
 	return err
-}
-
-// parseAmount reads an amount of a limit of metric: dollars for a usd
-// limit (micro-dollars stored), else a whole number. field names it.
-func parseAmount(field string, metric budget.Metric, v string) (int64, error) {
-	if metric == budget.MetricUSD {
-		return budget.ParseUSD(field, v)
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-	if err != nil {
-		return 0, budget.Invalid(field, v, "must be a whole number")
-	}
-	return n, nil
 }
