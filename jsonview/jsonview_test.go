@@ -46,3 +46,16 @@ func TestStatusForecast(t *testing.T) {
 		t.Errorf("Statuses without forecasts: got %+v; want nulls", got[0])
 	}
 }
+
+// TestCSVCell: the OWASP list of formula triggers, and nothing else.
+func TestCSVCell(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"=1": "'=1", "+1": "'+1", "-1": "'-1", "@a": "'@a", "\tx": "'\tx", "\rx": "'\rx",
+		"": "", "a=b": "a=b", "'=1": "'=1", "gpt-4o": "gpt-4o", "12": "12",
+	} {
+		if got := jsonview.CSVCell(in); got != want {
+			t.Errorf("jsonview.CSVCell(%q) = %q; want %q", in, got, want)
+		}
+	}
+}

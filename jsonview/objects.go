@@ -8,9 +8,8 @@ import (
 )
 
 // The objects of `team ls --json`, `price ls --json` and `export`, which
-// the admin API (package admin) serves as well (keys.go has `key ls`'s). The CLI's
-// own copies in cmd/budget are checked against these byte for byte by
-// cmd/budget's admin listener tests, so the two cannot drift.
+// the admin API (package admin) serves as well (keys.go has `key ls`'s):
+// the CLI and the API both build them here, so the two cannot drift.
 
 // Secret is what creating or rotating a key answers: the secret, shown
 // this once.

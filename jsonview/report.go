@@ -108,7 +108,10 @@ func WriteReportCSV(w io.Writer, by []budget.Dim, rows []budget.ReportRow) error
 
 // CSVCell is s safe to open in a spreadsheet: a cell starting with =, +,
 // -, @, a tab or a carriage return would be read as a formula, so it gets
-// a leading apostrophe (OWASP's advice for CSV injection).
+// a leading apostrophe (OWASP's advice for CSV injection). Models and end
+// users are chosen by clients, so a CSV report or export must not hand
+// them a formula in the operator's spreadsheet; the JSON-lines export,
+// which import reads, stays exact.
 func CSVCell(s string) string {
 	if s == "" {
 		return s

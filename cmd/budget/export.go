@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/jsonview"
 )
 
 const exportHelp = `usage: budget export [--db PATH] [--since T] [--until T] [--key K] [--format jsonl|csv]
@@ -34,38 +35,8 @@ Writes nothing to the database.
 
 `
 
-// exportLine is one event as 'budget import' reads it (importLine).
-type exportLine struct {
-	RequestID  string `json:"request_id"`
-	Key        string `json:"key"`
-	Provider   string `json:"provider"`
-	Model      string `json:"model"`
-	User       string `json:"user,omitempty"`
-	Team       string `json:"team"` // always written, "" for none: import keeps it so
-	Org        string `json:"org"`
-	Input      int64  `json:"input"`
-	Output     int64  `json:"output"`
-	Reasoning  int64  `json:"reasoning"`
-	CacheRead  int64  `json:"cache_read"`
-	CacheWrite int64  `json:"cache_write"`
-	At         string `json:"at"`
-	// Cost is in micro-dollars; null when no price matched (import keeps
-	// it unpriced).
-	Cost *int64 `json:"cost"`
-}
-
 var exportColumns = []string{"request_id", "key", "provider", "model", "user", "team", "org", "input", "output",
 	"reasoning", "cache_read", "cache_write", "at", "cost"}
-
-func exportObj(u *budget.Usage) exportLine {
-	l := exportLine{RequestID: u.RequestID, Key: u.Key, Provider: u.Provider, Model: u.Model, User: u.User, Team: u.Team,
-		Org: u.Org, Input: u.Input, Output: u.Output, Reasoning: u.Reasoning, CacheRead: u.CacheRead,
-		CacheWrite: u.CacheWrite, At: u.At.UTC().Format(time.RFC3339Nano)}
-	if !u.NoPrice {
-		l.Cost = ptr(u.Cost)
-	}
-	return l
-}
 
 func (m *Main) runExport(ctx context.Context, args []string) (err error) {
 	fs := newFlagSet("export")
@@ -81,7 +52,7 @@ func (m *Main) runExport(ctx context.Context, args []string) (err error) {
 	if err := noArgs("export", pos); err != nil {
 		return err
 	}
-	from, to, err := m.parseRange(*since, *until, historyEnd)
+	from, to, err := budget.ParseRange(*since, *until, budget.HistoryEnd, "--since")
 	if err != nil {
 		return err
 	}
@@ -114,7 +85,7 @@ func (m *Main) runExport(ctx context.Context, args []string) (err error) {
 			if !u.NoPrice {
 				cost = itoa(u.Cost)
 			}
-			writeCSVRecord(cw, []string{u.RequestID, u.Key, u.Provider, u.Model, u.User, u.Team, u.Org, itoa(u.Input), itoa(u.Output),
+			jsonview.WriteCSVRecord(cw, []string{u.RequestID, u.Key, u.Provider, u.Model, u.User, u.Team, u.Org, itoa(u.Input), itoa(u.Output),
 				itoa(u.Reasoning), itoa(u.CacheRead), itoa(u.CacheWrite), u.At.UTC().Format(time.RFC3339Nano), cost})
 			return cw.Error()
 		}
@@ -122,7 +93,7 @@ func (m *Main) runExport(ctx context.Context, args []string) (err error) {
 	} else {
 		enc := json.NewEncoder(bw)
 		enc.SetEscapeHTML(false)
-		write = func(u *budget.Usage) error { return enc.Encode(exportObj(u)) }
+		write = func(u *budget.Usage) error { return enc.Encode(jsonview.EventOf(u)) }
 	}
 	res, err := db.Export(ctx, from, to, k, func(u budget.Usage) error { return write(&u) })
 	if err == nil {
@@ -136,7 +107,7 @@ func (m *Main) runExport(ctx context.Context, args []string) (err error) {
 	}
 	if !res.RolledUpFrom.IsZero() {
 		start := ts(res.RolledUpFrom)
-		if res.RolledUpFrom.Equal(historyStart) {
+		if res.RolledUpFrom.Equal(budget.HistoryStart) {
 			start = "the start of the history"
 		}
 		fmt.Fprintf(m.Stderr, "budget: export: note: from %s to %s the history was pruned ('budget prune'): only its daily rollups remain, which 'budget report' sums; those days are not exported as events\n",

@@ -142,6 +142,14 @@ func tsp(t time.Time) *string { return jsonview.TimeOrNull(t) }
 
 func ptr[T any](v T) *T { return &v }
 
+// nullIfEmpty is s, or nil (JSON null) for "".
+func nullIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
 // writeJSON writes v as indented JSON and a newline.
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)

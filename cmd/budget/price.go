@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/jsonview"
 )
 
 const priceHelp = `usage: budget price <set|ls|import> [flags]
@@ -116,7 +117,7 @@ func (m *Main) runPriceSet(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	if *asJSON {
-		return writeJSON(m.Stdout, priceObj(ps[0]))
+		return writeJSON(m.Stdout, jsonview.PriceOf(&ps[0]))
 	}
 	row := ""
 	if ps[0].Tier != "" {
@@ -161,10 +162,10 @@ func (m *Main) runPriceLs(ctx context.Context, args []string) (err error) {
 	}
 	if *asJSON {
 		out := struct {
-			Prices []priceJSON `json:"prices"`
-		}{make([]priceJSON, len(ps))}
+			Prices []jsonview.Price `json:"prices"`
+		}{make([]jsonview.Price, len(ps))}
 		for i := range ps {
-			out.Prices[i] = priceObj(ps[i])
+			out.Prices[i] = jsonview.PriceOf(&ps[i])
 		}
 		return writeJSON(m.Stdout, out)
 	}
@@ -183,26 +184,6 @@ func (m *Main) runPriceLs(ctx context.Context, args []string) (err error) {
 			budget.FormatUSD(p.Output), budget.FormatUSD(p.CacheRead), budget.FormatUSD(p.CacheWrite), budget.FormatUSD(p.Reasoning))
 	}
 	return w.Flush()
-}
-
-// priceJSON is a price version; prices are decimal strings of dollars per
-// million tokens, exact (a float would not be).
-type priceJSON struct {
-	Provider   string `json:"provider"`
-	Model      string `json:"model"`
-	Tier       string `json:"tier"`
-	AboveInput int64  `json:"above_input"`
-	From       string `json:"from"`
-	Input      string `json:"input"`
-	Output     string `json:"output"`
-	CacheRead  string `json:"cache_read"`
-	CacheWrite string `json:"cache_write"`
-	Reasoning  string `json:"reasoning"`
-}
-
-func priceObj(p budget.Price) priceJSON {
-	return priceJSON{p.Provider, p.Model, p.Tier, p.AboveInput, ts(p.From), budget.FormatUSD(p.Input), budget.FormatUSD(p.Output),
-		budget.FormatUSD(p.CacheRead), budget.FormatUSD(p.CacheWrite), budget.FormatUSD(p.Reasoning)}
 }
 
 const priceImportHelp = `usage: budget price import FILE|-

@@ -12,6 +12,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/jsonview"
 )
 
 // reportHistory is a small history with partial days at both ends of the
@@ -208,15 +211,15 @@ func randomHistory(rng *rand.Rand, n int, start time.Time, days int) string {
 }
 
 // exportedEvents is db's history as export --format jsonl writes it.
-func exportedEvents(t *testing.T, db string, args ...string) []exportLine {
+func exportedEvents(t *testing.T, db string, args ...string) []jsonview.Event {
 	t.Helper()
 	out := mustRun(t, 0, append([]string{"export", "--db", db}, args...)...).stdout
-	var evs []exportLine
+	var evs []jsonview.Event
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
 		if l == "" {
 			continue
 		}
-		var e exportLine
+		var e jsonview.Event
 		if err := json.Unmarshal([]byte(l), &e); err != nil {
 			t.Fatalf("export line %q: %v", l, err)
 		}
@@ -227,10 +230,10 @@ func exportedEvents(t *testing.T, db string, args ...string) []exportLine {
 
 // sumEvents is the report CSV of events in [since, until) by by, summed
 // here one event at a time.
-func sumEvents(t *testing.T, events []exportLine, since, until, by string) string {
+func sumEvents(t *testing.T, events []jsonview.Event, since, until, by string) string {
 	t.Helper()
-	from, _ := parseInstant("since", since)
-	to, _ := parseInstant("until", until)
+	from, _ := budget.ParseInstant("since", since)
+	to, _ := budget.ParseInstant("until", until)
 	var dims []string
 	if by != "" {
 		dims = strings.Split(by, ",")
@@ -280,7 +283,7 @@ func sumEvents(t *testing.T, events []exportLine, since, until, by string) strin
 	slices.SortFunc(keys, slices.Compare)
 	var b strings.Builder
 	w := csv.NewWriter(&b)
-	w.Write(append(slices.Clone(dims), reportColumns...))
+	w.Write(append(slices.Clone(dims), jsonview.ReportColumns...))
 	for _, vals := range keys {
 		g := groups[strings.Join(vals, "\x00")]
 		rec := slices.Clone(vals)

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/jsonview"
 )
 
 // Teams and organisations, the levels above a key: team set, ls and rm,
@@ -41,25 +42,6 @@ func (m *Main) runTeam(ctx context.Context, args []string) error {
 		return nil
 	}
 	return usagef("team", "unknown subcommand %q: want set, ls or rm", args[0])
-}
-
-// teamJSON is a team object: org null when it has none, keys [] when it
-// has none.
-type teamJSON struct {
-	Name string   `json:"name"`
-	Org  *string  `json:"org"`
-	Keys []string `json:"keys"`
-}
-
-func teamObj(t *budget.Team) teamJSON {
-	o := teamJSON{Name: t.Name, Keys: slices.Clone(t.Keys)}
-	if o.Keys == nil {
-		o.Keys = []string{}
-	}
-	if t.Org != "" {
-		o.Org = ptr(t.Org)
-	}
-	return o
 }
 
 // teamName reads the one TEAM argument of cmd and validates it.
@@ -130,7 +112,7 @@ func (m *Main) runTeamSet(ctx context.Context, args []string) (err error) {
 	if i := slices.IndexFunc(ts, func(t budget.Team) bool { return t.Name == name }); i >= 0 {
 		t = ts[i]
 	}
-	return writeJSON(m.Stdout, teamObj(&t))
+	return writeJSON(m.Stdout, jsonview.TeamOf(&t))
 }
 
 const teamLsHelp = `usage: budget team ls [--json]
@@ -161,12 +143,12 @@ func (m *Main) runTeamLs(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	if *asJSON {
-		out := make([]teamJSON, len(ts))
+		out := make([]jsonview.Team, len(ts))
 		for i := range ts {
-			out[i] = teamObj(&ts[i])
+			out[i] = jsonview.TeamOf(&ts[i])
 		}
 		return writeJSON(m.Stdout, struct {
-			Teams []teamJSON `json:"teams"`
+			Teams []jsonview.Team `json:"teams"`
 		}{out})
 	}
 	if len(ts) == 0 {
