@@ -1,7 +1,10 @@
 // Package jsonview is the JSON form of limits and limit statuses: the
 // objects `budget limit ls --json`, `inspect --json` and `check --json`
 // print and the proxy's GET /v1/budget serves, built by one piece of code
-// so they cannot drift apart.
+// so they cannot drift apart. The same holds for the other objects the
+// CLI prints and the admin API (package admin) serves: keys, teams,
+// prices, audit entries, export lines, and the report's JSON and CSV
+// (whose cells CSVCell keeps from running as spreadsheet formulas).
 //
 // The shapes follow the contract (section 7): snake_case, times RFC3339 in
 // UTC with whole seconds, null for what does not apply, [] for empty
