@@ -37,7 +37,7 @@ import (
 )
 
 // SchemaVersion is the PRAGMA user_version this build writes and reads.
-const SchemaVersion = 13
+const SchemaVersion = 14
 
 // Options configure Open. The zero value is usable.
 type Options struct {
@@ -229,6 +229,7 @@ var migrationCode = map[int]struct {
 	10: {schema: true},
 	11: {fn: addAlertKind},
 	13: {schema: true, fn: addKeyRules},
+	14: {fn: addCacheWrite1h},
 }
 
 // migrations[i] upgrades a schema of version i to i+1: migrations[0] is the
@@ -318,6 +319,23 @@ func addKeyRules(ctx context.Context, x *sqlx.Tx) error {
 	}
 	_, err := x.ExecContext(ctx, `ALTER TABLE gateway_keys ADD COLUMN expires_at INTEGER NOT NULL DEFAULT 0;
 		ALTER TABLE gateway_keys ADD COLUMN models TEXT NOT NULL DEFAULT ''`)
+	return err
+}
+
+// addCacheWrite1h adds prices.cache_write_1h, each version's 1-hour
+// cache-write price set to its cache-write price (a version without one
+// prices every cache write at cache_write), unless the current schema
+// made the table with it.
+func addCacheWrite1h(ctx context.Context, x *sqlx.Tx) error {
+	var n int
+	if err := x.GetContext(ctx, &n, `SELECT COUNT(*) FROM pragma_table_info('prices') WHERE name = 'cache_write_1h'`); err != nil {
+		return err
+	}
+	if n > 0 {
+		return nil
+	}
+	_, err := x.ExecContext(ctx, `ALTER TABLE prices ADD COLUMN cache_write_1h INTEGER NOT NULL DEFAULT 0;
+		UPDATE prices SET cache_write_1h = cache_write`)
 	return err
 }
 
