@@ -235,3 +235,44 @@ func TestMigrate12AddsKeyRulesAndAudit(t *testing.T) {
 		t.Fatalf("audit after migration = %+v, %v; want the token's entry", es, err)
 	}
 }
+
+// A database of schema 13 (prices without a 1-hour cache-write price) keeps
+// its price versions when opened: each prices a 1-hour cache write at its
+// cache-write price, so an event's cost is what it was, and a new version
+// takes a 1-hour price of its own.
+func TestMigrate13PricesCacheWrite1hAtCacheWrite(t *testing.T) {
+	ctx := context.Background()
+	path := tmpDB(t)
+	s := openStore(t, path)
+	s.Close()
+	raw, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`ALTER TABLE prices DROP COLUMN cache_write_1h`,
+		`INSERT INTO prices (provider, model, tier, above_input, from_at, input, output, cache_read, cache_write, reasoning)
+			VALUES ('anthropic', 'claude', '', 0, 1, 3000000, 15000000, 300000, 3750000, 15000000)`,
+		`PRAGMA user_version = 13`,
+	} {
+		if _, err := raw.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	raw.Close()
+	s = openStore(t, path)
+	defer s.Close()
+	tr := newTracker(t, s, nil)
+	defer tr.Close(ctx)
+	ps, err := tr.ListPrices(ctx)
+	if err != nil || len(ps) != 1 || ps[0].CacheWrite != 3_750_000 || ps[0].CacheWrite1h != 3_750_000 {
+		t.Fatalf("prices after migration = %+v, %v; want claude's 1-hour price at its cache-write price $3.75", ps, err)
+	}
+	oneHour := "6"
+	if _, err := tr.SetPrices(ctx, budget.PriceSpec{Provider: "anthropic", Model: "claude", From: time.Unix(2, 0), Input: "3", Output: "15", CacheWrite1h: &oneHour}); err != nil {
+		t.Fatal(err)
+	}
+	if ps, err = tr.ListPrices(ctx); err != nil || len(ps) != 2 || ps[1].CacheWrite1h != 6_000_000 {
+		t.Fatalf("prices = %+v, %v; want the new version's 1-hour price $6", ps, err)
+	}
+}
