@@ -134,7 +134,8 @@ CREATE TABLE IF NOT EXISTS rollups (
 -- prices: USD per million tokens, in micro-dollars, per (provider, model,
 -- tier, above_input, from); model is a normalised name or a pattern, tier ''
 -- the standard tier, above_input 0 or the prompt tokens a long-context row
--- applies above.
+-- applies above. cache_write_1h prices a write to a 1-hour cache
+-- (cache_write the 5-minute one).
 CREATE TABLE IF NOT EXISTS prices (
     provider    TEXT    NOT NULL,
     model       TEXT    NOT NULL,
@@ -146,6 +147,7 @@ CREATE TABLE IF NOT EXISTS prices (
     cache_read  INTEGER NOT NULL,
     cache_write INTEGER NOT NULL,
     reasoning   INTEGER NOT NULL,
+    cache_write_1h INTEGER NOT NULL,
     PRIMARY KEY (provider, model, tier, above_input, from_at)
 ) WITHOUT ROWID;
 

@@ -128,6 +128,8 @@ type priceIn struct {
 	CacheRead  *json.Number `json:"cache_read"`  // default: the input price
 	CacheWrite *json.Number `json:"cache_write"` // default: the input price
 	Reasoning  *json.Number `json:"reasoning"`   // default: the output price
+
+	CacheWrite1h *json.Number `json:"cache_write_1h"` // default: the cache-write price
 }
 
 func (h *Handler) listPrices(w http.ResponseWriter, r *http.Request, _ *Principal) error {
@@ -157,7 +159,8 @@ func (h *Handler) setPrice(w http.ResponseWriter, r *http.Request, p *Principal)
 	now := h.cfg.Now()
 	s := budget.PriceSpec{Provider: in.Provider, Model: in.Model, Tier: in.Tier, AboveInput: in.AboveInput, From: now,
 		Input: in.Input.String(), Output: in.Output.String(), CacheRead: numText(in.CacheRead),
-		CacheWrite: numText(in.CacheWrite), Reason: numText(in.Reasoning)}
+		CacheWrite: numText(in.CacheWrite), Reason: numText(in.Reasoning),
+		CacheWrite1h: numText(in.CacheWrite1h)}
 	if strings.TrimSpace(in.From) != "" {
 		t, err := time.Parse(time.RFC3339, strings.TrimSpace(in.From))
 		if err != nil {

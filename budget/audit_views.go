@@ -72,12 +72,14 @@ type priceView struct {
 	CacheRead  string    `json:"cache_read"`
 	CacheWrite string    `json:"cache_write"`
 	Reasoning  string    `json:"reasoning"`
+	// CacheWrite1h is the 1-hour cache-write price.
+	CacheWrite1h string `json:"cache_write_1h"`
 }
 
 func priceJSON(p *Price) json.RawMessage {
 	return mustJSON(priceView{Provider: p.Provider, Model: p.Model, Tier: p.Tier, AboveInput: p.AboveInput, From: p.From.UTC(),
 		Input: FormatUSD(p.Input), Output: FormatUSD(p.Output), CacheRead: FormatUSD(p.CacheRead), CacheWrite: FormatUSD(p.CacheWrite),
-		Reasoning: FormatUSD(p.Reasoning)})
+		Reasoning: FormatUSD(p.Reasoning), CacheWrite1h: FormatUSD(p.CacheWrite1h)})
 }
 
 type placementView struct {

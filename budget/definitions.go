@@ -68,7 +68,7 @@ func (d *Definitions) validate() ([]Limit, error) {
 		if p.Provider == "" || p.Model == "" {
 			return nil, invalid("price", p.Provider+"/"+p.Model, fmt.Sprintf("price %d needs a provider and a model", i+1))
 		}
-		for _, v := range []int64{p.Input, p.Output, p.CacheRead, p.CacheWrite, p.Reasoning} {
+		for _, v := range []int64{p.Input, p.Output, p.CacheRead, p.CacheWrite, p.Reasoning, p.CacheWrite1h} {
 			if v < 0 {
 				return nil, invalid("price", v, fmt.Sprintf("price %d: amounts must not be negative", i+1))
 			}

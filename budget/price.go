@@ -31,6 +31,11 @@ const maxPrice = 1_000_000 * MicrosPerUSD
 // AboveInput tokens (Gemini's and Claude's prices above 200,000 prompt
 // tokens). A request is priced at its tier's row with the largest
 // AboveInput below its prompt, else at the standard tier's (Prices.For).
+//
+// CacheWrite1h is the price of a cache write kept for an hour (Anthropic's
+// 1-hour lifetime; CacheWrite prices the default 5-minute one). Parse
+// defaults it to CacheWrite, so a row given no 1-hour price prices every
+// cache write at CacheWrite.
 type Price struct {
 	Provider   string
 	Model      string
@@ -42,6 +47,8 @@ type Price struct {
 	CacheRead  int64 // defaults to Input
 	CacheWrite int64 // defaults to Input
 	Reasoning  int64 // defaults to Output
+	// CacheWrite1h defaults to CacheWrite.
+	CacheWrite1h int64
 }
 
 // PriceSpec is a price as given: per-kind prices in dollars per million
@@ -54,6 +61,7 @@ type PriceSpec struct {
 	From                          time.Time
 	Input, Output                 string
 	CacheRead, CacheWrite, Reason *string
+	CacheWrite1h                  *string // nil: the cache-write price
 }
 
 // Parse validates the spec into a Price; now is the default From.
@@ -108,6 +116,12 @@ func (s PriceSpec) Parse(now time.Time) (Price, error) {
 			if *o.dst, err = parsePrice(o.field, *o.v); err != nil {
 				return p, err
 			}
+		}
+	}
+	p.CacheWrite1h = p.CacheWrite
+	if s.CacheWrite1h != nil {
+		if p.CacheWrite1h, err = parsePrice("cache_write_1h", *s.CacheWrite1h); err != nil {
+			return p, err
 		}
 	}
 	return p, nil
@@ -205,12 +219,14 @@ func FormatUSD(micros int64) string {
 
 // Cost is what the event u costs at price p, in micro-dollars, rounded to
 // the nearest micro-dollar (half up): uncached input at the input price,
-// cache reads and writes at theirs, output and reasoning at theirs.
+// cache reads at theirs, cache writes at the cache-write price but for
+// their 1-hour part at the 1-hour one, output and reasoning at theirs.
 // (Input counts every prompt token; the cache counts are inside it.)
 func (p *Price) Cost(u *Usage) int64 {
 	uncached := max(u.Input-u.CacheRead-u.CacheWrite, 0)
-	return perMillion([]int64{uncached, u.CacheRead, u.CacheWrite, u.Output, u.Reasoning},
-		[]int64{p.Input, p.CacheRead, p.CacheWrite, p.Output, p.Reasoning}, false)
+	write1h := min(max(u.CacheWrite1h, 0), u.CacheWrite)
+	return perMillion([]int64{uncached, u.CacheRead, u.CacheWrite - write1h, write1h, u.Output, u.Reasoning},
+		[]int64{p.Input, p.CacheRead, p.CacheWrite, p.CacheWrite1h, p.Output, p.Reasoning}, false)
 }
 
 // EstimateCost is what an estimate may cost, rounded up: input at the

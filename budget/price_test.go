@@ -113,6 +113,47 @@ func TestPriceLookup(t *testing.T) {
 	}
 }
 
+// TestCostCacheWritesByLifetime: the 1-hour part of an event's cache
+// writes is priced at the row's 1-hour price and the rest at the
+// cache-write price; a row given no 1-hour price prices every write at the
+// cache-write price. Rounding stays half up on the event's whole cost.
+func TestCostCacheWritesByLifetime(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	oneHour, fiveMin := "6", "3.75"
+	// $3 in, $15 out, writes at $3.75 (5 minutes), $6 (1 hour), per 1M tokens.
+	with, err := budget.PriceSpec{Provider: "anthropic", Model: "claude", Input: "3", Output: "15", CacheWrite: &fiveMin, CacheWrite1h: &oneHour}.Parse(now)
+	if err != nil || with.CacheWrite1h != 6_000_000 {
+		t.Fatalf("Parse = %+v, %v; want the 1-hour price $6", with, err)
+	}
+	without, err := budget.PriceSpec{Provider: "anthropic", Model: "claude", Input: "3", Output: "15", CacheWrite: &fiveMin}.Parse(now)
+	if err != nil || without.CacheWrite1h != without.CacheWrite {
+		t.Fatalf("Parse = %+v, %v; want no 1-hour price to be the cache-write price", without, err)
+	}
+	for _, tc := range []struct {
+		name          string
+		u             budget.Usage
+		with, without int64
+	}{
+		{"5-minute writes only", budget.Usage{Input: 1000, CacheWrite: 1000}, 3750, 3750},
+		{"1-hour writes only", budget.Usage{Input: 1000, CacheWrite: 1000, CacheWrite1h: 1000}, 6000, 3750},
+		// 100 uncached 0.3, 600 5-minute 2.25, 400 1-hour 2.4 (or 1.5), 10 out 0.15.
+		{"split writes", budget.Usage{Input: 1100, CacheWrite: 1000, CacheWrite1h: 400, Output: 10}, 300 + 2250 + 2400 + 150, 300 + 3750 + 150},
+		{"half rounds up", budget.Usage{Input: 1, CacheWrite: 1, CacheWrite1h: 1}, 6, 4},                 // 6 and 3.75 micro-dollars
+		{"the sum rounds to the nearest", budget.Usage{Input: 2, CacheWrite: 2, CacheWrite1h: 1}, 10, 8}, // 3.75+6 = 9.75, and 7.5
+	} {
+		if got := with.Cost(&tc.u); got != tc.with {
+			t.Errorf("%s: Cost with a 1-hour price = %d; want %d", tc.name, got, tc.with)
+		}
+		if got := without.Cost(&tc.u); got != tc.without {
+			t.Errorf("%s: Cost without a 1-hour price = %d; want %d", tc.name, got, tc.without)
+		}
+	}
+	neg := "-1"
+	if _, err := (budget.PriceSpec{Provider: "p", Model: "m", Input: "1", Output: "1", CacheWrite1h: &neg}).Parse(now); err == nil || !strings.Contains(err.Error(), "cache_write_1h") {
+		t.Errorf("Parse of a negative 1-hour price = %v; want an error naming cache_write_1h", err)
+	}
+}
+
 func TestPriceSpec(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	p, err := budget.PriceSpec{Provider: "openai", Model: "GPT-4o-2024-08-06", Input: "2.50", Output: "10"}.Parse(now)

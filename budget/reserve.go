@@ -204,7 +204,7 @@ func chargedUsage(r ReservationRow) Usage {
 func lateUsage(actual Usage, est Estimate) Usage {
 	late := actual
 	late.RequestID += LateSuffix
-	late.CacheRead, late.CacheWrite = 0, 0
+	late.CacheRead, late.CacheWrite, late.CacheWrite1h = 0, 0, 0
 	shared := est.Tokens
 	over := func(v, allowance int64) int64 {
 		v -= min(v, allowance)

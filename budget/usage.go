@@ -56,6 +56,11 @@ type Usage struct {
 	// a key later moves.
 	Team string `json:"team,omitempty"`
 	Org  string `json:"org,omitempty"`
+	// CacheWrite1h is the part of CacheWrite written to a 1-hour cache
+	// (Anthropic's cache_creation.ephemeral_1h_input_tokens), priced at the
+	// price's 1-hour cache-write price; the rest of CacheWrite is 5-minute
+	// writes. Like ServiceTier, only the cost it yields is stored.
+	CacheWrite1h int64 `json:"cache_write_1h,omitempty"`
 	// ServiceTier is the tier the provider says it served the request at
 	// ("flex", "priority", "batch"; "" standard, see NormalizeTier): the
 	// event is priced at that tier's price and its prompt size's row
@@ -126,10 +131,13 @@ func (u Usage) Normalize(at time.Time) (Usage, error) {
 	for _, f := range []struct {
 		name string
 		v    int64
-	}{{"input", u.Input}, {"output", u.Output}, {"reasoning", u.Reasoning}, {"cache_read", u.CacheRead}, {"cache_write", u.CacheWrite}} {
+	}{{"input", u.Input}, {"output", u.Output}, {"reasoning", u.Reasoning}, {"cache_read", u.CacheRead}, {"cache_write", u.CacheWrite}, {"cache_write_1h", u.CacheWrite1h}} {
 		if err := CheckTokens(f.name, f.v); err != nil {
 			return u, err
 		}
+	}
+	if u.CacheWrite1h > u.CacheWrite {
+		return u, invalid("cache_write_1h", u.CacheWrite1h, "must not exceed cache_write "+strconv.FormatInt(u.CacheWrite, 10))
 	}
 	if u.CacheRead+u.CacheWrite > u.Input {
 		return u, invalid("cache_read+cache_write", u.CacheRead+u.CacheWrite, "must not exceed input "+strconv.FormatInt(u.Input, 10))

@@ -67,6 +67,8 @@ func TestUsageNormalizeInvalid(t *testing.T) {
 		{"cache_write above input", with(func(u *budget.Usage) { u.CacheWrite = 11 }), "cache_read+cache_write", "11"},
 		{"cache sum above input", with(func(u *budget.Usage) { u.CacheRead, u.CacheWrite = 6, 5 }), "cache_read+cache_write", "11"},
 		{"cache without input", with(func(u *budget.Usage) { u.Input, u.CacheRead = 0, 1 }), "cache_read+cache_write", "1"},
+		{"1-hour writes above the writes", with(func(u *budget.Usage) { u.CacheWrite, u.CacheWrite1h = 3, 4 }), "cache_write_1h", "4"},
+		{"negative 1-hour writes", with(func(u *budget.Usage) { u.CacheWrite1h = -1 }), "cache_write_1h", "-1"},
 		{"billable sum overflows", with(func(u *budget.Usage) { u.Input, u.Output, u.Reasoning = max, 1, 0 }), "input+output+reasoning", "9007199254740992"},
 		{"billable sum overflows by reasoning", with(func(u *budget.Usage) { u.Input, u.Output, u.Reasoning = 0, max-1, 2 }), "input+output+reasoning", "9007199254740992"},
 	}

@@ -50,12 +50,14 @@ type Price struct {
 	CacheRead  string `json:"cache_read"`
 	CacheWrite string `json:"cache_write"`
 	Reasoning  string `json:"reasoning"`
+
+	CacheWrite1h string `json:"cache_write_1h"` // a write to a 1-hour cache
 }
 
 // PriceOf is p as an object.
 func PriceOf(p *budget.Price) Price {
 	return Price{p.Provider, p.Model, p.Tier, p.AboveInput, Time(p.From), budget.FormatUSD(p.Input), budget.FormatUSD(p.Output),
-		budget.FormatUSD(p.CacheRead), budget.FormatUSD(p.CacheWrite), budget.FormatUSD(p.Reasoning)}
+		budget.FormatUSD(p.CacheRead), budget.FormatUSD(p.CacheWrite), budget.FormatUSD(p.Reasoning), budget.FormatUSD(p.CacheWrite1h)}
 }
 
 // Event is one usage event as `budget export` writes it and `budget

@@ -39,6 +39,9 @@ var captureCases = []captureCase{
 	{file: "anthropic-messages-json-1.json", path: "/v1/messages", input: 4 + 1163, output: 187, billable: 1354},
 	{file: "anthropic-messages-stream-1.txt", path: "/v1/messages", stream: true, input: 17, output: 10, billable: 27},
 	{file: "anthropic-messages-stream-2.txt", path: "/v1/messages", stream: true, input: 4 + 1165, output: 201, billable: 1370},
+	// Counts changed from a real response's shape: 1-hour cache writes (README).
+	{file: "anthropic-messages-json-1h.json", path: "/v1/messages", input: 17 + 2500, output: 10, billable: 2527},
+	{file: "anthropic-messages-stream-1h.txt", path: "/v1/messages", stream: true, input: 17 + 2500, output: 10, billable: 2527},
 	{file: "anthropic-error429-json-1.json", path: "/v1/messages", status: http.StatusTooManyRequests},
 	// OpenAI-compatible servers' shapes (providers/SOURCES.md).
 	{file: "providers/deepseek-chat-json-2.json", path: "/v1/chat/completions", input: 495, output: 144, billable: 639},

@@ -46,6 +46,13 @@ var captures = []capture{
 		Tokens{Model: "claude-sonnet-4-5-20250929", Input: 17, Output: 10}},
 	{"anthropic-messages-stream-2.txt", AnthropicMessages, true, true,
 		Tokens{Model: "claude-3-5-sonnet-20240620", Input: 4 + 1165, CacheWrite: 1165, Output: 201}},
+	// Counts changed from a real response's shape (captures README): 1000 of
+	// the 2500 cache writes in a 1-hour cache; the stream's message_delta
+	// repeats the writes without the split, which keeps message_start's.
+	{"anthropic-messages-json-1h.json", AnthropicMessages, false, true,
+		Tokens{Model: "claude-sonnet-4-5-20250929", Input: 17 + 2500, CacheWrite: 2500, CacheWrite1h: 1000, Output: 10}},
+	{"anthropic-messages-stream-1h.txt", AnthropicMessages, true, true,
+		Tokens{Model: "claude-sonnet-4-5-20250929", Input: 17 + 2500, CacheWrite: 2500, CacheWrite1h: 1000, Output: 10}},
 	{"anthropic-error429-json-1.json", AnthropicMessages, false, false, Tokens{}},
 }
 

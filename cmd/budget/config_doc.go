@@ -68,6 +68,8 @@ type configPrice struct {
 	CacheRead  *usdAmount `json:"cache_read"`
 	CacheWrite *usdAmount `json:"cache_write"`
 	Reasoning  *usdAmount `json:"reasoning"`
+
+	CacheWrite1h *usdAmount `json:"cache_write_1h"` // absent: the cache-write price
 }
 
 // usdAmount is a dollar amount: written as a decimal string, exact (as
@@ -150,7 +152,8 @@ func configObj(d *budget.Definitions, ks []gatekey.Key) configDoc {
 	for i, p := range d.Prices {
 		num := func(v int64) usdAmount { return usdAmount(budget.FormatUSD(v)) }
 		doc.Prices[i] = configPrice{Provider: p.Provider, Model: p.Model, Tier: p.Tier, AboveInput: p.AboveInput, From: nsTime(p.From), Input: num(p.Input), Output: num(p.Output),
-			CacheRead: ptr(num(p.CacheRead)), CacheWrite: ptr(num(p.CacheWrite)), Reasoning: ptr(num(p.Reasoning))}
+			CacheRead: ptr(num(p.CacheRead)), CacheWrite: ptr(num(p.CacheWrite)), Reasoning: ptr(num(p.Reasoning)),
+			CacheWrite1h: ptr(num(p.CacheWrite1h))}
 	}
 	for i, t := range d.Teams {
 		doc.Teams[i] = configTeam{Name: t.Name, Org: nullIfEmpty(t.Org), Keys: append([]string{}, t.Keys...)}
@@ -380,7 +383,7 @@ func (c *configPrice) price() (budget.Price, error) {
 		return ptr(string(*n))
 	}
 	return budget.PriceSpec{Provider: c.Provider, Model: c.Model, Tier: c.Tier, AboveInput: c.AboveInput, From: from, Input: string(c.Input), Output: string(c.Output),
-		CacheRead: str(c.CacheRead), CacheWrite: str(c.CacheWrite), Reason: str(c.Reasoning)}.Parse(from)
+		CacheRead: str(c.CacheRead), CacheWrite: str(c.CacheWrite), Reason: str(c.Reasoning), CacheWrite1h: str(c.CacheWrite1h)}.Parse(from)
 }
 
 // key is c validated as a gateway key.

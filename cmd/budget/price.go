@@ -46,11 +46,14 @@ func (m *Main) runPrice(ctx context.Context, args []string) error {
 }
 
 const priceSetHelp = `usage: budget price set --provider P --model M --input X --output Y
-	[--cache-read X] [--cache-write X] [--reasoning Y] [--tier T] [--above-input N]
-	[--from T] [--json]
+	[--cache-read X] [--cache-write X] [--cache-write-1h X] [--reasoning Y] [--tier T]
+	[--above-input N] [--from T] [--json]
 
 Prices are USD per million tokens, up to 6 decimal places. --cache-read and
 --cache-write default to the input price, --reasoning to the output price.
+--cache-write-1h prices the cache writes a response says went to a 1-hour
+cache (Anthropic's); it defaults to the --cache-write price, which prices
+the other (5-minute) writes.
 --model is matched like a model limit's value (normalised; * and ? make a
 pattern). --tier names the service tier the row prices (flex, priority,
 batch, ...; default, standard, auto and on_demand are the standard tier,
@@ -76,6 +79,7 @@ func (m *Main) runPriceSet(ctx context.Context, args []string) (err error) {
 	cr := fs.String("cache-read", "", "USD per million cache-read tokens (default: the input price)")
 	cw := fs.String("cache-write", "", "USD per million cache-write tokens (default: the input price)")
 	rs := fs.String("reasoning", "", "USD per million reasoning tokens (default: the output price)")
+	cw1h := fs.String("cache-write-1h", "", "USD per million tokens written to a 1-hour cache (default: the cache-write price)")
 	fs.StringVar(&s.Tier, "tier", "", "service tier this row prices: flex, priority, batch, ... (default: the standard tier)")
 	fs.Int64Var(&s.AboveInput, "above-input", 0, "a long-context row: applies to prompts of more than `N` tokens")
 	from := fs.String("from", "", "RFC3339 instant the price applies from (default now)")
@@ -96,6 +100,9 @@ func (m *Main) runPriceSet(ctx context.Context, args []string) (err error) {
 	}
 	if set["reasoning"] {
 		s.Reason = rs
+	}
+	if set["cache-write-1h"] {
+		s.CacheWrite1h = cw1h
 	}
 	if *from != "" {
 		if s.From, err = parseAtField("from", *from); err != nil {
@@ -191,8 +198,8 @@ const priceImportHelp = `usage: budget price import FILE|-
 Adds or replaces the prices of FILE (- reads stdin), all or nothing: every
 entry is validated before anything is written. JSON: {"prices": [{"provider",
 "model", "tier", "above_input", "from", "input", "output", "cache_read",
-"cache_write", "reasoning"}]}, or that array alone (prices as numbers or strings of dollars per million tokens;
-tier, above_input, from, cache_read, cache_write and reasoning optional (see
+"cache_write", "reasoning", "cache_write_1h"}]}, or that array alone (prices as numbers or strings of dollars per million tokens;
+tier, above_input, from, cache_read, cache_write, reasoning and cache_write_1h optional (see
 'price set' for tier and above_input); unknown fields are
 invalid). CSV: a header naming those columns (provider, model, input and
 output required), then one price per line. A FILE named *.json, or whose
@@ -239,7 +246,7 @@ func (m *Main) runPriceImport(ctx context.Context, args []string) (err error) {
 }
 
 // priceFields are the fields of a price entry, for errors.
-const priceFields = "provider, model, tier, above_input, from, input, output, cache_read, cache_write, reasoning"
+const priceFields = "provider, model, tier, above_input, from, input, output, cache_read, cache_write, reasoning, cache_write_1h"
 
 // priceEntry is one price of a JSON price file.
 type priceEntry struct {
@@ -253,6 +260,8 @@ type priceEntry struct {
 	CacheRead  *json.Number `json:"cache_read"`
 	CacheWrite *json.Number `json:"cache_write"`
 	Reasoning  *json.Number `json:"reasoning"`
+
+	CacheWrite1h *json.Number `json:"cache_write_1h"`
 }
 
 // parsePriceFile reads a JSON or CSV price file and validates every entry.
@@ -302,7 +311,7 @@ func parsePriceFile(name string, data []byte, now time.Time) ([]budget.PriceSpec
 			}
 			specs = append(specs, budget.PriceSpec{Provider: p.Provider, Model: p.Model, Tier: p.Tier, AboveInput: p.AboveInput,
 				Input: string(p.Input), Output: string(p.Output),
-				CacheRead: str(p.CacheRead), CacheWrite: str(p.CacheWrite), Reason: str(p.Reasoning), From: fromText(p.From)})
+				CacheRead: str(p.CacheRead), CacheWrite: str(p.CacheWrite), Reason: str(p.Reasoning), CacheWrite1h: str(p.CacheWrite1h), From: fromText(p.From)})
 			where, froms = append(where, at), append(froms, p.From)
 		}
 	} else {
@@ -319,7 +328,7 @@ func parsePriceFile(name string, data []byte, now time.Time) ([]budget.PriceSpec
 		for i, h := range header {
 			h = strings.TrimSpace(h)
 			switch h {
-			case "provider", "model", "tier", "above_input", "from", "input", "output", "cache_read", "cache_write", "reasoning":
+			case "provider", "model", "tier", "above_input", "from", "input", "output", "cache_read", "cache_write", "reasoning", "cache_write_1h":
 				col[h] = i
 			default:
 				return nil, budget.Invalid("field", h, "unknown; want "+priceFields)
@@ -347,7 +356,7 @@ func parsePriceFile(name string, data []byte, now time.Time) ([]budget.PriceSpec
 				}
 				return nil
 			}
-			s := budget.PriceSpec{CacheRead: opt("cache_read"), CacheWrite: opt("cache_write"), Reason: opt("reasoning")}
+			s := budget.PriceSpec{CacheRead: opt("cache_read"), CacheWrite: opt("cache_write"), Reason: opt("reasoning"), CacheWrite1h: opt("cache_write_1h")}
 			s.Provider, _ = get("provider")
 			s.Model, _ = get("model")
 			s.Input, _ = get("input")

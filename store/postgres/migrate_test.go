@@ -208,3 +208,21 @@ func TestMigrate7ToNewestKeepsLimitsReservationsAndHistory(t *testing.T) {
 		t.Fatalf("CheckStorage after migration = %+v, %v", rep, err)
 	}
 }
+
+// A schema-13 database's price versions have no 1-hour cache-write price:
+// migrated, each prices a 1-hour cache write at its cache-write price.
+func TestMigrate13PricesCacheWrite1hAtCacheWrite(t *testing.T) {
+	ctx := context.Background()
+	dsn := schemaAt(t, 13, `INSERT INTO prices (provider, model, tier, above_input, from_at, input, output, cache_read, cache_write, reasoning)
+		VALUES ('anthropic', 'claude', '', 0, 1, 3000000, 15000000, 300000, 3750000, 15000000)`)
+	db, err := postgres.Open(ctx, dsn, postgres.Options{MaxConns: 2})
+	if err != nil {
+		t.Fatalf("Open(schema 13): %v", err)
+	}
+	defer db.Close()
+	tr := storetest.NewTracker(t, db, storetest.NewClock(time.Unix(10, 0)), time.Second)
+	ps, err := tr.ListPrices(ctx)
+	if err != nil || len(ps) != 1 || ps[0].CacheWrite != 3_750_000 || ps[0].CacheWrite1h != 3_750_000 {
+		t.Fatalf("prices after migration = %+v, %v; want claude's 1-hour price at its cache-write price $3.75", ps, err)
+	}
+}

@@ -165,26 +165,14 @@ func TestMigrateKeepsLiveReservations(t *testing.T) {
 // alerts are threshold crossings.
 func TestMigrate10KeepsAlertsAsThresholds(t *testing.T) {
 	ctx := context.Background()
-	path := tmpDB(t)
-	s := openStore(t, path)
-	s.Close()
-	raw, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range []string{
+	path := olderDB(t,
 		`ALTER TABLE alerts DROP COLUMN kind`,
 		`ALTER TABLE alerts DROP COLUMN metric`,
 		`INSERT INTO limits (id, key, scope, scope_value, metric, max, window, window_seconds, reset_time, timezone, enabled, created_at, updated_at) VALUES ('lim', 'k', 'global', '', 'usd', 100, 'daily', 0, 0, 'UTC', 1, 1, 1)`,
 		`INSERT INTO alerts (id, limit_id, level, owner, window_start, threshold, used, max, at) VALUES ('alt_1', 'lim', 'key', 'k', 0, 50, 50, 100, 1)`,
 		`PRAGMA user_version = 10`,
-	} {
-		if _, err := raw.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	raw.Close()
-	s = openStore(t, path)
+	)
+	s := openStore(t, path)
 	defer s.Close()
 	tr := newTracker(t, s, nil)
 	defer tr.Close(ctx)
@@ -199,27 +187,15 @@ func TestMigrate10KeepsAlertsAsThresholds(t *testing.T) {
 // expire and allow any model, and the new tables take tokens and entries.
 func TestMigrate12AddsKeyRulesAndAudit(t *testing.T) {
 	ctx := context.Background()
-	path := tmpDB(t)
-	s := openStore(t, path)
-	s.Close()
-	raw, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range []string{
+	path := olderDB(t,
 		`DROP TABLE audit`,
 		`DROP TABLE admin_tokens`,
 		`ALTER TABLE gateway_keys DROP COLUMN expires_at`,
 		`ALTER TABLE gateway_keys DROP COLUMN models`,
 		`INSERT INTO gateway_keys (name, hash, created_at) VALUES ('app', 'h', 1)`,
 		`PRAGMA user_version = 12`,
-	} {
-		if _, err := raw.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	raw.Close()
-	s = openStore(t, path)
+	)
+	s := openStore(t, path)
 	defer s.Close()
 	k, err := s.KeyByHash(ctx, "h")
 	if err != nil || k.Name != "app" || !k.ExpiresAt.IsZero() || len(k.Models) != 0 {
@@ -234,4 +210,53 @@ func TestMigrate12AddsKeyRulesAndAudit(t *testing.T) {
 	if err != nil || len(es) != 1 || es[0].Object != budget.ObjectAdminToken {
 		t.Fatalf("audit after migration = %+v, %v; want the token's entry", es, err)
 	}
+}
+
+// A database of schema 13 (prices without a 1-hour cache-write price) keeps
+// its price versions when opened: each prices a 1-hour cache write at its
+// cache-write price, so an event's cost is what it was, and a new version
+// takes a 1-hour price of its own.
+func TestMigrate13PricesCacheWrite1hAtCacheWrite(t *testing.T) {
+	ctx := context.Background()
+	path := olderDB(t,
+		`ALTER TABLE prices DROP COLUMN cache_write_1h`,
+		`INSERT INTO prices (provider, model, tier, above_input, from_at, input, output, cache_read, cache_write, reasoning)
+			VALUES ('anthropic', 'claude', '', 0, 1, 3000000, 15000000, 300000, 3750000, 15000000)`,
+		`PRAGMA user_version = 13`,
+	)
+	s := openStore(t, path)
+	defer s.Close()
+	tr := newTracker(t, s, nil)
+	defer tr.Close(ctx)
+	ps, err := tr.ListPrices(ctx)
+	if err != nil || len(ps) != 1 || ps[0].CacheWrite != 3_750_000 || ps[0].CacheWrite1h != 3_750_000 {
+		t.Fatalf("prices after migration = %+v, %v; want claude's 1-hour price at its cache-write price $3.75", ps, err)
+	}
+	oneHour := "6"
+	if _, err := tr.SetPrices(ctx, budget.PriceSpec{Provider: "anthropic", Model: "claude", From: time.Unix(2, 0), Input: "3", Output: "15", CacheWrite1h: &oneHour}); err != nil {
+		t.Fatal(err)
+	}
+	if ps, err = tr.ListPrices(ctx); err != nil || len(ps) != 2 || ps[1].CacheWrite1h != 6_000_000 {
+		t.Fatalf("prices = %+v, %v; want the new version's 1-hour price $6", ps, err)
+	}
+}
+
+// olderDB is a database of the newest schema taken back by stmts (which
+// set its user_version) to what an older build wrote, closed, for a test
+// to open and migrate.
+func olderDB(t *testing.T, stmts ...string) string {
+	t.Helper()
+	path := tmpDB(t)
+	openStore(t, path).Close()
+	raw, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	for _, q := range stmts {
+		if _, err := raw.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	return path
 }

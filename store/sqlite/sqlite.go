@@ -37,7 +37,7 @@ import (
 )
 
 // SchemaVersion is the PRAGMA user_version this build writes and reads.
-const SchemaVersion = 13
+const SchemaVersion = 14
 
 // Options configure Open. The zero value is usable.
 type Options struct {
@@ -229,6 +229,7 @@ var migrationCode = map[int]struct {
 	10: {schema: true},
 	11: {fn: addAlertKind},
 	13: {schema: true, fn: addKeyRules},
+	14: {fn: addCacheWrite1h},
 }
 
 // migrations[i] upgrades a schema of version i to i+1: migrations[0] is the
@@ -293,31 +294,39 @@ func buildRollups(ctx context.Context, x *sqlx.Tx) error {
 // made the table from the current schema, which has them. An alert's
 // metric is its limit's, while the limit is there to say.
 func addAlertKind(ctx context.Context, x *sqlx.Tx) error {
-	var n int
-	if err := x.GetContext(ctx, &n, `SELECT COUNT(*) FROM pragma_table_info('alerts') WHERE name = 'kind'`); err != nil {
-		return err
-	}
-	if n > 0 {
-		return nil
-	}
-	_, err := x.ExecContext(ctx, `ALTER TABLE alerts ADD COLUMN kind TEXT NOT NULL DEFAULT 'threshold';
+	return addColumns(ctx, x, "alerts", "kind", `ALTER TABLE alerts ADD COLUMN kind TEXT NOT NULL DEFAULT 'threshold';
 		ALTER TABLE alerts ADD COLUMN metric TEXT NOT NULL DEFAULT '';
 		UPDATE alerts SET metric = COALESCE((SELECT metric FROM limits WHERE limits.id = alerts.limit_id), '')`)
-	return err
 }
 
 // addKeyRules adds gateway_keys.expires_at and models unless the current
 // schema made the table with them.
 func addKeyRules(ctx context.Context, x *sqlx.Tx) error {
+	return addColumns(ctx, x, "gateway_keys", "expires_at", `ALTER TABLE gateway_keys ADD COLUMN expires_at INTEGER NOT NULL DEFAULT 0;
+		ALTER TABLE gateway_keys ADD COLUMN models TEXT NOT NULL DEFAULT ''`)
+}
+
+// addCacheWrite1h adds prices.cache_write_1h, each version's 1-hour
+// cache-write price set to its cache-write price (a version without one
+// prices every cache write at cache_write), unless the current schema
+// made the table with it.
+func addCacheWrite1h(ctx context.Context, x *sqlx.Tx) error {
+	return addColumns(ctx, x, "prices", "cache_write_1h", `ALTER TABLE prices ADD COLUMN cache_write_1h INTEGER NOT NULL DEFAULT 0;
+		UPDATE prices SET cache_write_1h = cache_write`)
+}
+
+// addColumns runs ddl, which adds column (and perhaps others) to table,
+// unless table already has column: an earlier step may have made the
+// table from the current schema, which has it.
+func addColumns(ctx context.Context, x *sqlx.Tx, table, column, ddl string) error {
 	var n int
-	if err := x.GetContext(ctx, &n, `SELECT COUNT(*) FROM pragma_table_info('gateway_keys') WHERE name = 'expires_at'`); err != nil {
+	if err := x.GetContext(ctx, &n, `SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = ?`, table, column); err != nil {
 		return err
 	}
 	if n > 0 {
 		return nil
 	}
-	_, err := x.ExecContext(ctx, `ALTER TABLE gateway_keys ADD COLUMN expires_at INTEGER NOT NULL DEFAULT 0;
-		ALTER TABLE gateway_keys ADD COLUMN models TEXT NOT NULL DEFAULT ''`)
+	_, err := x.ExecContext(ctx, ddl)
 	return err
 }
 

@@ -15,17 +15,30 @@ import (
 
 // Tokens maps an Anthropic usage: input_tokens excludes the cache reads and
 // writes, so Input is their sum; output_tokens includes thinking, which
-// Anthropic does not report apart, so it is all Output.
-func Tokens(in, read, write, out wire.Count) (wire.Tokens, bool) {
+// Anthropic does not report apart, so it is all Output. write1h is the part
+// of the writes cache_creation.ephemeral_1h_input_tokens puts in a 1-hour
+// cache, never counted as more than the writes (the rest are 5-minute
+// writes).
+func Tokens(in, read, write, write1h, out wire.Count) (wire.Tokens, bool) {
 	if !in.OK && !out.OK {
 		return wire.Tokens{}, false
 	}
 	return wire.Tokens{
-		Input:      in.V + read.V + write.V,
-		Output:     out.V,
-		CacheRead:  read.V,
-		CacheWrite: write.V,
+		Input:        in.V + read.V + write.V,
+		Output:       out.V,
+		CacheRead:    read.V,
+		CacheWrite:   write.V,
+		CacheWrite1h: min(write1h.V, write.V),
 	}, true
+}
+
+// oneHour is a usage's 1-hour cache writes; absent in the older shape,
+// which has no split.
+func oneHour(u *wire.Usage) wire.Count {
+	if u.CacheByTTL == nil {
+		return wire.Count{}
+	}
+	return u.CacheByTTL.Ephemeral1h
 }
 
 // Body reads the usage of a Messages response body.
@@ -38,7 +51,7 @@ func Body(data []byte) (t wire.Tokens, found bool, err error) {
 	if u == nil {
 		return wire.Tokens{}, false, nil
 	}
-	if t, found = Tokens(u.InputTokens, u.CacheRead, u.CacheCreation, u.OutputTokens); !found {
+	if t, found = Tokens(u.InputTokens, u.CacheRead, u.CacheCreation, oneHour(u), u.OutputTokens); !found {
 		return wire.Tokens{}, false, nil
 	}
 	if t.Billable() > budget.MaxTokens {
@@ -51,7 +64,9 @@ func Body(data []byte) (t wire.Tokens, found bool, err error) {
 // Decoder reads the events of a Messages stream: message_start's
 // message.usage, then each message_delta's usage field by field: a count
 // the delta carries replaces the one seen before (counts are cumulative, so
-// a repeated input count is not added twice), a count it omits is kept.
+// a repeated input count is not added twice), a count it omits is kept
+// (message_delta repeats cache_creation_input_tokens without the split by
+// lifetime: message_start's 1-hour part stays).
 // Until a message_delta, a found Result is message_start's: the input and
 // cache counts are known but the output count is a placeholder (typically
 // 1), so a caller charging a stream cut short adds its output estimate.
@@ -61,7 +76,7 @@ type Decoder struct {
 	found bool
 	final bool
 	text  int64
-	anth  [4]wire.Count // input, cache read, cache write, output
+	anth  [5]wire.Count // input, cache read, cache write, 1-hour cache write, output
 }
 
 func (d *Decoder) Result() (wire.Tokens, bool) { return d.tok, d.found }
@@ -101,12 +116,12 @@ func (d *Decoder) Event(name, data []byte) (bool, error) {
 		return false, nil
 	}
 	a := d.anth
-	for i, c := range [...]wire.Count{u.InputTokens, u.CacheRead, u.CacheCreation, u.OutputTokens} {
+	for i, c := range [...]wire.Count{u.InputTokens, u.CacheRead, u.CacheCreation, oneHour(u), u.OutputTokens} {
 		if c.OK {
 			a[i] = c
 		}
 	}
-	t, found := Tokens(a[0], a[1], a[2], a[3])
+	t, found := Tokens(a[0], a[1], a[2], a[3], a[4])
 	if !found {
 		return false, nil
 	}

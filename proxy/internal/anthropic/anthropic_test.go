@@ -50,3 +50,47 @@ func TestAdapterRequestAndCredential(t *testing.T) {
 		t.Errorf("credential headers %v", h)
 	}
 }
+
+// TestCacheWritesByLifetime: usage.cache_creation's 1-hour count is the
+// 1-hour part of the cache writes, in a body and in a stream (where a
+// message_delta without the split keeps message_start's, and one with it
+// replaces it); the older shape has none; a count above the writes is
+// capped at them; a cache_creation of another shape is ignored.
+func TestCacheWritesByLifetime(t *testing.T) {
+	usage := func(split string) string {
+		return `{"model":"claude","usage":{"input_tokens":5,"cache_creation_input_tokens":300,"cache_read_input_tokens":0` + split + `,"output_tokens":7}}`
+	}
+	for _, c := range []struct {
+		name, split string
+		want        int64
+	}{
+		{"split", `,"cache_creation":{"ephemeral_5m_input_tokens":100,"ephemeral_1h_input_tokens":200}`, 200},
+		{"older shape", ``, 0},
+		{"null split", `,"cache_creation":null`, 0},
+		{"more 1-hour writes than writes", `,"cache_creation":{"ephemeral_1h_input_tokens":900}`, 300},
+		{"another shape", `,"cache_creation":300`, 0},
+	} {
+		tok, found, err := Body([]byte(usage(c.split)))
+		if err != nil || !found || tok.CacheWrite != 300 || tok.CacheWrite1h != c.want || tok.Input != 305 {
+			t.Errorf("%s: Body = %+v, %v, %v; want 300 writes, %d of them 1-hour", c.name, tok, found, err, c.want)
+		}
+	}
+	var d Decoder
+	for _, ev := range []string{
+		`{"type":"message_start","message":{"model":"claude","usage":{"input_tokens":5,"cache_creation_input_tokens":300,"cache_creation":{"ephemeral_5m_input_tokens":100,"ephemeral_1h_input_tokens":200},"output_tokens":1}}}`,
+		`{"type":"message_delta","usage":{"input_tokens":5,"cache_creation_input_tokens":300,"output_tokens":7}}`,
+	} {
+		if _, err := d.Event(nil, []byte(ev)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tok, _ := d.Result(); tok.CacheWrite1h != 200 || tok.Output != 7 {
+		t.Errorf("stream without the split in message_delta: %+v; want message_start's 200 1-hour writes", tok)
+	}
+	if _, err := d.Event(nil, []byte(`{"type":"message_delta","usage":{"cache_creation_input_tokens":300,"cache_creation":{"ephemeral_5m_input_tokens":0,"ephemeral_1h_input_tokens":300},"output_tokens":8}}`)); err != nil {
+		t.Fatal(err)
+	}
+	if tok, _ := d.Result(); tok.CacheWrite1h != 300 || tok.Output != 8 {
+		t.Errorf("stream with the split in message_delta: %+v; want its 300 1-hour writes", tok)
+	}
+}

@@ -3,6 +3,8 @@ package bedrock
 import (
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/tokenbudget/tokenbudget/proxy/internal/captures"
@@ -177,5 +179,19 @@ func TestInvokeStreamChunks(t *testing.T) {
 	}
 	if _, found := p.Result(); found {
 		t.Error("an invoke stream has no Converse metadata usage")
+	}
+}
+
+// TestInvokeBodyOneHourCacheWrites: an InvokeModel body is Anthropic's and
+// is read by its reader, 1-hour cache writes included (the capture's counts
+// changed from a real response's shape; see the captures README).
+func TestInvokeBodyOneHourCacheWrites(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(captures.Dir(), "..", "anthropic-messages-json-1h.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, found, err := Adapter{Invoke: true}.Body(b)
+	if err != nil || !found || tok.CacheWrite != 2500 || tok.CacheWrite1h != 1000 || tok.Input != 17+2500 {
+		t.Errorf("invoke body = %+v, %v, %v; want 2500 cache writes, 1000 of them 1-hour", tok, found, err)
 	}
 }

@@ -16,21 +16,43 @@ type Details struct {
 	CacheWrite Count `json:"cache_write_tokens"`
 }
 
+// CacheByTTL is Anthropic's usage.cache_creation: the cache writes by
+// lifetime, which add up to cache_creation_input_tokens.
+type CacheByTTL struct {
+	Ephemeral5m Count `json:"ephemeral_5m_input_tokens"`
+	Ephemeral1h Count `json:"ephemeral_1h_input_tokens"`
+}
+
+// UnmarshalJSON reads an object and ignores any other value: the member is
+// Anthropic's, and another server's cache_creation of another shape must
+// not cost the usage beside it.
+func (c *CacheByTTL) UnmarshalJSON(b []byte) error {
+	*c = CacheByTTL{}
+	if len(b) == 0 || b[0] != '{' {
+		return nil
+	}
+	type plain CacheByTTL
+	return json.Unmarshal(b, (*plain)(c))
+}
+
 // Usage holds the usage fields of every shape: OpenAI chat and embeddings
 // (prompt/completion), OpenAI Responses (input/output with details) and
 // Anthropic (input/output plus the cache counts beside them).
 type Usage struct {
-	PromptTokens      Count   `json:"prompt_tokens"`
-	CompletionTokens  Count   `json:"completion_tokens"`
-	InputTokens       Count   `json:"input_tokens"`
-	OutputTokens      Count   `json:"output_tokens"`
-	TotalTokens       Count   `json:"total_tokens"`
-	CacheRead         Count   `json:"cache_read_input_tokens"`
-	CacheCreation     Count   `json:"cache_creation_input_tokens"`
-	PromptDetails     Details `json:"prompt_tokens_details"`
-	CompletionDetails Details `json:"completion_tokens_details"`
-	InputDetails      Details `json:"input_tokens_details"`
-	OutputDetails     Details `json:"output_tokens_details"`
+	PromptTokens     Count `json:"prompt_tokens"`
+	CompletionTokens Count `json:"completion_tokens"`
+	InputTokens      Count `json:"input_tokens"`
+	OutputTokens     Count `json:"output_tokens"`
+	TotalTokens      Count `json:"total_tokens"`
+	CacheRead        Count `json:"cache_read_input_tokens"`
+	CacheCreation    Count `json:"cache_creation_input_tokens"`
+	// CacheByTTL is Anthropic's split of cache_creation_input_tokens by
+	// the cache's lifetime.
+	CacheByTTL        *CacheByTTL `json:"cache_creation"`
+	PromptDetails     Details     `json:"prompt_tokens_details"`
+	CompletionDetails Details     `json:"completion_tokens_details"`
+	InputDetails      Details     `json:"input_tokens_details"`
+	OutputDetails     Details     `json:"output_tokens_details"`
 	// OpenAI-compatible servers that report the cache hit elsewhere than
 	// prompt_tokens_details: DeepSeek's prompt_cache_hit_tokens (older
 	// responses carry only it; newer ones repeat it in the details, counted

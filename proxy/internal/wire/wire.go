@@ -27,6 +27,9 @@ type Tokens struct {
 	Reasoning  int64
 	CacheRead  int64
 	CacheWrite int64
+	// CacheWrite1h is the part of CacheWrite written to a 1-hour cache
+	// (Anthropic), priced apart.
+	CacheWrite1h int64
 	// ServiceTier is the tier the response says it was served at ("flex",
 	// "priority", "default"), "" when it says none; prices may depend on it.
 	ServiceTier string
@@ -35,12 +38,12 @@ type Tokens struct {
 // Billable is Input + Output + Reasoning: every token once.
 func (t Tokens) Billable() int64 { return t.Input + t.Output + t.Reasoning }
 
-// Fill copies the five token counts and the service tier into u (a tier
+// Fill copies the token counts and the service tier into u (a tier
 // the response does not name keeps u's: the request's); it leaves u's
 // model and every other field alone.
 func (t Tokens) Fill(u *budget.Usage) {
 	u.Input, u.Output, u.Reasoning = t.Input, t.Output, t.Reasoning
-	u.CacheRead, u.CacheWrite = t.CacheRead, t.CacheWrite
+	u.CacheRead, u.CacheWrite, u.CacheWrite1h = t.CacheRead, t.CacheWrite, t.CacheWrite1h
 	if t.ServiceTier != "" {
 		u.ServiceTier = t.ServiceTier
 	}

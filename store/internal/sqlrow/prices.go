@@ -12,4 +12,6 @@ type Price struct {
 	CacheRead  int64  `db:"cache_read"`
 	CacheWrite int64  `db:"cache_write"`
 	Reasoning  int64  `db:"reasoning"`
+	// CacheWrite1h is the 1-hour cache-write price (schema 14).
+	CacheWrite1h int64 `db:"cache_write_1h"`
 }
