@@ -237,7 +237,9 @@ func TestStreamIdleTimeout(t *testing.T) {
 // timeouts, arrives whole and is charged its final usage.
 func TestStreamIdleTimeoutSlowClient(t *testing.T) {
 	t.Parallel()
-	const idle = 100 * time.Millisecond
+	// Long enough that a loaded machine (the race detector, two cores) does
+	// not itself leave the upstream quiet that long once the client reads.
+	const idle = 400 * time.Millisecond
 	event := "data: {\"model\":\"gpt-x\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" + strings.Repeat("x", 64<<10) + "\"}}]}\n\n"
 	const events = 256 // 16 MiB
 	e := newEnv(t, envOptions{up: func(u *proxy.UpstreamConfig) { u.StreamIdleTimeout = idle }},
@@ -253,7 +255,7 @@ func TestStreamIdleTimeoutSlowClient(t *testing.T) {
 		})
 	id := e.limit("", "", "tokens", "1h", 1000)
 	resp := e.openStream(context.Background(), "/v1/chat/completions", chatBody("gpt-4o", 50, true))
-	<-time.After(5 * idle) // the client does not read meanwhile: the proxy's writes block
+	<-time.After(3 * idle) // the client does not read meanwhile: the proxy's writes block
 	got, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	e.wait(1)
