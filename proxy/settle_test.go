@@ -162,7 +162,7 @@ func TestReservationChargedOnExpiry(t *testing.T) {
 // TTL), so it never expires; the commit records the actual usage.
 func TestReservationRenewed(t *testing.T) {
 	t.Parallel()
-	const ttl = 300 * time.Millisecond
+	const ttl = 900 * time.Millisecond // renewed every 300ms: room for a slow writer on a loaded machine
 	release := make(chan struct{})
 	e := newEnv(t, envOptions{cfg: func(c *proxy.Config) { c.ReservationTTL = ttl }},
 		sseUpstream(chatChunk, chatChunk+chatUsageChunk+"data: [DONE]\n\n", release))
