@@ -82,6 +82,10 @@ type Config struct {
 	ParkRetryAfter time.Duration
 	// MaxProbeBackoff caps how far failed probes push resume-at.
 	MaxProbeBackoff time.Duration
+	// Leases lets reservations be decided in memory, carved from room the
+	// Tracker holds in the store per route (see the package doc). Ignored
+	// in Durable mode. (Optional; default false.)
+	Leases bool
 }
 
 // DefaultConfig returns the configuration Open uses.
@@ -160,8 +164,9 @@ type Tracker struct {
 	sweepWG   sync.WaitGroup
 	retention retentionClock // what expired reservations' retention is measured on
 
-	stats trackerStats
-	w     writerState // owned by the writer goroutine
+	stats  trackerStats
+	w      writerState // owned by the writer goroutine
+	leases leaseTable
 	// horizon is the prune horizon as last read (Unix nanos, 0: none):
 	// Record refuses events before it.
 	horizon atomic.Int64
@@ -187,6 +192,7 @@ func New(ctx context.Context, store Store, cfg Config) (*Tracker, error) {
 		done:      make(chan struct{}),
 	}
 	t.w.init()
+	t.leases.init()
 	t.startRetention()
 	go t.writeLoop() // recovery runs on the writer
 	// Record refuses events before the prune horizon from the start; if the
@@ -200,6 +206,10 @@ func New(ctx context.Context, store Store, cfg Config) (*Tracker, error) {
 		}
 		t.sweepWG.Add(1)
 		go t.sweep()
+	}
+	if t.leasesOn() {
+		t.sweepWG.Add(1)
+		go t.leaseTicker()
 	}
 	return t, nil
 }

@@ -306,6 +306,11 @@ func (t *tx) renew(rs []budget.Renewal) error {
 		for k, h := range st.holds {
 			if k.reservationID == rn.ID && ns(h.ExpiresAt) != forever {
 				h.ExpiresAt = r.ExpiresAt
+				for _, nh := range rn.Holds {
+					if nh.LimitID == h.LimitID && nh.Subject == h.Subject && nh.WindowStart.Equal(h.WindowStart) {
+						h.Amount = nh.Amount
+					}
+				}
 				st.holds[k] = h
 			}
 		}

@@ -1,0 +1,270 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+)
+
+// Budget leases (Config.Leases): reservations carved in memory from room a
+// Tracker holds in the store, which every other tracker counts.
+
+func init() {
+	extra = append(extra,
+		suiteCase{"BudgetLeasesExactAt64", testBudgetLeasesExact},
+		suiteCase{"BudgetLeaseIdleGivenBack", testBudgetLeaseIdle},
+		suiteCase{"BudgetLeaseCheckCountsAdmissions", testBudgetLeaseCheck},
+		suiteCase{"BudgetLeaseRecoveredElsewhereFenced", testBudgetLeaseFenced},
+	)
+}
+
+// NewLeaseTracker is NewTracker with budget leases on.
+func NewLeaseTracker(t testing.TB, s budget.Store, c *Clock, refresh time.Duration) *budget.Tracker {
+	t.Helper()
+	cfg := budget.DefaultConfig()
+	cfg.Now = c.Now
+	cfg.RefreshInterval = refresh
+	cfg.SweepInterval = -1
+	cfg.Leases = true
+	tr, err := budget.New(context.Background(), s, cfg)
+	if err != nil {
+		t.Fatalf("budget.New: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := tr.Close(context.Background()); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return tr
+}
+
+// leaseReq is the request every lease case makes.
+func leaseReq(est int64) budget.Request {
+	return budget.Request{Key: "k", Provider: "p", Model: "m", Estimate: budget.Estimate{Input: est / 2, Output: est - est/2}}
+}
+
+// reserveUntilRefused has each of n goroutines reserve and commit (at the
+// estimate) on tr until refused, and returns how many were admitted.
+func reserveUntilRefused(t *testing.T, tr *budget.Tracker, n int, est int64) int64 {
+	t.Helper()
+	var admitted atomic.Int64
+	err := concurrently(n, func(int) error {
+		for {
+			r, err := tr.ReserveWith(context.Background(), leaseReq(est), budget.ReserveOptions{TTL: time.Minute})
+			var ex *budget.ExceededError
+			if errors.As(err, &ex) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			admitted.Add(1)
+			if _, err := tr.Commit(context.Background(), r.ID, budget.Usage{Input: est / 2, Output: est - est/2}); err != nil {
+				return err
+			}
+		}
+	})
+	if err != nil {
+		t.Fatalf("reserve and commit: %v", err)
+	}
+	return admitted.Load()
+}
+
+// Two trackers with leases, 32 goroutines each, admit exactly
+// floor(limit/estimate) between them, and the store then holds exactly
+// that usage and no room still held.
+func testBudgetLeasesExact(t *testing.T, newDB NewDB) {
+	open := newDB(t)
+	c := NewClock(T0)
+	a, b := NewLeaseTracker(t, open(), c, time.Second), NewLeaseTracker(t, open(), c, time.Second)
+	obs := NewTracker(t, open(), c, 0)
+	const limit, est = 70_000, 70
+	l := SetLimit(t, obs, budget.LimitSpec{Key: "k", Window: "daily"}, limit)
+	SetLimit(t, obs, budget.LimitSpec{Key: "k", Metric: string(budget.MetricRequests), Window: "daily"}, 5000)
+	var got [2]int64
+	var wg sync.WaitGroup
+	for i, tr := range []*budget.Tracker{a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[i] = reserveUntilRefused(t, tr, 32, est)
+		}()
+	}
+	wg.Wait()
+	if total := got[0] + got[1]; total != limit/est {
+		t.Fatalf("two leasing trackers x 32 goroutines admitted %d + %d = %d; want exactly %d", got[0], got[1], total, limit/est)
+	}
+	// Most were answered in memory, not by a store transaction each.
+	if n := a.Stats().Leased + b.Stats().Leased; n < limit/est/2 {
+		t.Fatalf("%d of %d admissions were carved from leases; want most", n, limit/est)
+	}
+	for _, tr := range []*budget.Tracker{a, b} {
+		if _, err := tr.Flush(context.Background()); err != nil {
+			t.Fatalf("Flush: %v", err)
+		}
+	}
+	used, reserved := Used(t, obs, leaseReq(est), c.Now(), l.ID)
+	if used != limit/est*est || used+reserved > limit {
+		t.Fatalf("after the leased run: used %d, reserved %d; want used %d and used + reserved <= %d", used, reserved, limit/est*est, limit)
+	}
+	noDrift(t, obs)
+}
+
+// A tracker that took a lease under load and went idle gives its room back
+// within 2 s of its clock: another tracker then admits all but at most one
+// estimate of what is left.
+func testBudgetLeaseIdle(t *testing.T, newDB NewDB) {
+	open := newDB(t)
+	c := NewClock(T0)
+	a := NewLeaseTracker(t, open(), c, time.Second)
+	b := NewTracker(t, open(), c, time.Second)
+	const limit, est = 5000, 50
+	l := SetLimit(t, b, budget.LimitSpec{Key: "k", Window: "daily"}, limit)
+	ctx := context.Background()
+	err := concurrently(16, func(int) error {
+		for range 3 {
+			r, err := a.Reserve(ctx, leaseReq(est), time.Minute)
+			if err != nil {
+				return err
+			}
+			if _, err := a.Commit(ctx, r.ID, budget.Usage{Input: est / 2, Output: est - est/2}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("load on A: %v", err)
+	}
+	if _, err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(100 * time.Millisecond)
+	used, held := Used(t, b, leaseReq(est), c.Now(), l.ID)
+	if used != 48*est || held == 0 {
+		t.Fatalf("while A leases: B sees used %d, reserved %d; want used %d and A's lease reserved", used, held, 48*est)
+	}
+	c.Advance(2 * time.Second)
+	if _, err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for {
+		_, err := b.Reserve(ctx, leaseReq(est), time.Minute)
+		var ex *budget.ExceededError
+		if errors.As(err, &ex) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	if room := int64(limit - 48*est); n*est < room-est {
+		t.Fatalf("2 s after A went idle, B admitted %d x %d of the %d left; want all but at most one estimate", n, est, room)
+	}
+}
+
+// A check in the leasing process counts what its leases admitted (in
+// flight) but not the room it may still carve; another process's check
+// counts the whole lease as reserved.
+func testBudgetLeaseCheck(t *testing.T, newDB NewDB) {
+	open := newDB(t)
+	c := NewClock(T0)
+	a := NewLeaseTracker(t, open(), c, time.Second)
+	b := NewTracker(t, open(), c, 0)
+	const limit, est = 100_000, 100
+	l := SetLimit(t, b, budget.LimitSpec{Key: "k", Window: "daily"}, limit)
+	ctx := context.Background()
+	var ids []string
+	for range 5 {
+		r, err := a.Reserve(ctx, leaseReq(est), time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.ID)
+	}
+	if _, reserved := Used(t, a, leaseReq(est), c.Now(), l.ID); reserved != 5*est {
+		t.Fatalf("A's check with 5 leased reservations in flight: reserved %d; want %d", reserved, 5*est)
+	}
+	if _, reserved := Used(t, b, leaseReq(est), c.Now(), l.ID); reserved < 5*est {
+		t.Fatalf("B's check while A leases: reserved %d; want A's whole lease (at least %d)", reserved, 5*est)
+	}
+	for _, id := range ids[:3] {
+		s, err := a.Commit(ctx, id, budget.Usage{Input: 10, Output: 20})
+		if err != nil || s.RequestID != id || s.Expired || s.Charged {
+			t.Fatalf("Commit(%s) = %+v, %v", id, s, err)
+		}
+	}
+	if err := a.Release(ctx, ids[3]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if used, reserved := Used(t, a, leaseReq(est), c.Now(), l.ID); used != 3*30 || reserved != est {
+		t.Fatalf("A after 3 commits of 30, a release and one in flight: used %d, reserved %d; want 90, %d", used, reserved, est)
+	}
+	if used, _ := Used(t, b, leaseReq(est), c.Now(), l.ID); used != 90 {
+		t.Fatalf("B after A's commits: used %d; want 90", used)
+	}
+	noDrift(t, b)
+}
+
+// A lease that another process recovered (its holder stalled past its
+// TTL) is never settled against again: the stalled tracker's commits
+// record their usage alone, and it serves new requests from a new lease.
+func testBudgetLeaseFenced(t *testing.T, newDB NewDB) {
+	open := newDB(t)
+	c := NewClock(T0)
+	a := NewLeaseTracker(t, open(), c, time.Second)
+	b := NewTracker(t, open(), c, 0)
+	const limit, est = 100_000, 100
+	l := SetLimit(t, b, budget.LimitSpec{Key: "k", Window: "daily"}, limit)
+	ctx := context.Background()
+	var ids []string
+	for range 3 {
+		r, err := a.ReserveWith(ctx, leaseReq(est), budget.ReserveOptions{TTL: 20 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.ID)
+	}
+	// A stalls past its lease's TTL (its reservations' 20 s), and B
+	// recovers it.
+	c.Advance(30 * time.Second)
+	res, err := b.Recover(ctx, c.Now())
+	if err != nil || res.ReleasedReservations != 1 {
+		t.Fatalf("B's recovery of A's lease: %+v, %v; want 1 reservation released", res, err)
+	}
+	if _, reserved := Used(t, b, leaseReq(est), c.Now(), l.ID); reserved != 0 {
+		t.Fatalf("after recovery B sees %d reserved; want 0", reserved)
+	}
+	for _, id := range ids {
+		if _, err := a.Commit(ctx, id, budget.Usage{Input: 40, Output: 40}); err != nil {
+			t.Fatalf("A's commit after its lease was recovered: %v", err)
+		}
+	}
+	r, err := a.Reserve(ctx, leaseReq(est), time.Minute)
+	if err != nil {
+		t.Fatalf("A's reservation after its lease was lost: %v", err)
+	}
+	if _, err := a.Commit(ctx, r.ID, budget.Usage{Input: 40, Output: 40}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if used, _ := Used(t, b, leaseReq(est), c.Now(), l.ID); used != 4*80 {
+		t.Fatalf("used after 4 commits of 80 across a lost lease: %d; want %d", used, 4*80)
+	}
+	if lost := a.Stats().LeasesLost; lost != 1 {
+		t.Fatalf("LeasesLost = %d; want 1", lost)
+	}
+	noDrift(t, b)
+}
