@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,6 +68,7 @@ func child(role, dsn, arg string, open OpenDSN) error {
 	defer s.Close()
 	cfg := budget.DefaultConfig()
 	cfg.SweepInterval = -1
+	cfg.Leases = strings.HasPrefix(role, "lease")
 	tr, err := budget.New(ctx, s, cfg)
 	if err != nil {
 		return err
@@ -125,6 +127,33 @@ func child(role, dsn, arg string, open OpenDSN) error {
 		})
 		fmt.Println(admitted)
 		return err
+	case "leasereservecommit":
+		// Until refused, so every lease's room is taken or given back.
+		var admitted atomic.Int64
+		err := concurrently(goroutinesPerChild, func(int) error {
+			for {
+				r, err := tr.Reserve(ctx, budget.Request{Key: "k", Provider: "p", Model: "m", Estimate: budget.Estimate{Tokens: estimate}}, time.Minute)
+				var ex *budget.ExceededError
+				if errors.As(err, &ex) {
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+				if _, err := tr.Commit(ctx, r.ID, budget.Usage{Input: 50, Output: estimate - 50}); err != nil {
+					return err
+				}
+				admitted.Add(1)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		if err := tr.Close(ctx); err != nil {
+			return err
+		}
+		fmt.Println(admitted.Load())
+		return nil
 	case "mixed":
 		if err := mixed(ctx, tr, n); err != nil {
 			return err

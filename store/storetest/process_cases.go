@@ -21,6 +21,7 @@ func RunProcesses(t *testing.T, p Processes) {
 		{"RecordExactly", testProcRecord},
 		{"ReserveExactly", testProcReserve},
 		{"ReserveCommitExactly", testProcReserveCommit},
+		{"LeasedReserveCommitExactly", testProcLeased},
 		{"TeamReserveCommitExactly", testProcTeam},
 		{"AlertsLoggedOnce", testProcAlerts},
 		{"MixedWorkloadNoDrift", testProcMixed},
@@ -79,6 +80,25 @@ func testProcReserveExact(t *testing.T, p Processes, commit bool) {
 	}
 	if used, reserved := Used(t, tr, budget.Request{Key: "k"}, tr.Now(), l.ID); used != wantUsed || reserved != wantReserved {
 		t.Fatalf("after the run used/reserved = %d/%d; want %d/%d", used, reserved, wantUsed, wantReserved)
+	}
+	noDrift(t, tr)
+}
+
+// Four processes of 16 goroutines, each with budget leases, reserve and
+// commit until refused: exactly floor(limit/estimate) are admitted, the
+// history holds exactly their usage, and once the children closed no room
+// is held.
+func testProcLeased(t *testing.T, p Processes) {
+	dsn := p.NewDSN(t)
+	tr := openParent(t, p, dsn, 0, nil)
+	const limit = 20 * limitTokens
+	l := SetLimit(t, tr, budget.LimitSpec{Key: "k", Window: "daily"}, limit)
+	if got, want := runChildren(t, 4, "leasereservecommit", dsn, 0), int64(limit/estimate); got != want {
+		t.Fatalf("4 leasing processes x %d goroutines admitted %d (estimate %d, limit %d); want exactly %d",
+			goroutinesPerChild, got, estimate, limit, want)
+	}
+	if used, reserved := Used(t, tr, budget.Request{Key: "k", Provider: "p", Model: "m"}, tr.Now(), l.ID); used != limit/estimate*estimate || reserved != 0 {
+		t.Fatalf("after the leased run used/reserved = %d/%d; want %d/0", used, reserved, limit/estimate*estimate)
 	}
 	noDrift(t, tr)
 }
