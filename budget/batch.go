@@ -231,6 +231,11 @@ type batch struct {
 	leaseOrder      []*lease
 	newLeases       map[routeKey]*lease
 	looked, closing bool
+	// journals are the events of the lease rows recovery settles, read
+	// from their journals; recoveredLeases those rows, whose journals go
+	// once the batch lands.
+	journals        map[string][]Usage
+	recoveredLeases []string
 }
 
 // events are o's events: Record's one or RecordSync's.
@@ -1077,11 +1082,14 @@ func (b *batch) needRecover(ctx context.Context, tx Tx, o *op, n *needs) error {
 			continue
 		}
 		n.needHolds(r)
-		if r.OnExpiry == ExpireCharge {
+		if r.OnExpiry == ExpireCharge || isLease(r.ID) {
 			who := r.who()
 			if err := b.needEvent(ctx, tx, n, &who, r.Provider, r.Model, r.At); err != nil {
 				return err
 			}
+		}
+		if err := b.needJournal(ctx, tx, r, n); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -1100,6 +1108,11 @@ func (b *batch) decideRecover(ctx context.Context, tx Tx, o *op) error {
 		// process did before our lock.
 		if r == nil || r.State != ReservationLive || r.ExpiresAt.After(o.at) {
 			continue
+		}
+		// A lease's reservations are charged from its journal, before its
+		// holds go.
+		if err := b.chargeJournal(ctx, tx, r, o); err != nil {
+			return err
 		}
 		// Charged before the holds go, so the limits never show room the
 		// charge is about to take.

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,6 +61,8 @@ type lease struct {
 	from, until int64
 	ttl         time.Duration
 	lastUse     atomic.Int64 // Unix nanos of the tracker's clock
+	// j is its journal, set before it serves (nil without one).
+	j *os.File
 
 	mu       sync.Mutex
 	free     []int64 // room not carved, per limit
@@ -95,6 +98,7 @@ type leaseTable struct {
 	shards  [16]resShard
 	lost    atomic.Int64 // leases found recovered by another process
 	carved  atomic.Int64 // reservations answered in memory
+	late    atomic.Int64 // commits after a recovery that recorded an excess
 }
 
 type resShard struct {
@@ -154,6 +158,13 @@ func (lt *leaseTable) peek(id string) *leasedRes {
 	return lr
 }
 
+// reportErr hands err to Config.OnError.
+func (t *Tracker) reportErr(err error) {
+	if t.cfg.OnError != nil {
+		t.cfg.OnError(err)
+	}
+}
+
 // leasesOn reports whether reservations may be carved from leases.
 func (t *Tracker) leasesOn() bool { return t.cfg.Leases && !t.cfg.Durable }
 
@@ -195,8 +206,19 @@ func (t *Tracker) reserveLeased(ctx context.Context, req *Request, ttl time.Dura
 	l.served++
 	l.mu.Unlock()
 	l.lastUse.Store(ns)
-	t.leases.carved.Add(1)
 	t.fillLeased(lr, req, l, now, ttl, policy, newLeasedID(now))
+	if err := journalAdmit(l.j, lr); err != nil {
+		// Not journaled, not admitted here: the store's path decides it.
+		l.mu.Lock()
+		for i := range l.limits {
+			l.free[i] += lr.amounts[i]
+		}
+		l.inflight--
+		l.mu.Unlock()
+		t.reportErr(err)
+		return nil
+	}
+	t.leases.carved.Add(1)
 	t.leases.put(lr.r.ID, lr)
 	return &lr.r
 }
@@ -254,6 +276,12 @@ func (t *Tracker) commitLeased(ctx context.Context, id string, actual Usage) (Se
 		}
 		o.leased = nil
 	} else {
+		// Journaled before it is answered: a crash from here on still
+		// charges the actual usage.
+		if err := journalCommit(lr.lease.j, id, &actual); err != nil {
+			t.leases.put(id, lr)
+			return Settlement{}, true, err
+		}
 		l := lr.lease
 		l.mu.Lock()
 		l.inflight--
@@ -266,13 +294,17 @@ func (t *Tracker) commitLeased(ctx context.Context, id string, actual Usage) (Se
 }
 
 // releaseLeased gives a carved reservation's room back to its lease.
-func (t *Tracker) releaseLeased(id string) bool {
+func (t *Tracker) releaseLeased(id string) (bool, error) {
 	lr := t.leases.take(id)
 	if lr == nil {
-		return false
+		return false, nil
 	}
 	if lr.expired {
-		return true
+		return true, nil
+	}
+	if err := journalRelease(lr.lease.j, id); err != nil {
+		t.leases.put(id, lr)
+		return true, err
 	}
 	// A dead lease's free room is the writer's to give back.
 	l := lr.lease
@@ -282,7 +314,7 @@ func (t *Tracker) releaseLeased(id string) bool {
 		l.free[i] += lr.amounts[i]
 	}
 	l.mu.Unlock()
-	return true
+	return true, nil
 }
 
 // renewLeased moves a carved reservation's expiry; its lease is renewed by

@@ -3,6 +3,7 @@ package budget
 import (
 	"context"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -68,6 +69,24 @@ func (b *batch) loseLease(l *lease) {
 	b.t.leases.drop(l)
 	if !wasDead {
 		b.t.leases.lost.Add(1)
+	}
+	// Its recovery read (or will read) the journal: the records this
+	// process still appends to it change nothing.
+	l.closeJournal("", false)
+}
+
+// closeJournal closes l's journal, removing it when its row ended here
+// (every reservation of it settled and written).
+func (l *lease) closeJournal(dir string, remove bool) {
+	l.mu.Lock()
+	f := l.j
+	l.mu.Unlock()
+	if f == nil {
+		return
+	}
+	if remove {
+		_ = f.Close()
+		removeJournal(dir, l.id)
 	}
 }
 
@@ -140,16 +159,48 @@ func (b *batch) needLeaseCommit(ctx context.Context, tx Tx, o *op, n *needs) err
 // decideLeaseCommit writes the event and takes the reservation's room off
 // its lease's hold, in this transaction.
 func (b *batch) decideLeaseCommit(ctx context.Context, tx Tx, o *op) error {
-	if !b.stored(o.ev) {
-		if err := b.event(ctx, tx, o.ev, o); err != nil {
-			return err
+	if o.leased != nil && b.leaseLive(o.leased.lease) {
+		if !b.stored(o.ev) {
+			if err := b.event(ctx, tx, o.ev, o); err != nil {
+				return err
+			}
 		}
+		b.shrink(o.leased)
+		return nil
+	}
+	if !b.stored(o.ev) {
+		return b.event(ctx, tx, o.ev, o)
 	}
 	if o.leased == nil {
 		return nil
 	}
-	b.shrink(o.leased)
-	return nil
+	// Its lease was recovered by another process while this one stalled,
+	// and the reservation charged from the journal: its estimate if it was
+	// unsettled then, its actual usage if this commit was journaled first.
+	// Only what the actual exceeds that charge by is recorded, as
+	// <id>:late (contract section 5).
+	charged, err := storedEvent(ctx, tx, &o.ev)
+	if err != nil || charged == nil {
+		return err
+	}
+	late := lateUsage(o.ev, Estimate{Input: charged.Input, Output: charged.Output + charged.Reasoning})
+	if late.Billable() == 0 || b.stored(late) {
+		return nil
+	}
+	return b.event(ctx, tx, late, o)
+}
+
+// storedEvent is the history's event with ev's key and request id at
+// ev's instant, or nil.
+func storedEvent(ctx context.Context, tx Tx, ev *Usage) (*Usage, error) {
+	var found *Usage
+	err := tx.Events(ctx, ev.At, ev.At.Add(1), ev.Key, func(u Usage) error {
+		if u.RequestID == ev.RequestID {
+			found = &u
+		}
+		return nil
+	})
+	return found, err
 }
 
 // shrink takes a settled carve's room off its lease's hold.
@@ -446,8 +497,14 @@ func (b *batch) decideMaintain(ctx context.Context, tx Tx) error {
 			b.takeFree(l, p)
 		}
 		if idle && inflight == 0 && !slices.ContainsFunc(p.size, func(v int64) bool { return v > 0 }) {
-			p.release = true
-			continue
+			l.mu.Lock()
+			if l.inflight == 0 { // none carved since: none can be now
+				l.dead, p.release = true, true
+			}
+			l.mu.Unlock()
+			if p.release {
+				continue
+			}
 		}
 		if l.expires.Sub(b.now) < l.ttl/2 {
 			p.exp = b.now.Add(l.ttl)
@@ -523,7 +580,23 @@ func (b *batch) landedLeases() {
 		}
 		l.inflight += len(p.carves)
 		l.mu.Unlock()
+		if p.create && b.t.cfg.LeaseJournal != "" {
+			f, err := openJournal(b.t.cfg.LeaseJournal, l.id)
+			if err != nil {
+				// Without a journal it serves nothing more; what this batch
+				// admitted is answered (its room is held) but a crash
+				// before its commit would not charge it.
+				b.t.reportErr(err)
+				l.mu.Lock()
+				l.dead = true
+				l.mu.Unlock()
+			}
+			l.j = f
+		}
 		for _, lr := range p.carves {
+			if err := journalAdmit(l.j, lr); err != nil {
+				b.t.reportErr(err)
+			}
 			lt.put(lr.r.ID, lr)
 		}
 		l.lastUse.Store(b.now.UnixNano())
@@ -534,12 +607,21 @@ func (b *batch) landedLeases() {
 			l.mu.Unlock()
 			l.created = false
 			lt.drop(l)
+			l.closeJournal(b.t.cfg.LeaseJournal, true)
 		case p.create:
 			l.created = true
 			lt.add(l)
 		}
 	}
 	b.t.w.leaseCharges = b.t.w.leaseCharges[:0]
+	for i, o := range b.evOps {
+		if o.kind == opLeaseCommit && b.inserted[i] && strings.HasSuffix(b.ws.Events[i].Usage.RequestID, LateSuffix) {
+			lt.late.Add(1)
+		}
+	}
+	for _, id := range b.recoveredLeases {
+		removeJournal(b.t.cfg.LeaseJournal, id)
+	}
 	if b.looked {
 		b.t.w.leaseLook = b.now.UnixNano()
 	}

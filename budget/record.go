@@ -114,7 +114,11 @@ type Stats struct {
 	LeasesLost int64
 	// Leased counts reservations answered from a lease in memory.
 	Leased int64
-	Store  StoreStats
+	// LeaseLate counts commits of reservations whose lease another process
+	// had recovered (this one stalled) that recorded an excess over the
+	// charged estimate as <id>:late.
+	LeaseLate int64
+	Store     StoreStats
 }
 
 type trackerStats struct {
@@ -128,7 +132,7 @@ func (t *Tracker) Stats() Stats {
 		Queued: t.stats.queued.Load(), Written: t.stats.written.Load(), Duplicates: t.stats.duplicates.Load(),
 		Batches: t.stats.batches.Load(), Retries: t.stats.retries.Load(), Failures: t.stats.failures.Load(),
 		QueueDepth: int64(len(t.queue)), Store: t.store.Stats(), Unpriced: t.stats.unpriced.Load(),
-		LeasesLost: t.leases.lost.Load(), Leased: t.leases.carved.Load(),
+		LeasesLost: t.leases.lost.Load(), Leased: t.leases.carved.Load(), LeaseLate: t.leases.late.Load(),
 	}
 }
 

@@ -239,8 +239,8 @@ func lateUsage(actual Usage, est Estimate) Usage {
 // usage, for a request that failed. Releasing an expired, unsettled
 // reservation succeeds; a settled one returns ErrSettled.
 func (t *Tracker) Release(ctx context.Context, id string) error {
-	if t.releaseLeased(id) {
-		return nil
+	if ok, err := t.releaseLeased(id); ok {
+		return err
 	}
 	_, err := t.do(ctx, newOp(opRelease, &opArgs{id: id}))
 	return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,6 +87,11 @@ type Config struct {
 	// Tracker holds in the store per route (see the package doc). Ignored
 	// in Durable mode. (Optional; default false.)
 	Leases bool
+	// LeaseJournal is the directory of the leases' journals (one file per
+	// lease), which every process sharing the database must be given: a
+	// process that recovers an expired lease reads its journal there.
+	// Required with Leases. (tokenbudget.Open puts it beside the database.)
+	LeaseJournal string
 }
 
 // DefaultConfig returns the configuration Open uses.
@@ -177,6 +183,14 @@ type Tracker struct {
 func New(ctx context.Context, store Store, cfg Config) (*Tracker, error) {
 	if store == nil {
 		return nil, errors.New("budget: New needs a Store")
+	}
+	if cfg.Leases && cfg.LeaseJournal == "" {
+		return nil, invalid("lease_journal", "", "must name a directory when leases are on")
+	}
+	if cfg.LeaseJournal != "" {
+		if err := os.MkdirAll(cfg.LeaseJournal, 0o700); err != nil {
+			return nil, fmt.Errorf("budget: lease journal: %w", err)
+		}
 	}
 	cfg.fill()
 	t := &Tracker{

@@ -20,17 +20,20 @@ func init() {
 		suiteCase{"BudgetLeaseIdleGivenBack", testBudgetLeaseIdle},
 		suiteCase{"BudgetLeaseCheckCountsAdmissions", testBudgetLeaseCheck},
 		suiteCase{"BudgetLeaseRecoveredElsewhereFenced", testBudgetLeaseFenced},
+		suiteCase{"BudgetLeaseFencedCommitsRecordOnlyTheExcess", testBudgetLeaseLate},
 	)
 }
 
-// NewLeaseTracker is NewTracker with budget leases on.
-func NewLeaseTracker(t testing.TB, s budget.Store, c *Clock, refresh time.Duration) *budget.Tracker {
+// NewLeaseTracker is NewTracker with budget leases on, journaled in dir
+// (leases off when dir is "": a tracker that only recovers others').
+func NewLeaseTracker(t testing.TB, s budget.Store, c *Clock, refresh time.Duration, dir string, leases bool) *budget.Tracker {
 	t.Helper()
 	cfg := budget.DefaultConfig()
 	cfg.Now = c.Now
 	cfg.RefreshInterval = refresh
 	cfg.SweepInterval = -1
-	cfg.Leases = true
+	cfg.Leases = leases
+	cfg.LeaseJournal = dir
 	tr, err := budget.New(context.Background(), s, cfg)
 	if err != nil {
 		t.Fatalf("budget.New: %v", err)
@@ -81,7 +84,8 @@ func reserveUntilRefused(t *testing.T, tr *budget.Tracker, n int, est int64) int
 func testBudgetLeasesExact(t *testing.T, newDB NewDB) {
 	open := newDB(t)
 	c := NewClock(T0)
-	a, b := NewLeaseTracker(t, open(), c, time.Second), NewLeaseTracker(t, open(), c, time.Second)
+	dir := t.TempDir()
+	a, b := NewLeaseTracker(t, open(), c, time.Second, dir, true), NewLeaseTracker(t, open(), c, time.Second, dir, true)
 	obs := NewTracker(t, open(), c, 0)
 	const limit, est = 70_000, 70
 	l := SetLimit(t, obs, budget.LimitSpec{Key: "k", Window: "daily"}, limit)
@@ -121,8 +125,9 @@ func testBudgetLeasesExact(t *testing.T, newDB NewDB) {
 func testBudgetLeaseIdle(t *testing.T, newDB NewDB) {
 	open := newDB(t)
 	c := NewClock(T0)
-	a := NewLeaseTracker(t, open(), c, time.Second)
-	b := NewTracker(t, open(), c, time.Second)
+	dir := t.TempDir()
+	a := NewLeaseTracker(t, open(), c, time.Second, dir, true)
+	b := NewLeaseTracker(t, open(), c, time.Second, dir, false)
 	const limit, est = 5000, 50
 	l := SetLimit(t, b, budget.LimitSpec{Key: "k", Window: "daily"}, limit)
 	ctx := context.Background()
@@ -176,8 +181,9 @@ func testBudgetLeaseIdle(t *testing.T, newDB NewDB) {
 func testBudgetLeaseCheck(t *testing.T, newDB NewDB) {
 	open := newDB(t)
 	c := NewClock(T0)
-	a := NewLeaseTracker(t, open(), c, time.Second)
-	b := NewTracker(t, open(), c, 0)
+	dir := t.TempDir()
+	a := NewLeaseTracker(t, open(), c, time.Second, dir, true)
+	b := NewLeaseTracker(t, open(), c, 0, dir, false)
 	const limit, est = 100_000, 100
 	l := SetLimit(t, b, budget.LimitSpec{Key: "k", Window: "daily"}, limit)
 	ctx := context.Background()
@@ -222,8 +228,9 @@ func testBudgetLeaseCheck(t *testing.T, newDB NewDB) {
 func testBudgetLeaseFenced(t *testing.T, newDB NewDB) {
 	open := newDB(t)
 	c := NewClock(T0)
-	a := NewLeaseTracker(t, open(), c, time.Second)
-	b := NewTracker(t, open(), c, 0)
+	dir := t.TempDir()
+	a := NewLeaseTracker(t, open(), c, time.Second, dir, true)
+	b := NewLeaseTracker(t, open(), c, 0, dir, false)
 	const limit, est = 100_000, 100
 	l := SetLimit(t, b, budget.LimitSpec{Key: "k", Window: "daily"}, limit)
 	ctx := context.Background()
@@ -265,6 +272,58 @@ func testBudgetLeaseFenced(t *testing.T, newDB NewDB) {
 	}
 	if lost := a.Stats().LeasesLost; lost != 1 {
 		t.Fatalf("LeasesLost = %d; want 1", lost)
+	}
+	noDrift(t, b)
+}
+
+// A tracker that stalls past its lease's TTL has the lease recovered by
+// another from its journal: the commit journaled before the stall charged
+// at its actual usage, the two in flight at their estimates (ExpireCharge).
+// When the stalled tracker wakes and commits them, only what an actual
+// exceeds its estimate by is recorded, as <id>:late: each request charged
+// once.
+func testBudgetLeaseLate(t *testing.T, newDB NewDB) {
+	open := newDB(t)
+	c := NewClock(T0)
+	dir := t.TempDir()
+	a := NewLeaseTracker(t, open(), c, time.Second, dir, true)
+	b := NewLeaseTracker(t, open(), c, 0, dir, false)
+	const limit, est = 100_000, 100
+	l := SetLimit(t, b, budget.LimitSpec{Key: "k", Window: "daily"}, limit)
+	ctx := context.Background()
+	var ids []string
+	for range 3 {
+		r, err := a.ReserveWith(ctx, leaseReq(est), budget.ReserveOptions{TTL: 20 * time.Second, OnExpiry: budget.ExpireCharge})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.ID)
+	}
+	if _, err := a.Commit(ctx, ids[0], budget.Usage{Input: 30, Output: 30}); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(30 * time.Second)
+	if _, err := b.Recover(ctx, c.Now()); err != nil {
+		t.Fatal(err)
+	}
+	// Recovered: 60 actual + 2 estimates of 100.
+	if used, reserved := Used(t, b, leaseReq(est), c.Now(), l.ID); used != 60+2*est || reserved != 0 {
+		t.Fatalf("after recovering the stalled lease: used %d, reserved %d; want %d, 0", used, reserved, 60+2*est)
+	}
+	if _, err := a.Commit(ctx, ids[1], budget.Usage{Input: 100, Output: 50}); err != nil { // 50 over
+		t.Fatal(err)
+	}
+	if _, err := a.Commit(ctx, ids[2], budget.Usage{Input: 10, Output: 10}); err != nil { // under: nothing more
+		t.Fatal(err)
+	}
+	if _, err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if used, _ := Used(t, b, leaseReq(est), c.Now(), l.ID); used != 60+2*est+50 {
+		t.Fatalf("after the stalled tracker's commits: used %d; want %d (each request charged once, plus one excess)", used, 60+2*est+50)
+	}
+	if s := a.Stats(); s.LeasesLost != 1 || s.LeaseLate != 1 {
+		t.Fatalf("LeasesLost, LeaseLate = %d, %d; want 1, 1", s.LeasesLost, s.LeaseLate)
 	}
 	noDrift(t, b)
 }

@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,6 +71,12 @@ func child(role, dsn, arg string, open OpenDSN) error {
 	cfg := budget.DefaultConfig()
 	cfg.SweepInterval = -1
 	cfg.Leases = strings.HasPrefix(role, "lease")
+	cfg.LeaseJournal = journalDir(dsn)
+	if role == "leasekill" {
+		// Commits are written only when a refill makes the writer write:
+		// the last ones are in the journal alone when the child is killed.
+		cfg.BatchInterval = time.Hour
+	}
 	tr, err := budget.New(ctx, s, cfg)
 	if err != nil {
 		return err
@@ -154,6 +162,30 @@ func child(role, dsn, arg string, open OpenDSN) error {
 		}
 		fmt.Println(admitted.Load())
 		return nil
+	case "leasekill":
+		// Each goroutine reserves n (ExpireCharge) and commits two in three
+		// of them at a usage of its own; then the child says so and waits
+		// for SIGKILL with the rest in flight.
+		err := concurrently(goroutinesPerChild, func(g int) error {
+			for i := range n {
+				r, err := tr.ReserveWith(ctx, budget.Request{Key: "k", Provider: "p", Model: "m", Estimate: budget.Estimate{Input: 40, Output: 60}},
+					budget.ReserveOptions{TTL: 20 * time.Second, OnExpiry: budget.ExpireCharge})
+				if err != nil {
+					return err
+				}
+				if i%3 != 2 {
+					if _, err := tr.Commit(ctx, r.ID, killUsage(g, i)); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		fmt.Println("ready")
+		select {}
 	case "mixed":
 		if err := mixed(ctx, tr, n); err != nil {
 			return err
@@ -226,6 +258,20 @@ func mixed(ctx context.Context, tr *budget.Tracker, n int) error {
 		}
 		return nil
 	})
+}
+
+// killUsage is what goroutine g of a leasekill child commits for its
+// i-th reservation.
+func killUsage(g, i int) budget.Usage {
+	return budget.Usage{Input: int64(10 + g), Output: int64(20 + i%7*30)}
+}
+
+// journalDir is the lease journal directory of the database dsn, which
+// the parent and every child compute alike.
+func journalDir(dsn string) string {
+	h := fnv.New64a()
+	h.Write([]byte(dsn))
+	return filepath.Join(os.TempDir(), fmt.Sprintf("tokenbudget-journal-%x", h.Sum64()))
 }
 
 // concurrently runs fn(0..n-1) at once and returns the first error.

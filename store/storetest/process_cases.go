@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -30,6 +31,7 @@ func RunProcesses(t *testing.T, p Processes) {
 		{"ProbeFailuresAdd", testProcProbeFailed},
 		{"ProbeClaimRespected", testProcProbeClaim},
 		{"RecoverAfterSIGKILL", testProcRecoverAfterKill},
+		{"LeasesChargedExactlyAfterSIGKILL", testProcLeaseKill},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, p) })
 	}
@@ -324,6 +326,57 @@ func testProcRecoverAfterKill(t *testing.T, p Processes) {
 	if st[budget.MetricTokens].Reserved != 0 || st[budget.MetricConcurrent].Used != 0 {
 		t.Fatalf("after recovery reserved=%d leases=%d; want 0", st[budget.MetricTokens].Reserved, st[budget.MetricConcurrent].Used)
 	}
+}
+
+// A child with leases reserves under load (ExpireCharge), commits two in
+// three, and is killed with SIGKILL, its last commits in its journal
+// alone. Once its leases expired, recovery in this process charges every
+// request it admitted exactly once: a committed one its actual usage, one
+// in flight its estimate; the unused rest of its leases nothing.
+func testProcLeaseKill(t *testing.T, p Processes) {
+	dsn := p.NewDSN(t)
+	t.Cleanup(func() { os.RemoveAll(journalDir(dsn)) })
+	c := NewClock(time.Now())
+	s, err := p.Open(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	tr := NewLeaseTracker(t, s, c, 0, journalDir(dsn), false)
+	tok := SetLimit(t, tr, budget.LimitSpec{Key: "k", Window: "daily"}, 1<<40)
+	reqs := SetLimit(t, tr, budget.LimitSpec{Key: "k", Metric: string(budget.MetricRequests), Window: "daily"}, 1<<40)
+	const n = 60
+	var want int64
+	for g := range goroutinesPerChild {
+		for i := range n {
+			if i%3 == 2 {
+				want += 100 // in flight: its estimate
+			} else {
+				want += killUsage(g, i).Billable()
+			}
+		}
+	}
+	cmd := startChild(t, "leasekill", dsn, n, "ready")
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	c.Advance(time.Minute)
+	res, err := tr.Recover(ctx, c.Now())
+	if err != nil || res.ReleasedReservations == 0 {
+		t.Fatalf("Recover = %+v, %v; want the child's leases", res, err)
+	}
+	req := budget.Request{Key: "k", Provider: "p", Model: "m"}
+	used, reserved := Used(t, tr, req, c.Now(), tok.ID)
+	count, _ := Used(t, tr, req, c.Now(), reqs.ID)
+	if used != want || reserved != 0 || count != goroutinesPerChild*n {
+		t.Fatalf("after SIGKILL and recovery: %d tokens in %d requests, %d reserved; want %d tokens (actual of the committed, estimates of those in flight) in %d, 0 reserved",
+			used, count, reserved, want, goroutinesPerChild*n)
+	}
+	if entries, _ := os.ReadDir(journalDir(dsn)); len(entries) != 0 {
+		t.Fatalf("journals left after recovery: %d", len(entries))
+	}
+	noDrift(t, tr)
 }
 
 // usedNow is the used amount of key k's limit id at tr's clock.
