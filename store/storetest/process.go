@@ -186,6 +186,52 @@ func child(role, dsn, arg string, open OpenDSN) error {
 		}
 		fmt.Println("ready")
 		select {}
+	case "leasestop":
+		// As leasekill, committing one in two; after "ready" it is stopped
+		// (SIGSTOP) while another process recovers its leases, continued,
+		// and told on stdin to commit those still in flight.
+		var inflight [goroutinesPerChild][]string
+		err := concurrently(goroutinesPerChild, func(g int) error {
+			for i := range n {
+				r, err := tr.ReserveWith(ctx, budget.Request{Key: "k", Provider: "p", Model: "m", Estimate: budget.Estimate{Input: 40, Output: 60}},
+					budget.ReserveOptions{TTL: time.Minute, OnExpiry: budget.ExpireCharge})
+				if err != nil {
+					return err
+				}
+				if i%2 == 1 {
+					inflight[g] = append(inflight[g], r.ID)
+					continue
+				}
+				if _, err := tr.Commit(ctx, r.ID, killUsage(g, i)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		fmt.Println("ready")
+		if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+			return err
+		}
+		err = concurrently(goroutinesPerChild, func(g int) error {
+			for j, id := range inflight[g] {
+				if _, err := tr.Commit(ctx, id, stopUsage(2*j+1)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if _, err := tr.Flush(ctx); err != nil {
+			return err
+		}
+		st := tr.Stats()
+		fmt.Println(st.LeasesLost, st.LeaseLate)
+		return nil
 	case "mixed":
 		if err := mixed(ctx, tr, n); err != nil {
 			return err
@@ -264,6 +310,13 @@ func mixed(ctx context.Context, tr *budget.Tracker, n int) error {
 // i-th reservation.
 func killUsage(g, i int) budget.Usage {
 	return budget.Usage{Input: int64(10 + g), Output: int64(20 + i%7*30)}
+}
+
+// stopUsage is what a leasestop child commits, once continued, for its
+// i-th reservation (i odd): one in two is 20 output tokens over the
+// estimate of 40 + 60.
+func stopUsage(i int) budget.Usage {
+	return budget.Usage{Input: 40, Output: int64(50 + i%4*10)}
 }
 
 // journalDir is the lease journal directory of the database dsn, which

@@ -1,10 +1,14 @@
 package storetest
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -32,6 +36,7 @@ func RunProcesses(t *testing.T, p Processes) {
 		{"ProbeClaimRespected", testProcProbeClaim},
 		{"RecoverAfterSIGKILL", testProcRecoverAfterKill},
 		{"LeasesChargedExactlyAfterSIGKILL", testProcLeaseKill},
+		{"StalledLeaseFencedAfterSIGSTOP", testProcLeaseStop},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, p) })
 	}
@@ -375,6 +380,87 @@ func testProcLeaseKill(t *testing.T, p Processes) {
 	}
 	if entries, _ := os.ReadDir(journalDir(dsn)); len(entries) != 0 {
 		t.Fatalf("journals left after recovery: %d", len(entries))
+	}
+	noDrift(t, tr)
+}
+
+// A child with leases is stopped (SIGSTOP) with reservations in flight,
+// its leases pass their TTL and this process recovers them from the
+// journal; continued (SIGCONT), the child commits what was in flight: its
+// batches find the lease recovered, so each request is charged once (the
+// estimate recovery charged) plus, for those whose usage exceeds it, the
+// excess as <id>:late.
+func testProcLeaseStop(t *testing.T, p Processes) {
+	dsn := p.NewDSN(t)
+	t.Cleanup(func() { os.RemoveAll(journalDir(dsn)) })
+	c := NewClock(time.Now())
+	s, err := p.Open(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	tr := NewLeaseTracker(t, s, c, 0, journalDir(dsn), false)
+	tok := SetLimit(t, tr, budget.LimitSpec{Key: "k", Window: "daily"}, 1<<40)
+	reqs := SetLimit(t, tr, budget.LimitSpec{Key: "k", Metric: string(budget.MetricRequests), Window: "daily"}, 1<<40)
+	const n = 20
+	var want, late int64
+	for g := range goroutinesPerChild {
+		for i := range n {
+			if i%2 == 0 {
+				want += killUsage(g, i).Billable()
+				continue
+			}
+			want += 100
+			if over := stopUsage(i).Billable() - 100; over > 0 {
+				want += over
+				late++
+			}
+		}
+	}
+	cmd := spawn("leasestop", dsn, n)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	out := bufio.NewReader(stdout)
+	if line, _ := out.ReadString('\n'); strings.TrimSpace(line) != "ready" {
+		t.Fatalf("child said %q; want ready", line)
+	}
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(2 * time.Minute)
+	if res, err := tr.Recover(ctx, c.Now()); err != nil || res.ReleasedReservations == 0 {
+		t.Fatalf("Recover = %+v, %v; want the stopped child's leases", res, err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(stdin, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+	line, _ := out.ReadString('\n')
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	var lost, gotLate int64
+	if _, err := fmt.Sscan(line, &lost, &gotLate); err != nil || lost < 1 || gotLate != late {
+		t.Fatalf("child's LeasesLost, LeaseLate = %q; want at least 1, and %d", line, late)
+	}
+	req := budget.Request{Key: "k", Provider: "p", Model: "m"}
+	used, reserved := Used(t, tr, req, c.Now(), tok.ID)
+	count, _ := Used(t, tr, req, c.Now(), reqs.ID)
+	if used != want || reserved != 0 || count != goroutinesPerChild*n {
+		t.Fatalf("after the stall: %d tokens in %d requests, %d reserved; want %d tokens in %d (an excess is no request), 0 reserved",
+			used, count, reserved, want, goroutinesPerChild*n)
 	}
 	noDrift(t, tr)
 }
