@@ -90,7 +90,9 @@ type Config struct {
 	// LeaseJournal is the directory of the leases' journals (one file per
 	// lease), which every process sharing the database must be given: a
 	// process that recovers an expired lease reads its journal there.
-	// Required with Leases. (tokenbudget.Open puts it beside the database.)
+	// Required with Leases. (tokenbudget.Open puts it beside a SQLite
+	// file, FILE.leases; on PostgreSQL the replicas of one machine share
+	// one.)
 	LeaseJournal string
 }
 
@@ -184,10 +186,10 @@ func New(ctx context.Context, store Store, cfg Config) (*Tracker, error) {
 	if store == nil {
 		return nil, errors.New("budget: New needs a Store")
 	}
-	if cfg.Leases && cfg.LeaseJournal == "" {
+	if cfg.Leases && !cfg.Durable && cfg.LeaseJournal == "" {
 		return nil, invalid("lease_journal", "", "must name a directory when leases are on")
 	}
-	if cfg.LeaseJournal != "" {
+	if cfg.Leases && !cfg.Durable {
 		if err := os.MkdirAll(cfg.LeaseJournal, 0o700); err != nil {
 			return nil, fmt.Errorf("budget: lease journal: %w", err)
 		}
