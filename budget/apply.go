@@ -28,6 +28,7 @@ type writerState struct {
 
 	leaseLook    int64        // when the leases were last looked after (Unix nanos)
 	leaseCharges []*leasedRes // carved reservations expired under ExpireCharge, to charge
+	routeSeen    map[routeKey]int64 // when routes without a lease last reserved (routeWarm)
 }
 
 func (w *writerState) init() {

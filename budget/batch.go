@@ -236,6 +236,7 @@ type batch struct {
 	// once the batch lands.
 	journals        map[string][]Usage
 	recoveredLeases []string
+	maint           []*lease // the leases this look attends to
 }
 
 // events are o's events: Record's one or RecordSync's.

@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 )
 
@@ -45,11 +46,13 @@ func openJournal(dir, id string) (*os.File, error) {
 	return f, nil
 }
 
-// jbuf builds one record in a buffer on the caller's stack.
+// jbuf builds one record; they are pooled, as the write makes them escape.
 type jbuf struct {
 	b [256]byte
 	n int
 }
+
+var jbufs = sync.Pool{New: func() any { return new(jbuf) }}
 
 func (j *jbuf) start(kind byte) { j.n = 8; j.b[8] = kind; j.n++ }
 
@@ -74,6 +77,7 @@ func (j *jbuf) write(f *os.File) error {
 	binary.LittleEndian.PutUint32(j.b[0:], uint32(j.n-8))
 	binary.LittleEndian.PutUint32(j.b[4:], crc32.Checksum(j.b[8:j.n], crcTable))
 	_, err := f.Write(j.b[:j.n])
+	jbufs.Put(j)
 	return err
 }
 
@@ -82,7 +86,7 @@ func journalAdmit(f *os.File, lr *leasedRes) error {
 	if f == nil {
 		return nil
 	}
-	var j jbuf
+	j := jbufs.Get().(*jbuf)
 	r := &lr.r
 	j.start(recAdmit)
 	if !j.str(lr.lease.id) || !j.str(r.ID) {
@@ -106,7 +110,7 @@ func journalCommit(f *os.File, id string, u *Usage) error {
 	if f == nil {
 		return nil
 	}
-	var j jbuf
+	j := jbufs.Get().(*jbuf)
 	j.start(recCommit)
 	if !j.str(id) || len(u.ServiceTier) > 64 {
 		return errors.New("budget: lease journal: id or service tier too long")
@@ -128,7 +132,7 @@ func journalRelease(f *os.File, id string) error {
 	if f == nil {
 		return nil
 	}
-	var j jbuf
+	j := jbufs.Get().(*jbuf)
 	j.start(recRelease)
 	if !j.str(id) {
 		return errors.New("budget: lease journal: id too long")

@@ -24,6 +24,8 @@ const (
 	// taken or grown: the last tokens go to whoever asks first, in any
 	// process, through the store.
 	leaseMinRoom = 4
+	// leaseStart is the estimates a new lease holds beyond its first.
+	leaseStart = 32
 	// leaseMaxEstimates caps what one refill adds, in estimates.
 	leaseMaxEstimates = 1024
 	// LeaseIdle is how long a lease may go unused before its free room is
@@ -236,15 +238,32 @@ func (t *Tracker) fillLeased(lr *leasedRes, req *Request, l *lease, at time.Time
 	lr.r.Holds = lr.holds[:len(l.limits)]
 }
 
-// newLeasedID is a reservation id like NewReservationID's, built in one
-// allocation.
+// idSalt and idSeq make the last 6 bytes of a carved reservation's id:
+// random per process, then counted, so ids stay unique without reading
+// randomness per request.
+var (
+	idSalt = func() uint64 {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		return binary.LittleEndian.Uint64(b[:])
+	}()
+	idSeq atomic.Uint64
+)
+
+// newLeasedID is a reservation id shaped like NewReservationID's (time,
+// then 6 bytes), built in one allocation.
 func newLeasedID(at time.Time) string {
-	var raw [14]byte
+	var raw [16]byte
 	binary.BigEndian.PutUint64(raw[:8], uint64(at.UnixNano()))
-	_, _ = rand.Read(raw[8:])
+	binary.BigEndian.PutUint64(raw[8:], idSalt+idSeq.Add(1)) // its low 6 bytes: distinct for 2^48 ids
+	copy(raw[8:14], raw[10:16])
+	return rsvID(raw[:14])
+}
+
+func rsvID(raw []byte) string {
 	var b [4 + 28]byte
 	copy(b[:], "rsv_")
-	hex.Encode(b[4:], raw[:])
+	hex.Encode(b[4:], raw)
 	return string(b[:])
 }
 

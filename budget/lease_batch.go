@@ -300,12 +300,12 @@ func (b *batch) grantLease(o *op, old *lease, statuses []Status, who *Who, at ti
 			n = f
 		}
 	}
-	if n < leaseMinRoom {
+	if n < leaseMinRoom || old == nil && !b.t.w.routeWarm(routeKey{o.req.Key, o.req.User, o.req.Provider, o.req.Model}, at) {
 		return false
 	}
 	// Sized to the demand: what the lease served since its last refill,
 	// twice over, or the requests waiting in this batch.
-	want := max(8, int64(len(b.ops)))
+	want := max(leaseStart, int64(len(b.ops)))
 	if old != nil {
 		old.mu.Lock()
 		want = max(want, 2*old.served)
@@ -401,21 +401,46 @@ func (b *batch) maintained() bool {
 	return b.now.UnixNano()-b.t.w.leaseLook >= int64(leaseTick)
 }
 
-// maintainIDs appends the rows maintenance may change.
+// maintainIDs picks the leases this look may change (see attention) and
+// appends their rows, with those of the leases that expired carved
+// reservations charge.
 func (b *batch) maintainIDs(ids []string) []string {
+	b.expireCarved()
+	b.maint = b.maint[:0]
 	for _, l := range b.t.leases.all() {
-		ids = leaseIDs(ids, l)
+		if b.attention(l) {
+			b.maint = append(b.maint, l)
+			ids = leaseIDs(ids, l)
+		}
+	}
+	for _, lr := range b.t.w.leaseCharges {
+		ids = leaseIDs(ids, lr.lease)
 	}
 	return ids
 }
 
-// needMaintain needs the limits of every lease and the windows the charges
-// of expired carved reservations count in.
+// attention reports whether l may need a write in this look: it is dead,
+// idle with room to give back or nothing left to hold, past its windows,
+// due for renewal, or has room taken back not yet written.
+func (b *batch) attention(l *lease) bool {
+	now := b.now.UnixNano()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	idle := now-l.lastUse.Load() >= int64(LeaseIdle)
+	free := slices.ContainsFunc(l.free, func(v int64) bool { return v > 0 })
+	return b.closing || l.dead || now >= l.until || idle && (free || l.inflight == 0) ||
+		l.expires.Sub(b.now) < l.ttl/2 || slices.ContainsFunc(l.giving, func(v int64) bool { return v != 0 })
+}
+
+// needMaintain needs the limits of the leases this look may change and the
+// windows the charges of expired carved reservations count in.
 func (b *batch) needMaintain(ctx context.Context, tx Tx, n *needs) error {
-	for _, l := range b.t.leases.all() {
+	for _, l := range b.maint {
 		needLease(l, n)
 	}
-	b.expireCarved()
+	for _, lr := range b.t.w.leaseCharges {
+		needLease(lr.lease, n)
+	}
 	for _, lr := range b.t.w.leaseCharges {
 		r := &lr.r
 		who := Who{Key: r.Key, Team: r.Team, Org: r.Org, User: r.User}
@@ -481,7 +506,7 @@ func (b *batch) decideMaintain(ctx context.Context, tx Tx) error {
 		b.shrink(lr)
 	}
 	now := b.now.UnixNano()
-	for _, l := range b.t.leases.all() {
+	for _, l := range b.maint {
 		if !b.leaseLive(l) {
 			continue
 		}
@@ -702,3 +727,23 @@ func (t *Tracker) leaseTicker() {
 		}
 	}
 }
+
+// routeWarm reports whether a route with no lease asked the store within
+// LeaseIdle before: only then is it worth a lease (a row, a journal and a
+// give-back); a route that asks less often than that keeps the store's
+// path, as without leases.
+func (w *writerState) routeWarm(k routeKey, at time.Time) bool {
+	now := at.UnixNano()
+	if last, ok := w.routeSeen[k]; ok && now-last < int64(LeaseIdle) && now >= last {
+		delete(w.routeSeen, k)
+		return true
+	}
+	if w.routeSeen == nil || len(w.routeSeen) >= maxRouteSeen {
+		w.routeSeen = make(map[routeKey]int64)
+	}
+	w.routeSeen[k] = now
+	return false
+}
+
+// maxRouteSeen bounds the routes remembered by routeWarm.
+const maxRouteSeen = 100_000
