@@ -26,8 +26,8 @@ type writerState struct {
 
 	mem memory // the store's state as of the writer's last commit
 
-	leaseLook    int64        // when the leases were last looked after (Unix nanos)
-	leaseCharges []*leasedRes // carved reservations expired under ExpireCharge, to charge
+	leaseLook    int64              // when the leases were last looked after (Unix nanos)
+	leaseCharges []*leasedRes       // carved reservations expired under ExpireCharge, to charge
 	routeSeen    map[routeKey]int64 // when routes without a lease last reserved (routeWarm)
 }
 
