@@ -86,8 +86,12 @@ type leasedRes struct {
 	lease   *lease
 	amounts [maxLeaseLimits]int64
 	holds   [maxLeaseLimits]Hold
-	// expired: settled by expiry in memory (charged, for ExpireCharge);
-	// a later commit records only what it must (see commitLeased).
+	// exp is its expiry (Unix nanos), moved by Renew; expired: settled by
+	// expiry in memory (charged, for ExpireCharge), so a later commit
+	// records only what it must (see commitLeased). Both change under its
+	// shard's lock; the caller's Reservation is never written once
+	// returned.
+	exp     int64
 	expired bool
 }
 
@@ -148,14 +152,6 @@ func (lt *leaseTable) take(id string) *leasedRes {
 	if lr != nil {
 		delete(s.m, id)
 	}
-	s.mu.Unlock()
-	return lr
-}
-
-func (lt *leaseTable) peek(id string) *leasedRes {
-	s := lt.shard(id)
-	s.mu.Lock()
-	lr := s.m[id]
 	s.mu.Unlock()
 	return lr
 }
@@ -236,6 +232,7 @@ func (t *Tracker) fillLeased(lr *leasedRes, req *Request, l *lease, at time.Time
 			Amount: lr.amounts[i], ExpiresAt: exp}
 	}
 	lr.r.Holds = lr.holds[:len(l.limits)]
+	lr.exp = exp.UnixNano()
 }
 
 // idSalt and idSeq make the last 6 bytes of a carved reservation's id:
@@ -277,7 +274,7 @@ func (t *Tracker) commitLeased(ctx context.Context, id string, actual Usage) (Se
 	}
 	r := &lr.r
 	now := t.now()
-	out := Settlement{RequestID: id, Expired: lr.expired || !now.Before(r.ExpiresAt)}
+	out := Settlement{RequestID: id, Expired: lr.expired || now.UnixNano() >= lr.exp}
 	ev := actual
 	ev.Key, ev.Provider, ev.Model, ev.At = r.Key, r.Provider, r.Model, r.At
 	ev.Team, ev.Org, ev.User, ev.Placed = r.Team, r.Org, r.User, true
@@ -339,19 +336,19 @@ func (t *Tracker) releaseLeased(id string) (bool, error) {
 // renewLeased moves a carved reservation's expiry; its lease is renewed by
 // the writer while it has live reservations.
 func (t *Tracker) renewLeased(id string, ttl time.Duration) (time.Time, bool, error) {
-	lr := t.leases.peek(id)
+	s := t.leases.shard(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	lr := s.m[id]
 	if lr == nil {
 		return time.Time{}, false, nil
 	}
 	now := t.now()
-	l := lr.lease
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if lr.expired || !now.Before(lr.r.ExpiresAt) {
+	if lr.expired || now.UnixNano() >= lr.exp {
 		return time.Time{}, true, ErrLeaseLost
 	}
 	exp := now.Add(ttl)
-	lr.r.ExpiresAt = exp
+	lr.exp = exp.UnixNano()
 	return exp, true, nil
 }
 

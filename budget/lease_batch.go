@@ -463,12 +463,12 @@ func (b *batch) expireCarved() {
 		s.mu.Lock()
 		for id, lr := range s.m {
 			if lr.expired {
-				if now.Sub(lr.r.ExpiresAt) > b.t.cfg.SettledRetention {
+				if now.UnixNano()-lr.exp > int64(b.t.cfg.SettledRetention) {
 					delete(s.m, id)
 				}
 				continue
 			}
-			if now.Before(lr.r.ExpiresAt) && !b.closing {
+			if now.UnixNano() < lr.exp && !b.closing {
 				continue
 			}
 			lr.expired = true

@@ -168,8 +168,7 @@ func child(role, dsn, arg string, open OpenDSN) error {
 		// for SIGKILL with the rest in flight.
 		err := concurrently(goroutinesPerChild, func(g int) error {
 			for i := range n {
-				r, err := tr.ReserveWith(ctx, budget.Request{Key: "k", Provider: "p", Model: "m", Estimate: budget.Estimate{Input: 40, Output: 60}},
-					budget.ReserveOptions{TTL: 20 * time.Second, OnExpiry: budget.ExpireCharge})
+				r, err := reserveCharged(ctx, tr, 20*time.Second)
 				if err != nil {
 					return err
 				}
@@ -193,8 +192,7 @@ func child(role, dsn, arg string, open OpenDSN) error {
 		var inflight [goroutinesPerChild][]string
 		err := concurrently(goroutinesPerChild, func(g int) error {
 			for i := range n {
-				r, err := tr.ReserveWith(ctx, budget.Request{Key: "k", Provider: "p", Model: "m", Estimate: budget.Estimate{Input: 40, Output: 60}},
-					budget.ReserveOptions{TTL: time.Minute, OnExpiry: budget.ExpireCharge})
+				r, err := reserveCharged(ctx, tr, time.Minute)
 				if err != nil {
 					return err
 				}
@@ -304,6 +302,13 @@ func mixed(ctx context.Context, tr *budget.Tracker, n int) error {
 		}
 		return nil
 	})
+}
+
+// reserveCharged is the lease children's reservation: 40 input and 60
+// output tokens on key k, charged on expiry.
+func reserveCharged(ctx context.Context, tr *budget.Tracker, ttl time.Duration) (*budget.Reservation, error) {
+	return tr.ReserveWith(ctx, budget.Request{Key: "k", Provider: "p", Model: "m", Estimate: budget.Estimate{Input: 40, Output: 60}},
+		budget.ReserveOptions{TTL: ttl, OnExpiry: budget.ExpireCharge})
 }
 
 // killUsage is what goroutine g of a leasekill child commits for its

@@ -339,17 +339,7 @@ func testProcRecoverAfterKill(t *testing.T, p Processes) {
 // request it admitted exactly once: a committed one its actual usage, one
 // in flight its estimate; the unused rest of its leases nothing.
 func testProcLeaseKill(t *testing.T, p Processes) {
-	dsn := p.NewDSN(t)
-	t.Cleanup(func() { os.RemoveAll(journalDir(dsn)) })
-	c := NewClock(time.Now())
-	s, err := p.Open(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	tr := NewLeaseTracker(t, s, c, 0, journalDir(dsn), false)
-	tok := SetLimit(t, tr, budget.LimitSpec{Key: "k", Window: "daily"}, 1<<40)
-	reqs := SetLimit(t, tr, budget.LimitSpec{Key: "k", Metric: string(budget.MetricRequests), Window: "daily"}, 1<<40)
+	dsn, c, tr, tok, reqs := leaseParent(t, p)
 	const n = 60
 	var want int64
 	for g := range goroutinesPerChild {
@@ -391,17 +381,7 @@ func testProcLeaseKill(t *testing.T, p Processes) {
 // estimate recovery charged) plus, for those whose usage exceeds it, the
 // excess as <id>:late.
 func testProcLeaseStop(t *testing.T, p Processes) {
-	dsn := p.NewDSN(t)
-	t.Cleanup(func() { os.RemoveAll(journalDir(dsn)) })
-	c := NewClock(time.Now())
-	s, err := p.Open(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	tr := NewLeaseTracker(t, s, c, 0, journalDir(dsn), false)
-	tok := SetLimit(t, tr, budget.LimitSpec{Key: "k", Window: "daily"}, 1<<40)
-	reqs := SetLimit(t, tr, budget.LimitSpec{Key: "k", Metric: string(budget.MetricRequests), Window: "daily"}, 1<<40)
+	dsn, c, tr, tok, reqs := leaseParent(t, p)
 	const n = 20
 	var want, late int64
 	for g := range goroutinesPerChild {
@@ -463,6 +443,26 @@ func testProcLeaseStop(t *testing.T, p Processes) {
 			used, count, reserved, want, goroutinesPerChild*n)
 	}
 	noDrift(t, tr)
+}
+
+// leaseParent is a fresh database for a lease child, this process's
+// tracker on it (which recovers the child's leases from their journals)
+// with its clock, and key k's token and request limits, too large to
+// refuse.
+func leaseParent(t *testing.T, p Processes) (dsn string, c *Clock, tr *budget.Tracker, tok, reqs budget.Limit) {
+	t.Helper()
+	dsn = p.NewDSN(t)
+	t.Cleanup(func() { os.RemoveAll(journalDir(dsn)) })
+	c = NewClock(time.Now())
+	s, err := p.Open(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	tr = NewLeaseTracker(t, s, c, 0, journalDir(dsn), false)
+	tok = SetLimit(t, tr, budget.LimitSpec{Key: "k", Window: "daily"}, 1<<40)
+	reqs = SetLimit(t, tr, budget.LimitSpec{Key: "k", Metric: string(budget.MetricRequests), Window: "daily"}, 1<<40)
+	return dsn, c, tr, tok, reqs
 }
 
 // usedNow is the used amount of key k's limit id at tr's clock.
