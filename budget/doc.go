@@ -117,8 +117,10 @@
 // recovery already charged an estimate, only what the actual exceeds it
 // by, as <id>:late (Stats.LeaseLate); new requests get a fresh lease. On
 // PostgreSQL a replica on another machine cannot read a dead replica's
-// journal: there its leases' holds are released and what was in flight
-// is not charged (see the README's crash costs).
+// journal: a lease whose journal recovery cannot find is charged the rest
+// of the lease, its holds as last written (never less than it served; the
+// one overcharge, bounded by the lease's unused room), as events
+// "<lease id>:N"; see the README's crash costs.
 //
 // Where it lives: the domain types in limit.go, window.go, usage.go,
 // price.go and model.go; decisions in decide.go; statuses in status.go;

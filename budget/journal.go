@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -187,12 +188,19 @@ type journalEntry struct {
 	released bool
 }
 
+// errNoJournal: the lease's journal is not in this process's directory
+// (its owner ran on another machine).
+var errNoJournal = errors.New("budget: no lease journal here")
+
 // readJournal reads lease id's journal: its admissions in order, each with
-// its settlement if one was recorded. A missing file reads as none.
+// its settlement if one was recorded; errNoJournal when there is none.
 func readJournal(dir, id string) ([]*journalEntry, error) {
+	if dir == "" {
+		return nil, errNoJournal
+	}
 	data, err := os.ReadFile(journalPath(dir, id))
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+		return nil, errNoJournal
 	}
 	if err != nil {
 		return nil, fmt.Errorf("budget: read lease journal: %w", err)
@@ -279,7 +287,7 @@ func isLease(id string) bool {
 // needJournal reads the journal of r when it is a lease's row (once per
 // batch) and needs the windows its events count in.
 func (b *batch) needJournal(ctx context.Context, tx Tx, r *ReservationRow, n *needs) error {
-	if !isLease(r.ID) || b.t.cfg.LeaseJournal == "" {
+	if !isLease(r.ID) {
 		return nil
 	}
 	if b.journals == nil {
@@ -288,10 +296,23 @@ func (b *batch) needJournal(ctx context.Context, tx Tx, r *ReservationRow, n *ne
 	evs, ok := b.journals[r.ID]
 	if !ok {
 		entries, err := readJournal(b.t.cfg.LeaseJournal, r.ID)
-		if err != nil {
+		switch {
+		case errors.Is(err, errNoJournal):
+			who := r.who()
+			ls, err := b.t.limitsFor(ctx, tx, &who)
+			if err != nil {
+				return err
+			}
+			metric := make(map[string]Metric, len(ls))
+			for i := range ls {
+				metric[ls[i].ID] = ls[i].Metric
+			}
+			evs = unjournaledEvents(r, metric)
+		case err != nil:
 			return err
+		default:
+			evs = journalEvents(r, entries)
 		}
-		evs = journalEvents(r, entries)
 		b.journals[r.ID] = evs
 	}
 	for i := range evs {
@@ -319,4 +340,40 @@ func (b *batch) chargeJournal(ctx context.Context, tx Tx, r *ReservationRow, o *
 		b.recoveredLeases = append(b.recoveredLeases, r.ID)
 	}
 	return nil
+}
+
+// unjournaledEvents charge a lease whose journal this process cannot read
+// (a PostgreSQL replica on another machine that never came back) the rest
+// of the lease: its holds as last written, which cover every reservation
+// it had carved and not yet written (at their estimates) and its unused
+// room. Never less than it served, by at most that unused room plus what
+// its unwritten commits' estimates exceed their actual usage by: the one
+// documented overcharge. One event per request the lease holds room for
+// (its requests hold, else one), splitting the tokens evenly, rounded up:
+// every limit it held on is charged at least its hold.
+func unjournaledEvents(r *ReservationRow, metric map[string]Metric) []Usage {
+	var tokens, input, output, requests int64
+	for _, h := range r.Holds {
+		switch metric[h.LimitID] {
+		case MetricInput:
+			input = max(input, h.Amount)
+		case MetricOutput:
+			output = max(output, h.Amount)
+		case MetricRequests:
+			requests = max(requests, h.Amount)
+		default:
+			tokens = max(tokens, h.Amount)
+		}
+	}
+	in := max(input, tokens-output)
+	if in+output == 0 {
+		return nil
+	}
+	n := max(requests, 1)
+	evs := make([]Usage, n)
+	for i := range evs {
+		evs[i] = Usage{RequestID: r.ID + ":" + strconv.FormatInt(int64(i), 10), Key: r.Key, Team: r.Team, Org: r.Org, User: r.User,
+			Provider: r.Provider, Model: r.Model, Input: (in + n - 1) / n, Output: (output + n - 1) / n, At: r.At, Placed: true}
+	}
+	return evs
 }

@@ -27,7 +27,7 @@ var (
 	qOpenReservationsBefore = New(`SELECT ` + sqlrow.ReservationCols + ` FROM reservations
 		WHERE at < ? AND (state = 'live' OR state = 'expired' AND settled_at >= ?) ORDER BY id COLLATE "C" LIMIT ?`)
 
-	qRenewReservation = New(`UPDATE reservations SET expires_at = ? WHERE id = ? AND state = 'live'`)
+	qRenewReservation = New(`UPDATE reservations SET expires_at = ?, holds = ? WHERE id = ? AND state = 'live'`)
 	qRenewHold        = New(`UPDATE holds SET expires_at = ?, amount = ? WHERE limit_id = ? AND subject = ? AND window_start = ? AND reservation_id = ?`)
 	qDeleteSettled    = New(`DELETE FROM reservations WHERE state <> 'live' AND settled_at < ? AND (state <> 'expired' OR settled_at < ?)`)
 
@@ -77,7 +77,7 @@ func (t Tx) reservations(ctx context.Context, q *Query, args ...any) ([]budget.R
 // resize), refusing (ErrConflict) one no longer live.
 func (t Tx) Renew(ctx context.Context, rs []budget.Renewal) error {
 	for _, r := range rs {
-		n, err := t.exec(ctx, &qRenewReservation, sqlrow.Ns(r.ExpiresAt), r.ID)
+		n, err := t.exec(ctx, &qRenewReservation, sqlrow.Ns(r.ExpiresAt), sqlrow.EncodeHolds(r.Holds), r.ID)
 		if err != nil {
 			return fmt.Errorf("renew reservation %s: %w", r.ID, err)
 		}
