@@ -168,6 +168,22 @@ func (b *batch) decideLeaseCommit(ctx context.Context, tx Tx, o *op) error {
 		b.shrink(o.leased)
 		return nil
 	}
+	if o.leased != nil && !b.stored(o.ev) {
+		// Recovered by a process that could not read the journal: the
+		// whole lease was charged, this reservation within it at its
+		// estimate; only the excess is this commit's.
+		whole, err := b.chargedWhole(ctx, tx, o.leased.lease)
+		if err != nil {
+			return err
+		}
+		if whole {
+			late := lateUsage(o.ev, o.leased.r.Estimate)
+			if late.Billable() == 0 || b.stored(late) {
+				return nil
+			}
+			return b.event(ctx, tx, late, o)
+		}
+	}
 	if !b.stored(o.ev) {
 		return b.event(ctx, tx, o.ev, o)
 	}
@@ -188,6 +204,22 @@ func (b *batch) decideLeaseCommit(ctx context.Context, tx Tx, o *op) error {
 		return nil
 	}
 	return b.event(ctx, tx, late, o)
+}
+
+// chargedWhole reports whether lost lease l was recovered without its
+// journal (unjournaledEvents): its first charge event is in the history.
+func (b *batch) chargedWhole(ctx context.Context, tx Tx, l *lease) (bool, error) {
+	if l.whole == 0 {
+		ev, err := storedEvent(ctx, tx, &Usage{Key: l.route.key, RequestID: l.id + ":0", At: l.at})
+		if err != nil {
+			return false, err
+		}
+		l.whole = 1
+		if ev != nil {
+			l.whole = 2
+		}
+	}
+	return l.whole == 2, nil
 }
 
 // storedEvent is the history's event with ev's key and request id at
@@ -634,7 +666,7 @@ func (b *batch) landedLeases() {
 			lt.drop(l)
 			l.closeJournal(b.t.cfg.LeaseJournal, true)
 		case p.create:
-			l.created = true
+			l.created, l.at = true, b.now
 			lt.add(l)
 		}
 	}

@@ -389,5 +389,17 @@ func testBudgetLeaseUnjournaled(t *testing.T, newDB NewDB) {
 		t.Fatalf("after recovering without the journal: used %d, reserved %d; want %d (the rest of the lease), 0", used, reserved, 60+lease)
 	}
 	t.Logf("charged beyond what was served (one request of 100 in flight): %d tokens", lease-100)
+	// A comes back: its commit adds only what exceeds the estimate the
+	// lease's charge covered, as <id>:late.
+	s, err := a.Commit(ctx, ids[2], budget.Usage{Input: 100, Output: 70})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if used, _ = Used(t, b, leaseReq(100), c.Now(), l.ID); used != 60+lease+70 || s.RequestID != ids[2] {
+		t.Fatalf("after the returning tracker's commit of 170 (estimate 100): used %d; want %d", used, 60+lease+70)
+	}
 	noDrift(t, b)
 }
