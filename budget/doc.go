@@ -84,7 +84,10 @@
 // what demand asks (twice what it served since its last refill, or the
 // requests waiting) but never more than half the room left, and the
 // request is carved from it. Below that it holds a reservation of its own:
-// the last tokens go to whoever asks first, in any process. The writer
+// the last tokens go to whoever asks first, in any process. A route with
+// no lease takes one only on its second request within LeaseIdle: one
+// that asks less often than that gains nothing from a lease (it would be
+// given back before its next request) and keeps the store's path. The writer
 // looks after its leases every 250ms and at every Flush: an idle one
 // (unused for LeaseIdle, 1 s of the tracker's clock) gives its free room
 // back and ends, an expiring one is renewed, carved reservations past

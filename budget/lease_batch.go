@@ -124,7 +124,8 @@ func (b *batch) syncLease(l *lease, p *leasePlan) {
 	}
 }
 
-// needLeaseRow locks and reads l's row with the batch's reservations.
+// leaseIDs appends the rows of the leases that have one, to be locked and
+// read with the batch's reservations.
 func leaseIDs(ids []string, ls ...*lease) []string {
 	for _, l := range ls {
 		if l != nil && l.created {
