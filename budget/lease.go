@@ -31,6 +31,10 @@ const (
 	// LeaseIdle is how long a lease may go unused before its free room is
 	// given back.
 	LeaseIdle = time.Second
+	// leaseEnd is how long a lease that gave its room back keeps its row
+	// (holding nothing), so that its route's next request grows it rather
+	// than creating a row and a journal again.
+	leaseEnd = 30 * time.Second
 	// leaseTick is how often the writer looks at its leases when nothing
 	// else makes it write (idle give-back, renewal, expiry).
 	leaseTick = 250 * time.Millisecond

@@ -459,9 +459,10 @@ func (b *batch) attention(l *lease) bool {
 	now := b.now.UnixNano()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	idle := now-l.lastUse.Load() >= int64(LeaseIdle)
+	idle := now - l.lastUse.Load()
 	free := slices.ContainsFunc(l.free, func(v int64) bool { return v > 0 })
-	return b.closing || l.dead || now >= l.until || idle && (free || l.inflight == 0) ||
+	return b.closing || l.dead || now >= l.until || idle >= int64(LeaseIdle) && free ||
+		idle >= int64(leaseEnd) && l.inflight == 0 ||
 		l.expires.Sub(b.now) < l.ttl/2 || slices.ContainsFunc(l.giving, func(v int64) bool { return v != 0 })
 }
 
@@ -545,7 +546,11 @@ func (b *batch) decideMaintain(ctx context.Context, tx Tx) error {
 		}
 		p := b.plan(l)
 		l.mu.Lock()
-		idle := b.closing || l.dead || now-l.lastUse.Load() >= int64(LeaseIdle) || now >= l.until
+		idleFor := now - l.lastUse.Load()
+		idle := b.closing || l.dead || idleFor >= int64(LeaseIdle) || now >= l.until
+		// The room goes back at once; the row (holding nothing) stays for
+		// the route's next request to grow, until idle for leaseEnd.
+		ended := b.closing || l.dead || idleFor >= int64(leaseEnd) || now >= l.until
 		inflight := l.inflight
 		if b.closing || now >= l.until {
 			l.dead = true
@@ -554,7 +559,7 @@ func (b *batch) decideMaintain(ctx context.Context, tx Tx) error {
 		if idle {
 			b.takeFree(l, p)
 		}
-		if idle && inflight == 0 && !slices.ContainsFunc(p.size, func(v int64) bool { return v > 0 }) {
+		if ended && inflight == 0 && !slices.ContainsFunc(p.size, func(v int64) bool { return v > 0 }) {
 			l.mu.Lock()
 			if l.inflight == 0 { // none carved since: none can be now
 				l.dead, p.release = true, true
