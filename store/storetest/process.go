@@ -209,6 +209,12 @@ func child(role, dsn, arg string, open OpenDSN) error {
 		if err != nil {
 			return err
 		}
+		// Its commits written first: stopped inside a write transaction it
+		// would hold row locks (on PostgreSQL) that the recovery waits for
+		// until the server ends its session, a stall this case is not about.
+		if _, err := tr.Flush(ctx); err != nil {
+			return err
+		}
 		fmt.Println("ready")
 		if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
 			return err
