@@ -116,12 +116,22 @@ type leaseTable struct {
 type resShard struct {
 	mu sync.Mutex
 	m  map[string]*leasedRes
+	// done remembers the last settledPerShard settled ids (ring, next), so
+	// a second Commit or Release of one answers ErrSettled as the store's
+	// path does.
+	done map[string]ReservationState
+	ring [settledPerShard]string
+	next int
 }
+
+// settledPerShard bounds the settled ids each shard remembers.
+const settledPerShard = 4096
 
 func (lt *leaseTable) init() {
 	lt.routes = make(map[routeKey]*lease)
 	for i := range lt.shards {
 		lt.shards[i].m = make(map[string]*leasedRes)
+		lt.shards[i].done = make(map[string]ReservationState)
 	}
 }
 
@@ -146,20 +156,30 @@ func (lt *leaseTable) put(id string, lr *leasedRes) {
 	s := lt.shard(id)
 	s.mu.Lock()
 	s.m[id] = lr
+	delete(s.done, id)
 	s.mu.Unlock()
 }
 
 // take removes and returns the carved reservation id, if this process
 // holds it.
-func (lt *leaseTable) take(id string) *leasedRes {
+// take removes and returns the carved reservation id, if this process
+// holds it, remembering it as settled in state; else it reports the
+// state id was settled in, if remembered.
+func (lt *leaseTable) take(id string, state ReservationState) (*leasedRes, ReservationState) {
 	s := lt.shard(id)
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	lr := s.m[id]
-	if lr != nil {
-		delete(s.m, id)
+	if lr == nil {
+		return nil, s.done[id]
 	}
-	s.mu.Unlock()
-	return lr
+	delete(s.m, id)
+	if old := s.ring[s.next]; old != "" {
+		delete(s.done, old)
+	}
+	s.ring[s.next], s.done[id] = id, state
+	s.next = (s.next + 1) % settledPerShard
+	return lr, ""
 }
 
 // reportErr hands err to Config.OnError.
@@ -274,8 +294,11 @@ func rsvID(raw []byte) string {
 // (and the lease's shrink) for the writer. ok is false when id is not one
 // of this process's carved reservations.
 func (t *Tracker) commitLeased(ctx context.Context, id string, actual Usage) (Settlement, bool, error) {
-	lr := t.leases.take(id)
+	lr, settled := t.leases.take(id, ReservationCommitted)
 	if lr == nil {
+		if settled != "" {
+			return Settlement{}, true, settledError(id, settled)
+		}
 		return Settlement{}, false, nil
 	}
 	r := &lr.r
@@ -317,8 +340,11 @@ func (t *Tracker) commitLeased(ctx context.Context, id string, actual Usage) (Se
 
 // releaseLeased gives a carved reservation's room back to its lease.
 func (t *Tracker) releaseLeased(id string) (bool, error) {
-	lr := t.leases.take(id)
+	lr, settled := t.leases.take(id, ReservationReleased)
 	if lr == nil {
+		if settled != "" {
+			return true, settledError(id, settled)
+		}
 		return false, nil
 	}
 	if lr.expired {
@@ -347,6 +373,9 @@ func (t *Tracker) renewLeased(id string, ttl time.Duration) (time.Time, bool, er
 	defer s.mu.Unlock()
 	lr := s.m[id]
 	if lr == nil {
+		if s.done[id] != "" {
+			return time.Time{}, true, ErrLeaseLost
+		}
 		return time.Time{}, false, nil
 	}
 	now := t.now()

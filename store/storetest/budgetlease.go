@@ -199,6 +199,14 @@ func testBudgetLeaseCheck(t *testing.T, newDB NewDB) {
 	if err := a.Release(ctx, ids[3]); err != nil {
 		t.Fatal(err)
 	}
+	// Settled once, in memory as in the store: a second settlement is
+	// refused, and adds nothing.
+	if _, err := a.Commit(ctx, ids[1], budget.Usage{Input: 10, Output: 20}); !errors.Is(err, budget.ErrSettled) {
+		t.Fatalf("second Commit of a leased reservation = %v; want ErrSettled", err)
+	}
+	if err := a.Release(ctx, ids[3]); !errors.Is(err, budget.ErrSettled) {
+		t.Fatalf("second Release of a leased reservation = %v; want ErrSettled", err)
+	}
 	if _, err := a.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
