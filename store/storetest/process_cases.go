@@ -97,6 +97,7 @@ func testProcReserveExact(t *testing.T, p Processes, commit bool) {
 // is held.
 func testProcLeased(t *testing.T, p Processes) {
 	dsn := p.NewDSN(t)
+	t.Cleanup(func() { os.RemoveAll(journalDir(dsn)) })
 	tr := openParent(t, p, dsn, 0, nil)
 	const limit = 20 * limitTokens
 	l := SetLimit(t, tr, budget.LimitSpec{Key: "k", Window: "daily"}, limit)
