@@ -67,6 +67,11 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 		cfg = *opts.Config
 	}
 	cfg.Durable = cfg.Durable || opts.Durable
+	if cfg.LeaseJournal == "" && !strings.Contains(dsn, "://") && !strings.HasPrefix(dsn, ":memory:") && !strings.HasPrefix(dsn, "file:") {
+		// Beside the SQLite file, where every process opening it looks:
+		// any of them recovers a dead one's leases from their journals.
+		cfg.LeaseJournal = dsn + ".leases"
+	}
 	t, err := budget.New(ctx, s, cfg)
 	if err != nil {
 		s.Close()

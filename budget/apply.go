@@ -25,6 +25,10 @@ type writerState struct {
 	prices *priceSnap
 
 	mem memory // the store's state as of the writer's last commit
+
+	leaseLook    int64              // when the leases were last looked after (Unix nanos)
+	leaseCharges []*leasedRes       // carved reservations expired under ExpireCharge, to charge
+	routeSeen    map[routeKey]int64 // when routes without a lease last reserved (routeWarm)
 }
 
 func (w *writerState) init() {

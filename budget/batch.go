@@ -223,6 +223,20 @@ type batch struct {
 	// prevLanded: it was found to have landed (see landedIn).
 	prev                    *batch
 	ran, probed, prevLanded bool
+
+	// leases: what this try does to each lease it touches (lease_batch.go),
+	// in the order first touched; newLeases are those it creates, by route;
+	// looked: it looks after every lease (closing: to give them all back).
+	leases          map[*lease]*leasePlan
+	leaseOrder      []*lease
+	newLeases       map[routeKey]*lease
+	looked, closing bool
+	// journals are the events of the lease rows recovery settles, read
+	// from their journals; recoveredLeases those rows, whose journals go
+	// once the batch lands.
+	journals        map[string][]Usage
+	recoveredLeases []string
+	maint           []*lease // the leases this look attends to
 }
 
 // events are o's events: Record's one or RecordSync's.
@@ -247,6 +261,7 @@ func (b *batch) load(ctx context.Context, tx Tx) error {
 	if err := b.recall(ctx, tx); err != nil {
 		return err
 	}
+	b.looked = b.maintained()
 	if err := b.loadReservations(ctx, tx); err != nil {
 		return err
 	}
@@ -256,6 +271,11 @@ func (b *batch) load(ctx context.Context, tx Tx) error {
 			continue
 		}
 		if err := b.need(ctx, tx, o, &n); err != nil {
+			return err
+		}
+	}
+	if b.looked {
+		if err := b.needMaintain(ctx, tx, &n); err != nil {
 			return err
 		}
 	}
@@ -282,6 +302,9 @@ func (b *batch) recall(ctx context.Context, tx Tx) error {
 			return err
 		}
 		if lv != t.w.version {
+			if t.w.version >= 0 {
+				t.retireLeases() // decided on limits that may have changed
+			}
 			t.w.forgetLimits()
 			t.w.version = lv
 			// A prune moves the limits version too.
@@ -316,6 +339,9 @@ func (b *batch) loadReservations(ctx context.Context, tx Tx) error {
 		if ids, err = b.reservationsOf(ctx, tx, o, ids); err != nil {
 			return err
 		}
+	}
+	if b.looked {
+		ids = b.maintainIDs(ids)
 	}
 	if len(ids) == 0 {
 		return nil
@@ -514,6 +540,12 @@ func (b *batch) decide(ctx context.Context, tx Tx) error {
 			return err
 		}
 	}
+	if b.looked {
+		if err := b.decideMaintain(ctx, tx); err != nil {
+			return err
+		}
+	}
+	b.writeLeases()
 	return nil
 }
 
@@ -540,6 +572,12 @@ func (b *batch) reservationsOf(ctx context.Context, tx Tx, o *op, ids []string) 
 		return append(ids, o.id), nil
 	case opRecover:
 		return b.expiredOf(ctx, tx, o, ids)
+	case opReserve:
+		return leaseIDs(ids, b.leaseFor(o)), nil
+	case opLeaseCommit:
+		if o.leased != nil {
+			return leaseIDs(ids, o.leased.lease), nil
+		}
 	}
 	return ids, nil
 }
@@ -551,9 +589,12 @@ func (b *batch) need(ctx context.Context, tx Tx, o *op, n *needs) error {
 	case opUsage:
 		return b.needUsage(ctx, tx, o, n)
 	case opReserve:
+		needLease(b.leaseFor(o), n)
 		return b.needReserve(ctx, tx, o, n)
 	case opCommit:
 		return b.needCommit(ctx, tx, o, n)
+	case opLeaseCommit:
+		return b.needLeaseCommit(ctx, tx, o, n)
 	case opRelease, opRenew:
 		return b.needSettled(o, n)
 	case opRecover:
@@ -579,6 +620,8 @@ func (b *batch) decideOp(ctx context.Context, tx Tx, o *op) error {
 		return b.decideRenew(o)
 	case opRecover:
 		return b.decideRecover(ctx, tx, o)
+	case opLeaseCommit:
+		return b.decideLeaseCommit(ctx, tx, o)
 	}
 	return nil
 }
@@ -792,6 +835,17 @@ func (b *batch) decideReserve(ctx context.Context, tx Tx, o *op) error {
 			return nil
 		}
 	}
+	// A lease on its route serves it from room this batch added, or gives
+	// its free room back before the decision, so the decision sees it.
+	lease := b.leaseFor(o)
+	if lease != nil && b.carveInBatch(o, lease, at) {
+		return nil
+	}
+	if lease != nil && b.leaseLive(lease) {
+		b.takeFree(lease, b.plan(lease))
+	} else {
+		lease = nil
+	}
 	who := Who{Key: req.Key, User: req.User}
 	if err := t.place(ctx, tx, &who); err != nil {
 		return err
@@ -847,6 +901,8 @@ func (b *batch) decideReserve(ctx context.Context, tx Tx, o *op) error {
 			return nil
 		}
 		req.Estimate = fit
+	} else if o.lease && leaseable(statuses) && b.grantLease(o, lease, statuses, &who, at) {
+		return nil
 	}
 	if o.resID == "" {
 		o.resID = newReservationID(at)
@@ -1027,11 +1083,14 @@ func (b *batch) needRecover(ctx context.Context, tx Tx, o *op, n *needs) error {
 			continue
 		}
 		n.needHolds(r)
-		if r.OnExpiry == ExpireCharge {
+		if r.OnExpiry == ExpireCharge || isLease(r.ID) {
 			who := r.who()
 			if err := b.needEvent(ctx, tx, n, &who, r.Provider, r.Model, r.At); err != nil {
 				return err
 			}
+		}
+		if err := b.needJournal(ctx, tx, r, n); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -1050,6 +1109,11 @@ func (b *batch) decideRecover(ctx context.Context, tx Tx, o *op) error {
 		// process did before our lock.
 		if r == nil || r.State != ReservationLive || r.ExpiresAt.After(o.at) {
 			continue
+		}
+		// A lease's reservations are charged from its journal, before its
+		// holds go.
+		if err := b.chargeJournal(ctx, tx, r, o); err != nil {
+			return err
 		}
 		// Charged before the holds go, so the limits never show room the
 		// charge is about to take.

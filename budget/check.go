@@ -61,6 +61,18 @@ func (t *Tracker) check(ctx context.Context, req Request, now time.Time, clock i
 		}
 		statuses = append(statuses, st)
 	}
+	if t.leasesOn() {
+		// The room this process may still carve from the route's lease is
+		// its own to admit: held from the others, not from itself.
+		for i := range statuses {
+			st := &statuses[i]
+			if st.Limit.Metric == MetricConcurrent || st.Reserved == 0 {
+				continue
+			}
+			k := cache.Key{LimitID: st.Limit.ID, Subject: st.Limit.Subject, Start: st.WindowStart.UnixNano()}
+			st.Reserved = max(st.Reserved-t.routeFree(&req, k), 0)
+		}
+	}
 	var unpriced *Unpriced
 	var price *Price
 	for i := range statuses {

@@ -41,7 +41,8 @@
 //     whole slice as one operation and waits for its transaction.
 //   - Reserve, Commit, Release, Renew and Recover (reserve.go) queue typed
 //     operations for the writer and wait for their answers: exact across
-//     goroutines, processes and PostgreSQL replicas.
+//     goroutines, processes and PostgreSQL replicas. With leases
+//     (lease.go, lease_batch.go, journal.go) most are answered in memory.
 //
 // # The writer
 //
@@ -59,6 +60,70 @@
 // planned again from a fresh load, with backoff; usage and settlements are
 // never given up, reservations whose callers were told of the failure are
 // dropped.
+//
+// # Leases
+//
+// With Config.Leases a Reserve is decided in memory. A Tracker holds, per
+// route (one key's requests for one end user, provider and model), a
+// lease: one row in the store's reservations (id "lse_...", ExpireRelease)
+// with a hold on every limit the route's requests are decided on, so
+// every other process and replica counts it and used + holds <= limit
+// stays true everywhere. A request the lease covers on every limit at once
+// is carved from it under one small mutex and answered without the store;
+// its Commit settles in memory and queues the event, which the writer's
+// next batch writes in the same transaction that shrinks the lease's hold
+// by the carved estimate; a Release gives the room back to the lease. One
+// lease per route rather than one per counter keeps all-or-nothing a
+// single lock, and a route's requests decide on the same limits anyway.
+// The store is written per refill and per batch of commits, not per
+// request.
+//
+// A request the lease cannot cover goes to the writer, which first takes
+// the lease's free room back, then decides it as today; if it fits and at
+// least a few estimates of room remain on every limit, the lease grows by
+// what demand asks (twice what it served since its last refill, or the
+// requests waiting) but never more than half the room left, and the
+// request is carved from it. Below that it holds a reservation of its own:
+// the last tokens go to whoever asks first, in any process. A route with
+// no lease takes one only on its second request within LeaseIdle: one
+// that asks less often than that gains nothing from a lease (it would be
+// given back before its next request) and keeps the store's path. The writer
+// looks after its leases every 250ms and at every Flush: an idle one
+// (unused for LeaseIdle, 1 s of the tracker's clock) gives its free room
+// back and ends, an expiring one is renewed, carved reservations past
+// their TTL are settled by their policy, and a change of limit
+// definitions retires every lease. A check in the same process counts
+// what its leases admitted but not the room it may still carve; other
+// processes, inspect and verify see the whole lease as reserved. Routes
+// with a concurrent or a dollar limit, reservations with NoLease (the
+// CLI's reserve), and Durable trackers take the store path.
+//
+// The journal. Every admission, commit and release carved from a lease is
+// appended to the lease's journal (Config.LeaseJournal, one file named by
+// the lease row) as one checksummed record with one write() before the
+// call returns, so it survives the process in the page cache. Recovery of
+// an expired lease row, by any process's sweep on the machine (the
+// owner's restart included), reads it: a committed reservation is charged
+// its actual usage, one in flight its estimate under ExpireCharge
+// (nothing under ExpireRelease), a released one nothing, each as an event
+// with the reservation id the caller saw; the lease's unused room is
+// charged nothing, its holds simply go. Events are idempotent by request
+// id, so what the owner had already written is not written twice.
+//
+// Crash rules. A process killed under load: every request it admitted is
+// charged exactly once, within the lease's TTL (the reservations' TTL)
+// plus the sweep interval. A process that stalls past its leases' TTL and
+// wakes after another recovered them is fenced: the writer checks, under
+// the row's lock in the transaction that would change it, that the lease
+// row is still live and unexpired; if not, the lease is dead (counted in
+// Stats.LeasesLost), its commits write their events alone and, where
+// recovery already charged an estimate, only what the actual exceeds it
+// by, as <id>:late (Stats.LeaseLate); new requests get a fresh lease. On
+// PostgreSQL a replica on another machine cannot read a dead replica's
+// journal: a lease whose journal recovery cannot find is charged the rest
+// of the lease, its holds as last written (never less than it served; the
+// one overcharge, bounded by the lease's unused room), as events
+// "<lease id>:N"; see the README's crash costs.
 //
 // Where it lives: the domain types in limit.go, window.go, usage.go,
 // price.go and model.go; decisions in decide.go; statuses in status.go;

@@ -20,15 +20,19 @@ const (
 	opRelease
 	opRenew
 	opRecover
+	opLeaseCommit // a carved reservation's commit: its event and its lease's shrink
+	opLeaseTick   // look after the leases (idle give-back, renewal, expiry)
+	opLeaseClose  // give every lease back: the tracker is closing
 )
 
 // op is one unit of work for the writer: a typed request the batch decides
 // (see batch.go), and the answer its caller waits for.
 type op struct {
 	kind     opKind
-	ev       Usage     // opUsage from Record: the event; opCommit: the actual usage
-	evs      []Usage   // opUsage from RecordSync: the events, in order (ev unused)
-	contribs []contrib // opUsage: the pending deltas enqueue added for its events
+	ev       Usage      // opUsage from Record: the event; opCommit: the actual usage
+	evs      []Usage    // opUsage from RecordSync: the events, in order (ev unused)
+	contribs []contrib  // opUsage: the pending deltas enqueue added for its events
+	leased   *leasedRes // opLeaseCommit: the carved reservation (nil: its room was settled by expiry)
 
 	*opArgs // nil for usage and flushes, which queue by the thousand
 
@@ -54,6 +58,7 @@ type opArgs struct {
 	// kept by every retry: a retry after a commit whose outcome is unknown
 	// finds by it whether that try landed.
 	resID string
+	lease bool // opReserve: may be served by a lease on its route
 }
 
 const (
@@ -75,6 +80,7 @@ type opResult struct {
 	more       bool              // opRecover: it hit maxRecover; run it again
 	dropped    map[string][]Hold // opRecover: the holds it freed, by reservation
 	exhausted  []Alert           // opReserve: refused; logged with the batch
+	leased     *leasedRes        // opReserve: carved from a lease
 }
 
 type contrib struct {
@@ -103,7 +109,16 @@ type Stats struct {
 	// Unpriced counts events written with no price for their model while a
 	// usd limit applied to them: stored with cost 0, counted, never dropped.
 	Unpriced int64
-	Store    StoreStats
+	// LeasesLost counts leases this tracker found recovered by another
+	// process (it stalled past their TTL): never settled against again.
+	LeasesLost int64
+	// Leased counts reservations answered from a lease in memory.
+	Leased int64
+	// LeaseLate counts commits of reservations whose lease another process
+	// had recovered (this one stalled) that recorded an excess over the
+	// charged estimate as <id>:late.
+	LeaseLate int64
+	Store     StoreStats
 }
 
 type trackerStats struct {
@@ -117,6 +132,7 @@ func (t *Tracker) Stats() Stats {
 		Queued: t.stats.queued.Load(), Written: t.stats.written.Load(), Duplicates: t.stats.duplicates.Load(),
 		Batches: t.stats.batches.Load(), Retries: t.stats.retries.Load(), Failures: t.stats.failures.Load(),
 		QueueDepth: int64(len(t.queue)), Store: t.store.Stats(), Unpriced: t.stats.unpriced.Load(),
+		LeasesLost: t.leases.lost.Load(), Leased: t.leases.carved.Load(), LeaseLate: t.leases.late.Load(),
 	}
 }
 

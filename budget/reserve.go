@@ -77,6 +77,11 @@ type ReserveOptions struct {
 	// estimate. Reservation.Estimate.Output says what was granted: a caller
 	// that injects an output cap into the request uses that. (Optional.)
 	MinOutput int64
+	// NoLease keeps this reservation on the store's path even when the
+	// Tracker has leases on: a reservation committed or released by id
+	// from another process (the CLI's reserve) must be a row of its own.
+	// (Optional.)
+	NoLease bool
 }
 
 // Settlement is what Commit did.
@@ -142,7 +147,14 @@ func (t *Tracker) ReserveWith(ctx context.Context, req Request, opts ReserveOpti
 	if opts.MinOutput < 0 || opts.MinOutput > MaxTokens {
 		return nil, invalid("min_output", opts.MinOutput, "must be between 0 and 2^53-1")
 	}
-	o := newOp(opReserve, &opArgs{req: req, at: t.now(), ttl: ttl, policy: policy, minOut: opts.MinOutput})
+	now := t.now()
+	leased := t.leasesOn() && !opts.NoLease
+	if leased {
+		if r := t.reserveLeased(ctx, &req, ttl, policy, now); r != nil {
+			return r, nil
+		}
+	}
+	o := newOp(opReserve, &opArgs{req: req, at: now, ttl: ttl, policy: policy, minOut: opts.MinOutput, lease: leased})
 	r, err := t.do(ctx, o)
 	if err != nil {
 		return nil, err
@@ -181,6 +193,9 @@ func (t *Tracker) Commit(ctx context.Context, id string, actual Usage) (Settleme
 	actual.RequestID = id
 	if _, err := actual.Normalize(time.Unix(0, 0)); err != nil {
 		return Settlement{}, err
+	}
+	if s, ok, err := t.commitLeased(ctx, id, actual); ok {
+		return s, err
 	}
 	o := newOp(opCommit, &opArgs{id: id})
 	o.ev = actual
@@ -224,6 +239,9 @@ func lateUsage(actual Usage, est Estimate) Usage {
 // usage, for a request that failed. Releasing an expired, unsettled
 // reservation succeeds; a settled one returns ErrSettled.
 func (t *Tracker) Release(ctx context.Context, id string) error {
+	if ok, err := t.releaseLeased(id); ok {
+		return err
+	}
 	_, err := t.do(ctx, newOp(opRelease, &opArgs{id: id}))
 	return err
 }
@@ -237,6 +255,9 @@ func (t *Tracker) Renew(ctx context.Context, id string, ttl time.Duration) (time
 	}
 	if ttl == 0 {
 		ttl = t.cfg.ReservationTTL
+	}
+	if exp, ok, err := t.renewLeased(id, ttl); ok {
+		return exp, err
 	}
 	r, err := t.do(ctx, newOp(opRenew, &opArgs{id: id, ttl: ttl}))
 	return r.expires, err

@@ -158,7 +158,9 @@ type Settle struct {
 }
 
 // Renewal moves a live reservation's expiry and its holds' (except holds at
-// Forever); Holds are the reservation's.
+// Forever), and sets those holds' amounts to Holds' (a lease grows and
+// shrinks this way; an ordinary renewal passes them unchanged); Holds are
+// the reservation's.
 type Renewal struct {
 	ID        string
 	ExpiresAt time.Time

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,6 +83,17 @@ type Config struct {
 	ParkRetryAfter time.Duration
 	// MaxProbeBackoff caps how far failed probes push resume-at.
 	MaxProbeBackoff time.Duration
+	// Leases lets reservations be decided in memory, carved from room the
+	// Tracker holds in the store per route (see the package doc). Ignored
+	// in Durable mode. (Optional; default false.)
+	Leases bool
+	// LeaseJournal is the directory of the leases' journals (one file per
+	// lease), which every process sharing the database must be given: a
+	// process that recovers an expired lease reads its journal there.
+	// Required with Leases. (tokenbudget.Open puts it beside a SQLite
+	// file, FILE.leases; on PostgreSQL the replicas of one machine share
+	// one.)
+	LeaseJournal string
 }
 
 // DefaultConfig returns the configuration Open uses.
@@ -160,8 +172,9 @@ type Tracker struct {
 	sweepWG   sync.WaitGroup
 	retention retentionClock // what expired reservations' retention is measured on
 
-	stats trackerStats
-	w     writerState // owned by the writer goroutine
+	stats  trackerStats
+	w      writerState // owned by the writer goroutine
+	leases leaseTable
 	// horizon is the prune horizon as last read (Unix nanos, 0: none):
 	// Record refuses events before it.
 	horizon atomic.Int64
@@ -172,6 +185,14 @@ type Tracker struct {
 func New(ctx context.Context, store Store, cfg Config) (*Tracker, error) {
 	if store == nil {
 		return nil, errors.New("budget: New needs a Store")
+	}
+	if cfg.Leases && !cfg.Durable && cfg.LeaseJournal == "" {
+		return nil, invalid("lease_journal", "", "must name a directory when leases are on")
+	}
+	if cfg.Leases && !cfg.Durable {
+		if err := os.MkdirAll(cfg.LeaseJournal, 0o700); err != nil {
+			return nil, fmt.Errorf("budget: lease journal: %w", err)
+		}
 	}
 	cfg.fill()
 	t := &Tracker{
@@ -187,6 +208,7 @@ func New(ctx context.Context, store Store, cfg Config) (*Tracker, error) {
 		done:      make(chan struct{}),
 	}
 	t.w.init()
+	t.leases.init()
 	t.startRetention()
 	go t.writeLoop() // recovery runs on the writer
 	// Record refuses events before the prune horizon from the start; if the
@@ -200,6 +222,10 @@ func New(ctx context.Context, store Store, cfg Config) (*Tracker, error) {
 		}
 		t.sweepWG.Add(1)
 		go t.sweep()
+	}
+	if t.leasesOn() {
+		t.sweepWG.Add(1)
+		go t.leaseTicker()
 	}
 	return t, nil
 }

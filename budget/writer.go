@@ -72,6 +72,11 @@ func (t *Tracker) drainOnClose(batch []*op) {
 			}
 		}
 		if len(batch) == 0 {
+			if len(t.leases.all()) > 0 {
+				// Every lease given back before the writer stops.
+				closing := &op{kind: opLeaseClose, out: new(opResult)}
+				t.process([]*op{closing})
+			}
 			return
 		}
 		if !t.process(batch) {
@@ -100,7 +105,9 @@ func (t *Tracker) closing() context.Context {
 // waited reports whether a caller waits for o (a flush, a reservation, a
 // synchronous or durable record): its batch is written as soon as the queue
 // is drained, without waiting out BatchInterval.
-func (o *op) waited() bool { return o.kind != opUsage || o.done != nil }
+func (o *op) waited() bool {
+	return o.kind != opUsage && o.kind != opLeaseCommit && o.kind != opLeaseTick || o.done != nil
+}
 
 // pendingSum is what one batch queued on one cached counter.
 type pendingSum struct {
@@ -140,6 +147,7 @@ func (t *Tracker) process(ops []*op) bool {
 			// ones. Running the operations again would reserve twice.
 			m.forget()
 			b = prev
+			b.landedLeases()
 			t.w.streak.Store(0)
 			break
 		}
@@ -227,7 +235,7 @@ func (t *Tracker) failed(ops []*op, err error, attempt int) {
 		return
 	}
 	for _, o := range ops {
-		if o.told || o.kind == opUsage && o.done == nil {
+		if o.told || o.done == nil {
 			continue
 		}
 		o.told = true
@@ -341,6 +349,7 @@ func (b *batch) reset(now time.Time) {
 	b.now = now
 	b.ws = WriteSet{}
 	b.missing, b.prices, b.touched, b.expired, b.evOps, b.inserted, b.again, b.visited = nil, nil, nil, nil, nil, nil, nil, nil
+	b.leases, b.leaseOrder, b.newLeases, b.looked, b.recoveredLeases = nil, nil, nil, false, nil
 }
 
 // try is one attempt at the batch inside tx (process makes as many as it
@@ -428,6 +437,7 @@ func (b *batch) landed() {
 	for _, s := range b.ws.Settles {
 		delete(m.res, s.ID)
 	}
+	b.landedLeases()
 	for _, w := range b.touched {
 		w.cw = -1
 	}
@@ -459,7 +469,7 @@ func (t *Tracker) abandon(ops []*op, sums map[*cache.Counter]*pendingSum, err er
 		switch o.kind {
 		case opUsage:
 			t.w.unwritten.Add(int64(max(len(o.evs), 1)))
-		case opCommit, opRelease:
+		case opCommit, opRelease, opLeaseCommit:
 			t.w.unwritten.Add(1)
 		}
 		if o.kind == opUsage && sums == nil {
@@ -559,6 +569,7 @@ func (t *Tracker) publish(b *batch, sums map[*cache.Counter]*pendingSum) {
 			o.answer(opResult{duplicate: !ins})
 		}
 	}
+	t.cacheLeases(b)
 	t.stats.written.Add(written)
 	t.stats.duplicates.Add(dups)
 	t.stats.unpriced.Add(unpriced)
@@ -575,7 +586,9 @@ func (t *Tracker) publish(b *batch, sums map[*cache.Counter]*pendingSum) {
 		if o.out.err == nil {
 			switch o.kind {
 			case opReserve:
-				t.cacheHolds(o.out.res.ID, o.out.res.Holds, true)
+				if o.out.leased == nil { // a lease's holds are its lease's (cacheLeases)
+					t.cacheHolds(o.out.res.ID, o.out.res.Holds, true)
+				}
 			case opRenew:
 				t.cacheHolds(o.id, o.out.holds, true)
 			case opCommit, opRelease:

@@ -32,6 +32,7 @@ const proxyHelp = `usage: budget proxy (--upstream URL | --upstream NAME=URL ...
 	[--model-route PATTERN=NAME ...] [--mode reserve|check] [--max-body N] [--default-max-output N]
 	[--cap-field auto|none|max_tokens|max_completion_tokens|max_output_tokens]
 	[--max-client-wait D] [--require-limits] [--image-tokens N] [--reservation-ttl D]
+	[--leases [--lease-journal DIR]]
 	[--body-timeout D] [--header-timeout D] [--stream-idle-timeout D]
 	[--max-inflight-bytes N] [--max-inflight-bytes-per-key N] [--min-body-rate N]
 	[--retain D] [--log-format text|json]
@@ -54,6 +55,12 @@ Anthropic's credential when it carries anthropic-version, else OpenAI's.
 With --require-limits a request that no enabled limit applies to (its key's
 own, a default, its team's or its org's; a per-user limit only when the
 request names an end user) gets 403 no_budget.
+
+With --leases, reserve mode decides most requests in memory from budget
+leases the proxy holds in the database, exact all the same; every admission
+and settlement is journaled in --lease-journal (default: beside a SQLite
+database, FILE.leases; required on PostgreSQL, the same directory for every
+replica of a machine) before it is answered, so a crash charges exactly.
 
 Output caps: a request is estimated at the largest of its max_tokens,
 max_completion_tokens and max_output_tokens (times n). A request with none
@@ -214,6 +221,8 @@ type proxyOptions struct {
 	maxClientWait   time.Duration // 0: the default; negative: every refusal
 	capField        string        // "": auto
 	requireLimits   bool
+	leases          bool
+	leaseJournal    string
 	log             *slog.Logger
 	accessLog       bool // one line per request on log
 	// retain prunes the history older than it, at start and daily (0: keep it all).
@@ -259,6 +268,8 @@ func (m *Main) runProxy(ctx context.Context, args []string) (err error) {
 	fs.DurationVar(&o.maxClientWait, "max-client-wait", proxy.DefaultMaxClientWait, "a refusal with a longer wait says x-should-retry: false (0s: every refusal)")
 	fs.StringVar(&o.capField, "cap-field", proxy.CapAuto, "field an injected output cap goes in: auto, none, max_tokens, max_completion_tokens or max_output_tokens")
 	fs.BoolVar(&o.requireLimits, "require-limits", false, "refuse (403 no_budget) a request that no enabled limit applies to")
+	fs.BoolVar(&o.leases, "leases", false, "reserve mode: decide requests in memory from budget leases (journaled)")
+	fs.StringVar(&o.leaseJournal, "lease-journal", "", "`directory` of the lease journals (default: FILE.leases beside a SQLite database)")
 	retain := fs.String("retain", "", "prune the usage history older than this at start and daily: days (400d) or a duration (default: keep it all)")
 	logFormat := fs.String("log-format", "text", "stderr log lines as text or json")
 	o.admin.flags(fs)
@@ -454,6 +465,10 @@ func (m *Main) startProxy(ctx context.Context, o proxyOptions) (_ *runningProxy,
 	cfg.Now = m.Now
 	cfg.OnError = func(err error) { o.log.Error("budget: write failed; retrying", "err", err) }
 	cfg.MaxRetryBackoff = o.maxWriteBackoff
+	cfg.Leases, cfg.LeaseJournal = o.leases, o.leaseJournal
+	if cfg.LeaseJournal == "" && !strings.Contains(o.dsn, "://") {
+		cfg.LeaseJournal = o.dsn + ".leases" // where every process on the file looks
+	}
 	if p.tracker, err = budget.New(ctx, metrics.InstrumentStore(s), cfg); err != nil {
 		return nil, err
 	}

@@ -101,10 +101,19 @@ var T0 = time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
 // background sweep, the given refresh interval. It is closed by t.Cleanup.
 func NewTracker(t testing.TB, s budget.Store, c *Clock, refresh time.Duration) *budget.Tracker {
 	t.Helper()
+	return newTracker(t, s, c, refresh, nil)
+}
+
+// newTracker is NewTracker with its config changed by mutate (may be nil).
+func newTracker(t testing.TB, s budget.Store, c *Clock, refresh time.Duration, mutate func(*budget.Config)) *budget.Tracker {
+	t.Helper()
 	cfg := budget.DefaultConfig()
 	cfg.Now = c.Now
 	cfg.RefreshInterval = refresh
 	cfg.SweepInterval = -1
+	if mutate != nil {
+		mutate(&cfg)
+	}
 	tr, err := budget.New(context.Background(), s, cfg)
 	if err != nil {
 		t.Fatalf("budget.New: %v", err)

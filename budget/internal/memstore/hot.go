@@ -302,10 +302,23 @@ func (t *tx) renew(rs []budget.Renewal) error {
 			return fmt.Errorf("%w: renew reservation %s: it is no longer live", budget.ErrConflict, rn.ID)
 		}
 		r.ExpiresAt = stored(rn.ExpiresAt)
+		r.Holds = slices.Clone(r.Holds) // older snapshots keep theirs
+		for i := range r.Holds {
+			for _, nh := range rn.Holds {
+				if nh.LimitID == r.Holds[i].LimitID && nh.Subject == r.Holds[i].Subject && nh.WindowStart.Equal(r.Holds[i].WindowStart) {
+					r.Holds[i].Amount = nh.Amount
+				}
+			}
+		}
 		st.reservations[rn.ID] = r
 		for k, h := range st.holds {
 			if k.reservationID == rn.ID && ns(h.ExpiresAt) != forever {
 				h.ExpiresAt = r.ExpiresAt
+				for _, nh := range rn.Holds {
+					if nh.LimitID == h.LimitID && nh.Subject == h.Subject && nh.WindowStart.Equal(h.WindowStart) {
+						h.Amount = nh.Amount
+					}
+				}
 				st.holds[k] = h
 			}
 		}

@@ -27,8 +27,8 @@ var (
 	qOpenReservationsBefore = New(`SELECT ` + sqlrow.ReservationCols + ` FROM reservations
 		WHERE at < ? AND (state = 'live' OR state = 'expired' AND settled_at >= ?) ORDER BY id COLLATE "C" LIMIT ?`)
 
-	qRenewReservation = New(`UPDATE reservations SET expires_at = ? WHERE id = ? AND state = 'live'`)
-	qRenewHold        = New(`UPDATE holds SET expires_at = ? WHERE limit_id = ? AND subject = ? AND window_start = ? AND reservation_id = ?`)
+	qRenewReservation = New(`UPDATE reservations SET expires_at = ?, holds = ? WHERE id = ? AND state = 'live'`)
+	qRenewHold        = New(`UPDATE holds SET expires_at = ?, amount = ? WHERE limit_id = ? AND subject = ? AND window_start = ? AND reservation_id = ?`)
 	qDeleteSettled    = New(`DELETE FROM reservations WHERE state <> 'live' AND settled_at < ? AND (state <> 'expired' OR settled_at < ?)`)
 
 	qCounterBefore = New(`SELECT (SELECT MAX(window_start) FROM counters WHERE limit_id = ? AND subject = ?),
@@ -73,10 +73,11 @@ func (t Tx) reservations(ctx context.Context, q *Query, args ...any) ([]budget.R
 }
 
 // Renew moves the renewed reservations' expiries and their holds' (a hold
-// that never expires stays), refusing (ErrConflict) one no longer live.
+// that never expires stays), and sets those holds' amounts (a lease's
+// resize), refusing (ErrConflict) one no longer live.
 func (t Tx) Renew(ctx context.Context, rs []budget.Renewal) error {
 	for _, r := range rs {
-		n, err := t.exec(ctx, &qRenewReservation, sqlrow.Ns(r.ExpiresAt), r.ID)
+		n, err := t.exec(ctx, &qRenewReservation, sqlrow.Ns(r.ExpiresAt), sqlrow.EncodeHolds(r.Holds), r.ID)
 		if err != nil {
 			return fmt.Errorf("renew reservation %s: %w", r.ID, err)
 		}
@@ -87,7 +88,7 @@ func (t Tx) Renew(ctx context.Context, rs []budget.Renewal) error {
 			if h.ExpiresAt.Equal(budget.Forever) {
 				continue
 			}
-			if _, err := t.exec(ctx, &qRenewHold, sqlrow.Ns(r.ExpiresAt), h.LimitID, h.Subject, sqlrow.Ns(h.WindowStart), r.ID); err != nil {
+			if _, err := t.exec(ctx, &qRenewHold, sqlrow.Ns(r.ExpiresAt), h.Amount, h.LimitID, h.Subject, sqlrow.Ns(h.WindowStart), r.ID); err != nil {
 				return fmt.Errorf("renew holds of %s: %w", r.ID, err)
 			}
 		}
