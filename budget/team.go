@@ -171,6 +171,26 @@ func (t *Tracker) Teams(ctx context.Context) ([]Team, error) {
 // not be a gateway key: a library's keys are names. What the key spent
 // before stays charged where it was.
 func (t *Tracker) SetKeyTeam(ctx context.Context, key, team string) error {
+	return t.placeKey(ctx, key, team, nil)
+}
+
+// PlaceNewKey places key in team and runs create in the same transaction:
+// create writes the key's own record (a new gateway key: see
+// gatekey.CreateIn) and returns its audit changes, which are logged with
+// the team the key lands in. So a key made for a team is never, even for
+// a moment, a key in no team, and its creation is seen in the team's
+// audit log. A move from another team is logged as such too.
+func (t *Tracker) PlaceNewKey(ctx context.Context, key, team string, create func(ctx context.Context, tx Tx) ([]Change, error)) error {
+	if strings.TrimSpace(team) == "" {
+		return invalid("team", team, "must not be empty (a key in no team needs no placement)")
+	}
+	return t.placeKey(ctx, key, team, create)
+}
+
+// placeKey is SetKeyTeam, and with create PlaceNewKey: a new key's
+// placement is logged only as a move from another team, its creation
+// (create's changes) saying where it landed.
+func (t *Tracker) placeKey(ctx context.Context, key, team string, create func(ctx context.Context, tx Tx) ([]Change, error)) error {
 	key, team = strings.TrimSpace(key), strings.TrimSpace(team)
 	if key == "" {
 		return invalid("key", key, "must not be empty")
@@ -198,53 +218,13 @@ func (t *Tracker) SetKeyTeam(ctx context.Context, key, team string) error {
 		if err := tx.SetKeyTeam(ctx, key, team); err != nil {
 			return err
 		}
-		return t.logPlacement(ctx, tx, now, key, old, team)
-	})
-	if err == nil {
-		t.InvalidateLimits("")
-	}
-	return err
-}
-
-// PlaceNewKey places key in team and runs create in the same transaction:
-// create writes the key's own record (a new gateway key: see
-// gatekey.CreateIn) and returns its audit changes, which are logged with
-// the team the key lands in. So a key made for a team is never, even for
-// a moment, a key in no team, and its creation is seen in the team's
-// audit log. A move from another team is logged as such too.
-func (t *Tracker) PlaceNewKey(ctx context.Context, key, team string, create func(ctx context.Context, tx Tx) ([]Change, error)) error {
-	key, team = strings.TrimSpace(key), strings.TrimSpace(team)
-	if key == "" {
-		return invalid("key", key, "must not be empty")
-	}
-	if err := CheckLabel("key", key); err != nil {
-		return err
-	}
-	if team == "" {
-		return invalid("team", team, "must not be empty (a key in no team needs no placement)")
-	}
-	if err := CheckLabel("team", team); err != nil {
-		return err
-	}
-	now := t.now()
-	err := t.store.Update(ctx, func(tx Tx) error {
-		if err := tx.LockDefinitions(ctx); err != nil {
-			return err
-		}
-		if err := checkOwnerExists(ctx, tx, LevelTeam, team); err != nil {
-			return err
-		}
-		old, _, err := tx.Placement(ctx, key)
-		if err != nil {
-			return err
-		}
-		if err := tx.SetKeyTeam(ctx, key, team); err != nil {
-			return err
-		}
-		if old != "" {
+		if create == nil || old != "" {
 			if err := t.logPlacement(ctx, tx, now, key, old, team); err != nil {
 				return err
 			}
+		}
+		if create == nil {
+			return nil
 		}
 		cs, err := create(ctx, tx)
 		if err != nil {
