@@ -2,6 +2,7 @@ package cache
 
 import (
 	"sync"
+	"sync/atomic"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 )
@@ -22,6 +23,7 @@ type Defs[K comparable, V any] struct {
 	lru *lru.Cache[K, *Entry[V]]
 	idx sync.Map // K -> *Entry[V], exactly the entries the LRU holds
 	mu  sync.Mutex
+	gen atomic.Uint64 // moves on every change: see Gen
 }
 
 // NewDefs returns a cache of at most size entries.
@@ -48,6 +50,7 @@ func (d *Defs[K, V]) Put(k K, v V, loadedAt int64) {
 	d.mu.Lock() // orders the two structures against a concurrent Put or Remove of k
 	d.idx.Store(k, e)
 	d.lru.Add(k, e)
+	d.gen.Add(1)
 	d.mu.Unlock()
 }
 
@@ -56,6 +59,7 @@ func (d *Defs[K, V]) Remove(k K) {
 	d.mu.Lock()
 	d.lru.Remove(k)
 	d.idx.Delete(k)
+	d.gen.Add(1)
 	d.mu.Unlock()
 }
 
@@ -64,8 +68,15 @@ func (d *Defs[K, V]) Purge() {
 	d.mu.Lock()
 	d.lru.Purge()
 	d.idx.Clear()
+	d.gen.Add(1)
 	d.mu.Unlock()
 }
 
 // Len is the number of entries.
 func (d *Defs[K, V]) Len() int { return d.lru.Len() }
+
+// Gen is a generation that moves on with every Put, Remove and Purge. An
+// entry Peek returned after Gen read g is still the current one for its
+// key while Gen is g, so a caller may keep the pointer and skip the
+// lookup. Reading it writes nothing.
+func (d *Defs[K, V]) Gen() uint64 { return d.gen.Load() }
