@@ -54,7 +54,11 @@ func (t *Tracker) check(ctx context.Context, req Request, now time.Time, clock i
 		if statuses == nil {
 			statuses = make([]Status, 0, len(r.idx))
 		}
-		statuses = append(statuses, Status{})
+		if n := len(statuses); n < cap(statuses) {
+			statuses = statuses[:n+1] // status sets every field: no zeroing first
+		} else {
+			statuses = append(statuses, Status{})
+		}
 		if err := t.status(ctx, kl, int(i), &who, now, clock, &statuses[len(statuses)-1]); err != nil {
 			return Decision{}, err
 		}
@@ -174,42 +178,51 @@ func (t *Tracker) status(ctx context.Context, kl *keyLimits, i int, who *Who, no
 	if each {
 		l = l.forWho(who) // a copy, which stays on the stack
 	}
+	// st is reused from the caller's buffer: every field is set.
 	st.Limit, st.Max = *l, l.MaxAt(now)
+	st.NextExpiry = time.Time{}
 	k := cache.Key{LimitID: l.ID, Subject: l.Subject}
-	var w *curWindow
+	w := kl.cur[i].Load()
+	fresh := w != nil
 	if l.Metric != MetricConcurrent {
-		w = kl.window(i, now)
-		st.WindowStart, st.ResetAt = w.start, w.end
+		if fresh = fresh && !now.Before(w.start) && now.Before(w.end); !fresh {
+			start, end := l.Window.Bounds(now)
+			w = &curWindow{start: start, end: end}
+		}
 		k.Start = w.start.UnixNano()
-	} else if w = kl.cur[i].Load(); w == nil {
+	} else if !fresh {
 		w = &curWindow{}
-		kl.cur[i].Store(w)
 	}
+	st.WindowStart, st.ResetAt = w.start, w.end
 	c := w.c
 	if each {
 		c = t.counters.Peek(k)
 	} else if c == nil || c.Dead() {
-		if c = t.counters.Peek(k); c != nil {
-			kl.cur[i].Store(&curWindow{start: w.start, end: w.end, c: c})
-		}
+		c = t.counters.Peek(k)
+		fresh = false
 	}
 	used := int64(-1)
 	if c == nil || !t.fresh(c.LoadedAt(), clock) {
 		var err error
 		var committed int64
-		if c, committed, err = t.loadCounter(ctx, l, k, st.WindowStart, st.ResetAt); err != nil {
+		if c, committed, err = t.loadCounter(ctx, l, k, w.start, w.end); err != nil {
 			return err
 		}
-		if !each {
-			kl.cur[i].Store(&curWindow{start: w.start, end: w.end, c: c})
-		}
+		fresh = fresh && each // a per-user slot holds no counter to renew
 		if c.LoadedAt() == 0 {
 			used = committed + c.Pending()
 		}
 	}
+	if !fresh { // one slot per new window or counter, with both
+		nw := &curWindow{start: w.start, end: w.end}
+		if !each {
+			nw.c = c
+		}
+		kl.cur[i].Store(nw)
+	}
 	held, n, next := c.Reserved(now.UnixNano())
 	if l.Metric == MetricConcurrent {
-		st.Used = n
+		st.Used, st.Reserved = n, 0
 		if next != 0 {
 			st.NextExpiry = time.Unix(0, next).UTC()
 		}
@@ -218,8 +231,7 @@ func (t *Tracker) status(ctx context.Context, kl *keyLimits, i int, who *Who, no
 	if used < 0 {
 		used = c.Used()
 	}
-	st.Used = used
-	st.Reserved = held
+	st.Used, st.Reserved = used, held
 	return nil
 }
 
