@@ -71,6 +71,9 @@ func (kl *keyLimits) routeFor(provider, model string) (*route, error) {
 			return r, nil
 		}
 	}
+	// Cloned: a request's names may point into its body, which the route
+	// must not keep alive.
+	provider, model = strings.Clone(provider), strings.Clone(model)
 	r := &route{rawProvider: provider, rawModel: model, provider: strings.TrimSpace(provider), model: strings.TrimSpace(model)}
 	if err := checkNames("provider", r.provider, "model", r.model); err != nil {
 		return nil, err
@@ -148,6 +151,7 @@ func (t *Tracker) keyLimitsFor(ctx context.Context, key string, clock int64) (*k
 	if err != nil {
 		return nil, fmt.Errorf("load limits of %q: %w", key, err)
 	}
+	key = strings.Clone(key) // cached: not a view into a request's memory
 	kl := newKeyLimits(key, ls, version, team, org)
 	t.limits.Put(key, kl, loadedAt)
 	return kl, nil

@@ -41,9 +41,10 @@ type Counter struct {
 	seq       atomic.Uint64
 	holds     atomic.Pointer[[]Hold]
 	mut       atomic.Uint64 // odd while committed and pending change together (a seqlock for Used)
-	evicted   bool          // dropped from the cache and not pinned: no longer the live object
-	dead      atomic.Bool   // evicted, readable without the lock
-	inflight  int           // commits in progress that touch this counter
+	// dead: dropped from the cache and not pinned, no longer the live
+	// object; set under mu, read without it.
+	dead     atomic.Bool
+	inflight int32 // commits in progress that touch this counter
 }
 
 // Used is committed + pending read as one consistent pair: a commit moves
@@ -123,7 +124,7 @@ func (c *Counter) Refresh(seq uint64, committed int64, holds []Hold, loadedAt in
 func (c *Counter) AddPending(delta int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.evicted {
+	if c.dead.Load() {
 		return false
 	}
 	c.pending.Add(delta)
@@ -207,7 +208,6 @@ func (cs *Counters) evict(n *node[Key, Counter]) {
 		cs.pinned.Store(n.key, n)
 		return
 	}
-	c.evicted = true
 	c.dead.Store(true)
 }
 
@@ -245,7 +245,7 @@ func (cs *Counters) Acquire(k Key) *Counter {
 		// Under c.mu, so Unpin cannot retire c between the check and the
 		// move back into the table.
 		c.mu.Lock()
-		if !c.evicted {
+		if !c.dead.Load() {
 			cs.pinned.CompareAndDelete(k, n)
 			c.mu.Unlock()
 			cs.insert(n)
@@ -253,8 +253,9 @@ func (cs *Counters) Acquire(k Key) *Counter {
 		}
 		c.mu.Unlock()
 	}
+	// Unmarked: a counter is kept over others once used again, so a scan
+	// of keys used once does not flush the ones in use.
 	n := &node[Key, Counter]{key: k}
-	n.ref.Store(true)
 	cs.insert(n)
 	return &n.val
 }
@@ -276,7 +277,6 @@ func (cs *Counters) Unpin(k Key, c *Counter) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.busy() && cs.pinned.CompareAndDelete(k, p) {
-		c.evicted = true
 		c.dead.Store(true)
 	}
 }
