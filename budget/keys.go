@@ -116,7 +116,7 @@ var routeSeed = maphash.MakeSeed()
 
 // window is limits[i]'s window holding at, with its counter when known:
 // remembered while at stays in it, so a warm check skips the calendar
-// arithmetic and the counter LRU.
+// arithmetic and the counter cache.
 func (k *keyLimits) window(i int, at time.Time) *curWindow {
 	if w := k.cur[i].Load(); w != nil && !at.Before(w.start) && at.Before(w.end) {
 		return w
