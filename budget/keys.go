@@ -134,6 +134,9 @@ func (t *Tracker) keyLimitsFor(ctx context.Context, key string, clock int64) (*k
 		return e.Value, nil
 	}
 	loadedAt := t.now().UnixNano()
+	// Cached, with the defaults' subjects that Effective sets to it: not a
+	// view into a request's memory.
+	key = strings.Clone(key)
 	var ls []Limit
 	var version int64
 	var team, org string
@@ -151,7 +154,6 @@ func (t *Tracker) keyLimitsFor(ctx context.Context, key string, clock int64) (*k
 	if err != nil {
 		return nil, fmt.Errorf("load limits of %q: %w", key, err)
 	}
-	key = strings.Clone(key) // cached: not a view into a request's memory
 	kl := newKeyLimits(key, ls, version, team, org)
 	t.limits.Put(key, kl, loadedAt)
 	return kl, nil
