@@ -59,14 +59,19 @@ func newSlots[K comparable, V any](n int) *slotArray[K, V] {
 
 // get returns k's node or nil, without a lock.
 func (t *table[K, V]) get(k K) *node[K, V] {
-	a := t.slots.Load()
+	_, n := t.find(t.slots.Load(), k)
+	return n
+}
+
+// find probes a for k: its slot and node, or a nil node.
+func (t *table[K, V]) find(a *slotArray[K, V], k K) (uint64, *node[K, V]) {
 	for i := t.hash(k) & a.mask; ; i = (i + 1) & a.mask {
 		n := a.s[i].Load()
 		if n == nil {
-			return nil
+			return i, nil
 		}
 		if n != t.tomb && n.key == k {
-			return n
+			return i, n
 		}
 	}
 }
@@ -141,20 +146,13 @@ func (t *table[K, V]) evict() *node[K, V] {
 // is nil). Writers only.
 func (t *table[K, V]) remove(k K, n *node[K, V]) *node[K, V] {
 	a := t.slots.Load()
-	for i := t.hash(k) & a.mask; ; i = (i + 1) & a.mask {
-		cur := a.s[i].Load()
-		if cur == nil {
-			return nil
-		}
-		if cur != t.tomb && cur.key == k {
-			if n != nil && cur != n {
-				return nil
-			}
-			a.s[i].Store(t.tomb)
-			t.live.Add(-1)
-			return cur
-		}
+	i, cur := t.find(a, k)
+	if cur == nil || n != nil && cur != n {
+		return nil
 	}
+	a.s[i].Store(t.tomb)
+	t.live.Add(-1)
+	return cur
 }
 
 // rebuild publishes a new array without tombstones, twice as large while
@@ -202,8 +200,6 @@ func (t *table[K, V]) each(fn func(*node[K, V])) {
 }
 
 var hashSeed = maphash.MakeSeed()
-
-func hashString(s string) uint64 { return maphash.String(hashSeed, s) }
 
 func hashKey(k Key) uint64 {
 	h := maphash.String(hashSeed, k.LimitID)

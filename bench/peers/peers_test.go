@@ -42,34 +42,31 @@ func BenchmarkCheckInto3(b *testing.B) {
 	}
 }
 
-// BenchmarkRate3 is the peer: three x/time/rate limiters (one per limit),
-// each asked Allow, as a gateway limiting a key three ways would; the
-// rates are high enough never to refuse.
+// BenchmarkRate3 is the peer: three x/time/rate limiters (one per limit)
+// at rates that never refuse. "allow" asks each Allow, as a gateway
+// limiting a key three ways would (each reads the clock); "oneclock" reads
+// the clock once for the three (AllowN at one instant), as CheckInto does.
 func BenchmarkRate3(b *testing.B) {
-	ls := [3]*rate.Limiter{}
-	for i := range ls {
-		ls[i] = rate.NewLimiter(rate.Limit(1e12), 1<<40)
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		if !ls[0].Allow() || !ls[1].Allow() || !ls[2].Allow() {
-			b.Fatal("refused")
-		}
-	}
-}
-
-// BenchmarkRate3OneClock is BenchmarkRate3 with the clock read once for
-// the three limiters (AllowN at one instant), as CheckInto reads it.
-func BenchmarkRate3OneClock(b *testing.B) {
-	ls := [3]*rate.Limiter{}
-	for i := range ls {
-		ls[i] = rate.NewLimiter(rate.Limit(1e12), 1<<40)
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		now := time.Now()
-		if !ls[0].AllowN(now, 1) || !ls[1].AllowN(now, 1) || !ls[2].AllowN(now, 1) {
-			b.Fatal("refused")
-		}
+	for _, oneClock := range []bool{false, true} {
+		name := map[bool]string{false: "allow", true: "oneclock"}[oneClock]
+		b.Run(name, func(b *testing.B) {
+			var ls [3]*rate.Limiter
+			for i := range ls {
+				ls[i] = rate.NewLimiter(rate.Limit(1e12), 1<<40)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				var ok bool
+				if oneClock {
+					now := time.Now()
+					ok = ls[0].AllowN(now, 1) && ls[1].AllowN(now, 1) && ls[2].AllowN(now, 1)
+				} else {
+					ok = ls[0].Allow() && ls[1].Allow() && ls[2].Allow()
+				}
+				if !ok {
+					b.Fatal("refused")
+				}
+			}
+		})
 	}
 }
