@@ -181,7 +181,6 @@ func (t *Tracker) status(ctx context.Context, kl *keyLimits, i int, who *Who, no
 	// st is reused from the caller's buffer: every field is set.
 	st.Limit, st.Max = *l, l.MaxAt(now)
 	st.NextExpiry = time.Time{}
-	k := cache.Key{LimitID: l.ID, Subject: l.Subject}
 	w := kl.cur[i].Load()
 	fresh := w != nil
 	if l.Metric != MetricConcurrent {
@@ -189,23 +188,30 @@ func (t *Tracker) status(ctx context.Context, kl *keyLimits, i int, who *Who, no
 			start, end := l.Window.Bounds(now)
 			w = &curWindow{start: start, end: end}
 		}
-		k.Start = w.start.UnixNano()
 	} else if !fresh {
 		w = &curWindow{}
 	}
 	st.WindowStart, st.ResetAt = w.start, w.end
+	// The counter's key, only when the slot has no live counter.
+	key := func() cache.Key {
+		k := cache.Key{LimitID: l.ID, Subject: l.Subject}
+		if l.Metric != MetricConcurrent {
+			k.Start = w.start.UnixNano()
+		}
+		return k
+	}
 	c := w.c
 	if each {
-		c = t.counters.Peek(k)
+		c = t.counters.Peek(key())
 	} else if c == nil || c.Dead() {
-		c = t.counters.Peek(k)
+		c = t.counters.Peek(key())
 		fresh = false
 	}
 	used := int64(-1)
 	if c == nil || !t.fresh(c.LoadedAt(), clock) {
 		var err error
 		var committed int64
-		if c, committed, err = t.loadCounter(ctx, l, k, w.start, w.end); err != nil {
+		if c, committed, err = t.loadCounter(ctx, l, key(), w.start, w.end); err != nil {
 			return err
 		}
 		fresh = fresh && each // a per-user slot holds no counter to renew
