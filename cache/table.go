@@ -156,12 +156,13 @@ func (t *table[K, V]) remove(k K, n *node[K, V]) *node[K, V] {
 }
 
 // rebuild publishes a new array without tombstones, twice as large while
-// the live nodes would fill more than a quarter of it and it is below
-// twice the size. Writers only.
+// the live nodes would fill more than half of it and it is below twice
+// the size: an array is between 3/8 and 3/4 full as it grows. Writers
+// only.
 func (t *table[K, V]) rebuild() {
 	a := t.slots.Load()
 	n := len(a.s)
-	for int(t.live.Load())*4 > n && n < 2*t.size {
+	for int(t.live.Load())*2 > n && n < 2*t.size {
 		n *= 2
 	}
 	b := newSlots[K, V](n)
