@@ -99,8 +99,9 @@ func (kl *keyLimits) routeFor(provider, model string) (*route, error) {
 		}
 		who.User = ""
 	}
-	// Slots are taken in turn by a hash of the pair, so a key's few pairs
-	// settle in distinct slots; a collision only costs a rebuild.
+	// An empty slot first, else the one a hash of the pair picks, so a
+	// key's few pairs settle in distinct slots; a collision only costs a
+	// rebuild.
 	slot := maphash.String(routeSeed, provider+"\x00"+model) % routeSlots
 	for i := range kl.routes {
 		if kl.routes[i].Load() == nil {
