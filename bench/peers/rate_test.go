@@ -1,8 +1,7 @@
-// Package peers benchmarks tokenbudget's check against the libraries a
-// gateway could use instead, side by side in one run. It is a module of
-// its own so that the peers are no dependency of tokenbudget's:
+// The check against golang.org/x/time/rate, side by side in one run:
 //
-//	cd bench/peers && go test -run '^$' -bench . -count 5
+//	cd bench/peers && go test -run '^$' -bench 'CheckInto3|Rate3' -count 6
+
 package peers
 
 import (
