@@ -45,8 +45,11 @@ func memChild(path string, keys int) error {
 	cfg := budget.DefaultConfig()
 	cfg.SweepInterval = -1
 	cfg.RefreshInterval = time.Hour
-	cfg.CounterCacheSize = 8 * keys
-	cfg.LimitCacheSize = 2 * keys
+	bounded := os.Getenv("TB_MEM_DEFAULT_CACHES") != ""
+	if !bounded { // every key's definitions and counters stay: the cost of a key
+		cfg.CounterCacheSize = 8 * keys
+		cfg.LimitCacheSize = 2 * keys
+	}
 	db, err := tokenbudget.Open(ctx, path, tokenbudget.Options{Config: &cfg})
 	if err != nil {
 		return err
@@ -91,6 +94,10 @@ func memChild(path string, keys int) error {
 		pprof.WriteHeapProfile(f)
 		f.Close()
 	}
+	if bounded { // the caches are full and evicting: no cost of one counter to take
+		fmt.Printf("bytes/key %.0f\npeak_rss_MiB %d\n", float64(int64(h1)-int64(h0))/float64(keys), rss>>10)
+		return nil
+	}
 	for k := range keys {
 		if err := check(k, at.Add(-24*time.Hour)); err != nil {
 			return err
@@ -129,6 +136,41 @@ func procStatus(field string) int64 {
 // recorded twice); bytes/counter is measured after it.
 func BenchmarkMemory100kKeys(b *testing.B) {
 	const keys = 100_000
+	path := memDB(b, keys)
+	// "default" runs with Go's default GC settings; "memlimit" sets
+	// GOMEMLIMIT, the knob that bounds a gateway's RSS at some GC cost.
+	// The memlimit run doubles the time: it runs only with TB_BENCH_MEMLIMIT=1.
+	runs := []struct{ name, env string }{{"default", ""}}
+	if os.Getenv("TB_BENCH_MEMLIMIT") != "" {
+		runs = append(runs, struct{ name, env string }{"memlimit", "GOMEMLIMIT=160MiB"})
+	}
+	for _, run := range runs {
+		b.Run(run.name, func(b *testing.B) { runMemChild(b, path, keys, run.env) })
+	}
+}
+
+// BenchmarkMemoryBounded is memChild's load through one Tracker with
+// Config's default cache sizes, over 100,000 keys and, with
+// TB_BENCH_1M=1 (a long run), 1,000,000: the memory is bounded by the
+// caches, so the 1,000,000-key run's peak RSS stays near the other's.
+//
+//	TB_BENCH_1M=1 go test -run '^$' -bench MemoryBounded -benchtime 1x -timeout 3h .
+func BenchmarkMemoryBounded(b *testing.B) {
+	sizes := []int{100_000}
+	if os.Getenv("TB_BENCH_1M") != "" {
+		sizes = append(sizes, 1_000_000)
+	}
+	for _, keys := range sizes {
+		b.Run("keys="+strconv.Itoa(keys), func(b *testing.B) {
+			runMemChild(b, memDB(b, keys), keys, "TB_MEM_DEFAULT_CACHES=1")
+		})
+	}
+}
+
+// memDB is a database of keys keys with 3 limits each (global, provider,
+// model), written in three statements.
+func memDB(b *testing.B, keys int) string {
+	b.Helper()
 	path := filepath.Join(b.TempDir(), "mem.db")
 	ctx := context.Background()
 	db, err := tokenbudget.Open(ctx, path, tokenbudget.Options{Create: true})
@@ -140,6 +182,7 @@ func BenchmarkMemory100kKeys(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	defer raw.Close()
 	for i, l := range []struct{ scope, value, window string }{{"global", "", "daily"}, {"provider", "openai", "1h"}, {"model", "gpt-4o", "1m"}} {
 		_, err := raw.Exec(fmt.Sprintf(`WITH RECURSIVE c(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM c WHERE x < %d)
 			INSERT INTO limits (id, key, scope, scope_value, metric, max, window, window_seconds, reset_time, timezone, enabled, created_at, updated_at)
@@ -150,33 +193,28 @@ func BenchmarkMemory100kKeys(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	raw.Close()
-	// "default" runs with Go's default GC settings; "memlimit" sets
-	// GOMEMLIMIT, the knob that bounds a gateway's RSS at some GC cost.
-	// The memlimit run doubles the time: it runs only with TB_BENCH_MEMLIMIT=1.
-	runs := []struct{ name, env string }{{"default", ""}}
-	if os.Getenv("TB_BENCH_MEMLIMIT") != "" {
-		runs = append(runs, struct{ name, env string }{"memlimit", "GOMEMLIMIT=160MiB"})
-	}
-	for _, run := range runs {
-		b.Run(run.name, func(b *testing.B) {
-			for b.Loop() {
-				cmd := exec.Command(os.Args[0], "-test.run=^$")
-				cmd.Env = append(os.Environ(), "TB_MEM_CHILD="+path, "TB_MEM_KEYS="+strconv.Itoa(keys))
-				if run.env != "" {
-					cmd.Env = append(cmd.Env, run.env)
-				}
-				cmd.Stderr = os.Stderr
-				out, err := cmd.Output()
-				if err != nil {
-					b.Fatal(err)
-				}
-				for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-					name, v, _ := strings.Cut(line, " ")
-					f, _ := strconv.ParseFloat(v, 64)
-					b.ReportMetric(f, name)
-				}
-			}
-		})
+	return path
+}
+
+// runMemChild runs memChild over the database at path in a subprocess,
+// with env added, and reports what it prints.
+func runMemChild(b *testing.B, path string, keys int, env string) {
+	b.Helper()
+	for b.Loop() {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "TB_MEM_CHILD="+path, "TB_MEM_KEYS="+strconv.Itoa(keys))
+		if env != "" {
+			cmd.Env = append(cmd.Env, env)
+		}
+		cmd.Stderr = os.Stderr
+		out, err := cmd.Output()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			name, v, _ := strings.Cut(line, " ")
+			f, _ := strconv.ParseFloat(v, 64)
+			b.ReportMetric(f, name)
+		}
 	}
 }

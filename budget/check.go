@@ -36,30 +36,32 @@ func (t *Tracker) CheckInto(ctx context.Context, req Request, now time.Time, buf
 
 // check decides req at now; clock is the tracker's clock, which ages the
 // cache (now may be any instant a caller asks about).
+//
+// A warm check makes one lookup (the key's cached definitions, which hold
+// the routes its requests took and each limit's window and counter) and
+// validates only what a route cannot remember: the user and the estimate.
 func (t *Tracker) check(ctx context.Context, req Request, now time.Time, clock int64, statuses []Status) (Decision, error) {
-	req, err := normalizeRequest(req)
+	kl, r, err := t.routeOf(ctx, &req, clock)
 	if err != nil {
 		return Decision{}, err
 	}
-	kl, err := t.keyLimitsFor(ctx, req.Key, clock)
-	if err != nil {
-		return Decision{}, err
-	}
-	model := NormalizeModel(req.Model)
-	who := Who{Key: req.Key, Team: kl.team, Org: kl.org, User: req.User}
-	for i := range kl.limits {
+	who := Who{Key: kl.key, Team: kl.team, Org: kl.org, User: req.User}
+	for _, i := range r.idx {
 		l := &kl.limits[i]
-		if !l.decidesRequest(&who, req.Provider, model, now) {
+		if l.Scope == ScopeUser && !l.Applies(&who, r.provider, r.norm) || !l.Covers(now) {
 			continue
 		}
 		if statuses == nil {
-			statuses = make([]Status, 0, len(kl.limits)-i)
+			statuses = make([]Status, 0, len(r.idx))
 		}
-		st, err := t.status(ctx, kl, i, &who, now, clock)
-		if err != nil {
+		if n := len(statuses); n < cap(statuses) {
+			statuses = statuses[:n+1] // status sets every field: no zeroing first
+		} else {
+			statuses = append(statuses, Status{})
+		}
+		if err := t.status(ctx, kl, int(i), &who, now, clock, &statuses[len(statuses)-1]); err != nil {
 			return Decision{}, err
 		}
-		statuses = append(statuses, st)
 	}
 	if t.leasesOn() {
 		// The room this process may still carve from the route's lease is
@@ -75,17 +77,19 @@ func (t *Tracker) check(ctx context.Context, req Request, now time.Time, clock i
 	}
 	var unpriced *Unpriced
 	var price *Price
-	for i := range statuses {
-		if statuses[i].Limit.Metric == MetricUSD {
-			table, err := t.pricesAt(ctx, clock)
-			if err != nil {
-				return Decision{}, err
+	if r.usd {
+		for i := range statuses {
+			if statuses[i].Limit.Metric == MetricUSD {
+				table, err := t.pricesAt(ctx, clock)
+				if err != nil {
+					return Decision{}, err
+				}
+				var ok bool
+				if price, ok = priceEstimate(table, statuses, &req, r.norm, now); !ok {
+					unpriced = &Unpriced{Provider: req.Provider, Model: req.Model}
+				}
+				break
 			}
-			var ok bool
-			if price, ok = priceEstimate(table, statuses, &req, model, now); !ok {
-				unpriced = &Unpriced{Provider: req.Provider, Model: req.Model}
-			}
-			break
 		}
 	}
 	d := Decide(statuses, req.Estimate, now)
@@ -94,7 +98,7 @@ func (t *Tracker) check(ctx context.Context, req Request, now time.Time, clock i
 		d.Allowed, d.Unpriced = false, unpriced
 	}
 	if req.Provider != "" {
-		p, err := t.parkedAt(ctx, req.Provider, now, clock)
+		p, err := t.parkedOn(ctx, r, now, clock)
 		if err != nil {
 			return Decision{}, err
 		}
@@ -104,6 +108,55 @@ func (t *Tracker) check(ctx context.Context, req Request, now time.Time, clock i
 		}
 	}
 	return d, nil
+}
+
+// routeOf validates and normalises req in place as normalizeRequest does,
+// and returns its key's definitions and its route: from the cache when
+// warm, where the key and the provider and model as sent were validated
+// when they were cached, so only the user and the estimate are checked.
+func (t *Tracker) routeOf(ctx context.Context, req *Request, clock int64) (*keyLimits, *route, error) {
+	var kl *keyLimits
+	if e, ok := t.limits.Peek(req.Key); ok && t.fresh(e.LoadedAt, clock) {
+		kl = e.Value // only validated, normalised keys are cached
+	} else {
+		n, err := normalizeRequest(*req)
+		if err != nil {
+			return nil, nil, err
+		}
+		if kl, err = t.keyLimitsFor(ctx, n.Key, clock); err != nil {
+			return nil, nil, err
+		}
+	}
+	r, err := kl.routeFor(req.Provider, req.Model)
+	if err != nil {
+		return nil, nil, err
+	}
+	req.Key, req.Provider, req.Model = kl.key, r.provider, r.model
+	if req.User != "" {
+		if req.User = strings.TrimSpace(req.User); req.User != "" {
+			if err := CheckName("user", req.User); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	return kl, r, req.Estimate.validate()
+}
+
+// parkedOn is parkedAt for r's provider, from the entry r remembers while
+// it is current, so a warm check makes no second lookup.
+func (t *Tracker) parkedOn(ctx context.Context, r *route, now time.Time, clock int64) (*Parked, error) {
+	if m := r.park.Load(); m != nil && m.gen == t.parked.Gen() && t.fresh(m.e.LoadedAt, clock) {
+		return parkedOf(m.e.Value, now), nil
+	}
+	gen := t.parked.Gen() // before the lookup: a change after it moves Gen past the memo
+	p, err := t.parkedAt(ctx, r.provider, now, clock)
+	if err != nil {
+		return nil, err
+	}
+	if e, ok := t.parked.Peek(r.provider); ok {
+		r.park.Store(&parkMemo{gen: gen, e: e})
+	}
+	return p, nil
 }
 
 // Validate checks a request as Check and Reserve will: a key, and token
@@ -129,61 +182,75 @@ func normalizeRequest(req Request) (Request, error) {
 
 // status is limit i of kl as it stands at now for who, from the cache
 // when warm.
-func (t *Tracker) status(ctx context.Context, kl *keyLimits, i int, who *Who, now time.Time, clock int64) (Status, error) {
+func (t *Tracker) status(ctx context.Context, kl *keyLimits, i int, who *Who, now time.Time, clock int64, st *Status) error {
 	l := &kl.limits[i]
 	// A per-user limit's counter depends on the user: the limit's slot
 	// remembers only its window, never a counter.
 	each := l.EachUser()
 	if each {
-		l = l.forWho(who) // a copy: st must not have its address taken, or every check allocates it
+		l = l.forWho(who) // a copy, which stays on the stack
 	}
-	st := Status{Limit: *l, Max: l.MaxAt(now)}
-	k := cache.Key{LimitID: l.ID, Subject: l.Subject}
-	var w *curWindow
+	// st is reused from the caller's buffer: every field is set.
+	st.Limit, st.Max = *l, l.MaxAt(now)
+	st.NextExpiry = time.Time{}
+	w := kl.cur[i].Load()
+	fresh := w != nil
 	if l.Metric != MetricConcurrent {
-		w = kl.window(i, now)
-		st.WindowStart, st.ResetAt = w.start, w.end
-		k.Start = w.start.UnixNano()
-	} else if w = kl.cur[i].Load(); w == nil {
+		if fresh = fresh && !now.Before(w.start) && now.Before(w.end); !fresh {
+			start, end := l.Window.Bounds(now)
+			w = &curWindow{start: start, end: end}
+		}
+	} else if !fresh {
 		w = &curWindow{}
-		kl.cur[i].Store(w)
+	}
+	st.WindowStart, st.ResetAt = w.start, w.end
+	// The counter's key, only when the slot has no live counter.
+	key := func() cache.Key {
+		k := cache.Key{LimitID: l.ID, Subject: l.Subject}
+		if l.Metric != MetricConcurrent {
+			k.Start = w.start.UnixNano()
+		}
+		return k
 	}
 	c := w.c
 	if each {
-		c = t.counters.Peek(k)
+		c = t.counters.Peek(key())
 	} else if c == nil || c.Dead() {
-		if c = t.counters.Peek(k); c != nil {
-			kl.cur[i].Store(&curWindow{start: w.start, end: w.end, c: c})
-		}
+		c = t.counters.Peek(key())
+		fresh = false
 	}
 	used := int64(-1)
 	if c == nil || !t.fresh(c.LoadedAt(), clock) {
 		var err error
 		var committed int64
-		if c, committed, err = t.loadCounter(ctx, l, k, st.WindowStart, st.ResetAt); err != nil {
-			return st, err
+		if c, committed, err = t.loadCounter(ctx, l, key(), w.start, w.end); err != nil {
+			return err
 		}
-		if !each {
-			kl.cur[i].Store(&curWindow{start: w.start, end: w.end, c: c})
-		}
+		fresh = fresh && each // a per-user slot holds no counter to renew
 		if c.LoadedAt() == 0 {
 			used = committed + c.Pending()
 		}
 	}
+	if !fresh { // one slot per new window or counter, with both
+		nw := &curWindow{start: w.start, end: w.end}
+		if !each {
+			nw.c = c
+		}
+		kl.cur[i].Store(nw)
+	}
 	held, n, next := c.Reserved(now.UnixNano())
 	if l.Metric == MetricConcurrent {
-		st.Used = n
+		st.Used, st.Reserved = n, 0
 		if next != 0 {
 			st.NextExpiry = time.Unix(0, next).UTC()
 		}
-		return st, nil
+		return nil
 	}
 	if used < 0 {
 		used = c.Used()
 	}
-	st.Used = used
-	st.Reserved = held
-	return st, nil
+	st.Used, st.Reserved = used, held
+	return nil
 }
 
 // loadCounter reads one counter from the store into the cache: the stored

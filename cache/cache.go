@@ -1,7 +1,7 @@
 // Package cache holds the in-memory side of tokenbudget: committed counter
 // totals with the deltas this process has queued but not yet written, and
-// definitions, each in a bounded golang-lru/v2 cache. It imports nothing of
-// tokenbudget's own.
+// definitions, each in a bounded table of its own (table.go). It imports
+// nothing of tokenbudget's own.
 //
 // Concurrency: every type here is safe for concurrent use. Reads (Peek, the
 // Counter getters) take no exclusive lock, so checks on many goroutines do
@@ -14,8 +14,6 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-
-	lru "github.com/hashicorp/golang-lru/v2"
 )
 
 // Key names one limit's window: the limit id and the window start in Unix
@@ -43,9 +41,10 @@ type Counter struct {
 	seq       atomic.Uint64
 	holds     atomic.Pointer[[]Hold]
 	mut       atomic.Uint64 // odd while committed and pending change together (a seqlock for Used)
-	evicted   bool          // dropped from the cache and not pinned: no longer the live object
-	dead      atomic.Bool   // evicted, readable without the lock
-	inflight  int           // commits in progress that touch this counter
+	// dead: dropped from the cache and not pinned, no longer the live
+	// object; set under mu, read without it.
+	dead     atomic.Bool
+	inflight int32 // commits in progress that touch this counter
 }
 
 // Used is committed + pending read as one consistent pair: a commit moves
@@ -125,7 +124,7 @@ func (c *Counter) Refresh(seq uint64, committed int64, holds []Hold, loadedAt in
 func (c *Counter) AddPending(delta int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.evicted {
+	if c.dead.Load() {
 		return false
 	}
 	c.pending.Add(delta)
@@ -180,35 +179,35 @@ func (c *Counter) UpdateHolds(fn func([]Hold) []Hold) {
 
 func (c *Counter) busy() bool { return c.pending.Load() != 0 || c.inflight != 0 }
 
-// Counters is a bounded LRU of Counters that never loses a busy one.
+// Counters is a bounded cache of Counters that never loses a busy one.
 //
-// Every insertion into the LRU, and so every eviction callback, runs under
-// slow: a miss in Acquire therefore cannot slip between a busy counter's
-// eviction and its pinning and create a second counter for the same key.
+// Each counter lives in its table node (one allocation with its key);
+// Peek and Acquire's hit path take no lock. Every insertion, and so every
+// eviction, runs under slow: a miss in Acquire therefore cannot slip
+// between a busy counter's eviction and its pinning and create a second
+// counter for the same key.
 type Counters struct {
-	lru    *lru.Cache[Key, *Counter]
-	slow   sync.Mutex // serialises LRU insertions and the miss path of Acquire
-	pinned sync.Map   // Key -> *Counter evicted while busy
+	t      *table[Key, Counter]
+	slow   sync.Mutex // serialises insertions, removals and the miss path of Acquire
+	pinned sync.Map   // Key -> *node evicted while busy
 }
 
 // NewCounters returns a cache of at most size idle counters (plus those
 // pinned by pending deltas).
 func NewCounters(size int) *Counters {
-	cs := &Counters{}
-	cs.lru, _ = lru.NewWithEvict(max(size, 1), cs.evict) // only fails for size <= 0
-	return cs
+	return &Counters{t: newTable[Key, Counter](size, hashKey)}
 }
 
-// evict runs outside the LRU's lock: a busy counter is pinned aside, an
-// idle one is marked dead so late AddPending calls go to its successor.
-func (cs *Counters) evict(k Key, c *Counter) {
+// evict runs under slow: a busy counter is pinned aside, an idle one is
+// marked dead so late AddPending calls go to its successor.
+func (cs *Counters) evict(n *node[Key, Counter]) {
+	c := &n.val
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.busy() {
-		cs.pinned.Store(k, c)
+		cs.pinned.Store(n.key, n)
 		return
 	}
-	c.evicted = true
 	c.dead.Store(true)
 }
 
@@ -218,58 +217,77 @@ func (c *Counter) Dead() bool { return c.dead.Load() }
 
 // Peek returns the cached counter for k without touching recency, or nil.
 func (cs *Counters) Peek(k Key) *Counter {
-	c, _ := cs.lru.Peek(k)
-	return c
+	if n := cs.t.get(k); n != nil {
+		return &n.val
+	}
+	return nil
 }
 
 // Acquire returns the live counter for k, creating an unloaded one if
 // needed, and marks it recently used.
 func (cs *Counters) Acquire(k Key) *Counter {
-	if c, ok := cs.lru.Get(k); ok && !c.Dead() {
-		return c
+	if n := cs.t.get(k); n != nil && !n.val.Dead() {
+		n.touch()
+		return &n.val
 	}
 	cs.slow.Lock()
 	defer cs.slow.Unlock()
-	if c, ok := cs.lru.Get(k); ok {
-		if !c.Dead() {
-			return c
+	if n := cs.t.get(k); n != nil {
+		if !n.val.Dead() {
+			n.touch()
+			return &n.val
 		}
-		cs.lru.Remove(k)
+		cs.t.remove(k, n)
 	}
 	if p, ok := cs.pinned.Load(k); ok {
-		c := p.(*Counter)
+		n := p.(*node[Key, Counter])
+		c := &n.val
 		// Under c.mu, so Unpin cannot retire c between the check and the
-		// move back into the LRU.
+		// move back into the table.
 		c.mu.Lock()
-		if !c.evicted {
-			cs.lru.Add(k, c)
-			cs.pinned.CompareAndDelete(k, c)
+		if !c.dead.Load() {
+			cs.pinned.CompareAndDelete(k, n)
 			c.mu.Unlock()
+			cs.insert(n)
 			return c
 		}
 		c.mu.Unlock()
 	}
-	c := new(Counter)
-	cs.lru.Add(k, c)
-	return c
+	// Unmarked: a counter is kept over others once used again, so a scan
+	// of keys used once does not flush the ones in use.
+	n := &node[Key, Counter]{key: k}
+	cs.insert(n)
+	return &n.val
+}
+
+// insert adds n, whose key is absent, evicting (and so pinning or
+// retiring) the clock's victim when full. Under slow.
+func (cs *Counters) insert(n *node[Key, Counter]) {
+	if _, ev := cs.t.put(n); ev != nil {
+		cs.evict(ev)
+	}
 }
 
 // Unpin forgets k's counter once it is idle, if eviction had pinned it.
 func (cs *Counters) Unpin(k Key, c *Counter) {
+	p, ok := cs.pinned.Load(k)
+	if !ok || &p.(*node[Key, Counter]).val != c {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.busy() && cs.pinned.CompareAndDelete(k, c) {
-		c.evicted = true
+	if !c.busy() && cs.pinned.CompareAndDelete(k, p) {
 		c.dead.Store(true)
 	}
 }
 
-// Len is the number of counters in the LRU (pinned ones excluded).
-func (cs *Counters) Len() int { return cs.lru.Len() }
+// Len is the number of counters in the cache (pinned ones excluded).
+func (cs *Counters) Len() int { return int(cs.t.live.Load()) }
 
 // Purge drops every idle counter; busy ones stay pinned.
 func (cs *Counters) Purge() {
 	cs.slow.Lock()
 	defer cs.slow.Unlock()
-	cs.lru.Purge()
+	cs.t.each(cs.evict)
+	cs.t.clear()
 }

@@ -1,9 +1,9 @@
 package cache
 
 import (
+	"hash/maphash"
 	"sync"
-
-	lru "github.com/hashicorp/golang-lru/v2"
+	"sync/atomic"
 )
 
 // Entry is a cached value with the instant (Unix nanos) it was loaded.
@@ -15,57 +15,59 @@ type Entry[V any] struct {
 // Defs is a bounded cache of definitions (a key's limits, a provider's
 // parking state) that callers re-read after their refresh interval.
 //
-// The LRU bounds it; reads go through a sync.Map mirror, which takes no
-// lock at all, so checks on several cores do not contend on the LRU's
-// read lock. Recency therefore follows insertion (re-reads re-insert).
+// Peek takes no lock and writes nothing but, once per sweep of the
+// eviction clock, the entry's used mark, so checks on several cores do not
+// contend; Put, Remove and Purge serialise on a mutex.
 type Defs[K comparable, V any] struct {
-	lru *lru.Cache[K, *Entry[V]]
-	idx sync.Map // K -> *Entry[V], exactly the entries the LRU holds
+	t   *table[K, Entry[V]]
 	mu  sync.Mutex
+	gen atomic.Uint64 // moves on every change: see Gen
 }
 
 // NewDefs returns a cache of at most size entries.
 func NewDefs[K comparable, V any](size int) *Defs[K, V] {
-	d := &Defs[K, V]{}
-	// The callback runs after the LRU's lock is released; CompareAndDelete
-	// keeps a newer entry stored for the same key.
-	d.lru, _ = lru.NewWithEvict(max(size, 1), func(k K, e *Entry[V]) { d.idx.CompareAndDelete(k, e) }) // only fails for size <= 0
-	return d
+	return &Defs[K, V]{t: newTable[K, Entry[V]](size, func(k K) uint64 { return maphash.Comparable(hashSeed, k) })}
 }
 
 // Peek returns the entry for k without any lock.
 func (d *Defs[K, V]) Peek(k K) (*Entry[V], bool) {
-	e, ok := d.idx.Load(k)
-	if !ok {
+	n := d.t.get(k)
+	if n == nil {
 		return nil, false
 	}
-	return e.(*Entry[V]), true
+	n.touch()
+	return &n.val, true
 }
 
 // Put stores v as loaded at loadedAt.
 func (d *Defs[K, V]) Put(k K, v V, loadedAt int64) {
-	e := &Entry[V]{Value: v, LoadedAt: loadedAt}
-	d.mu.Lock() // orders the two structures against a concurrent Put or Remove of k
-	d.idx.Store(k, e)
-	d.lru.Add(k, e)
+	d.mu.Lock()
+	d.t.put(&node[K, Entry[V]]{key: k, val: Entry[V]{Value: v, LoadedAt: loadedAt}})
+	d.gen.Add(1)
 	d.mu.Unlock()
 }
 
 // Remove forgets k.
 func (d *Defs[K, V]) Remove(k K) {
 	d.mu.Lock()
-	d.lru.Remove(k)
-	d.idx.Delete(k)
+	d.t.remove(k, nil)
+	d.gen.Add(1)
 	d.mu.Unlock()
 }
 
 // Purge forgets everything.
 func (d *Defs[K, V]) Purge() {
 	d.mu.Lock()
-	d.lru.Purge()
-	d.idx.Clear()
+	d.t.clear()
+	d.gen.Add(1)
 	d.mu.Unlock()
 }
 
 // Len is the number of entries.
-func (d *Defs[K, V]) Len() int { return d.lru.Len() }
+func (d *Defs[K, V]) Len() int { return int(d.t.live.Load()) }
+
+// Gen is a generation that moves on with every Put, Remove and Purge. An
+// entry Peek returned after Gen read g is still the current one for its
+// key while Gen is g, so a caller may keep the pointer and skip the
+// lookup. Reading it writes nothing.
+func (d *Defs[K, V]) Gen() uint64 { return d.gen.Load() }

@@ -1,0 +1,120 @@
+package budget_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/budget/internal/memstore"
+)
+
+// checkTracker is a tracker on memstore whose cache stays warm for the
+// test, with key k's limits: a daily global one, a provider one on openai
+// and a model one on gpt-4o, and a per-user one for user "ann".
+func checkTracker(t *testing.T) *budget.Tracker {
+	t.Helper()
+	ctx := context.Background()
+	cfg := budget.DefaultConfig()
+	cfg.SweepInterval = -1
+	cfg.RefreshInterval = time.Hour
+	tr, err := budget.New(ctx, memstore.New(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close(context.Background()) })
+	max := int64(1000)
+	for _, s := range []budget.LimitSpec{
+		{ID: "day", Key: "k", Window: "daily"},
+		{ID: "prov", Key: "k", Scope: "provider", ScopeValue: "openai", Window: "1h"},
+		{ID: "model", Key: "k", Scope: "model", ScopeValue: "gpt-4o", Window: "1m"},
+		{ID: "ann", Key: "k", Scope: "user", ScopeValue: "ann", Window: "daily"},
+	} {
+		s.Max = &max
+		if _, _, err := tr.SetLimit(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return tr
+}
+
+func limitIDs(d budget.Decision) string {
+	var ids []string
+	for _, s := range d.Limits {
+		ids = append(ids, s.Limit.ID)
+	}
+	return strings.Join(ids, ",")
+}
+
+// The limits a check decides on follow the request's provider, model and
+// user however many routes a key's requests take and in whatever order:
+// a key remembers a few, and the others are worked out again.
+func TestCheckRoutesFollowProviderModelAndUser(t *testing.T) {
+	tr := checkTracker(t)
+	ctx := context.Background()
+	cases := []struct {
+		provider, model, user string
+		want                  string
+	}{
+		{"openai", "gpt-4o", "", "day,prov,model"},
+		{"openai", "GPT-4o-2024-08-06", "", "day,prov,model"}, // normalised to gpt-4o
+		{" openai ", " gpt-4o ", "", "day,prov,model"},        // trimmed
+		{"openai", "gpt-4o", "ann", "day,prov,model,ann"},
+		{"openai", "gpt-4o", " ann ", "day,prov,model,ann"},
+		{"openai", "gpt-4o", "bob", "day,prov,model"},
+		{"anthropic", "claude", "", "day"},
+		{"anthropic", "gpt-4o", "", "day,model"},
+		{"openai", "o1", "", "day,prov"},
+		{"", "", "ann", "day,ann"},
+		{"azure", "gpt-4o-mini", "", "day"},
+	}
+	for round := range 3 { // more pairs than a key remembers, again and again
+		for _, c := range cases {
+			d, err := tr.Check(ctx, budget.Request{Key: "k", Provider: c.provider, Model: c.model, User: c.user})
+			if err != nil {
+				t.Fatalf("round %d: Check(%q, %q, %q): %v", round, c.provider, c.model, c.user, err)
+			}
+			if got := limitIDs(d); got != c.want {
+				t.Errorf("round %d: Check(%q, %q, %q) decides on %s; want %s", round, c.provider, c.model, c.user, got, c.want)
+			}
+		}
+	}
+	// A key sent with spaces is the same key.
+	if d, err := tr.Check(ctx, budget.Request{Key: " k ", Provider: "openai", Model: "gpt-4o"}); err != nil || limitIDs(d) != "day,prov,model" {
+		t.Errorf("Check(\" k \") = %s, %v; want day,prov,model", limitIDs(d), err)
+	}
+}
+
+// Names are validated once per key and route, but a bad name is refused
+// on a warm key as on a cold one, naming the field; so are a bad user and
+// a bad estimate, which a route cannot remember.
+func TestCheckWarmKeyStillRefusesBadNames(t *testing.T) {
+	tr := checkTracker(t)
+	ctx := context.Background()
+	good := budget.Request{Key: "k", Provider: "openai", Model: "gpt-4o"}
+	for range 2 { // warm: the key and its route are cached
+		if _, err := tr.Check(ctx, good); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		mutate func(*budget.Request)
+		field  string
+	}{
+		{func(r *budget.Request) { r.Model = "gpt\x00-4o" }, "model"},
+		{func(r *budget.Request) { r.Provider = "open\x07ai" }, "provider"},
+		{func(r *budget.Request) { r.User = "ann\x1f" }, "user"},
+		{func(r *budget.Request) { r.Estimate.Input = -1 }, "estimate.input"},
+		{func(r *budget.Request) { r.Key = "" }, "key"},
+		{func(r *budget.Request) { r.Key = "k\x00" }, "key"},
+	} {
+		req := good
+		c.mutate(&req)
+		for range 2 {
+			if _, err := tr.Check(ctx, req); err == nil || !strings.Contains(err.Error(), c.field) {
+				t.Errorf("Check(%+v) = %v; want an error naming %s", req, err, c.field)
+			}
+		}
+	}
+}
