@@ -175,14 +175,11 @@ func (b *batch) exhausted() []Alert {
 // Alerts lists the newest n alerts, newest first.
 func (t *Tracker) Alerts(ctx context.Context, n int) ([]Alert, error) {
 	var out []Alert
-	err := t.store.View(ctx, func(tx Tx) error {
-		at, err := alertTx(tx)
-		if err != nil {
-			return err
-		}
+	err := t.store.View(ctx, inRole(alertTx, func(_ Tx, at AlertTx) error {
+		var err error
 		out, err = at.Alerts(ctx, n)
 		return err
-	})
+	}))
 	return out, err
 }
 
@@ -195,14 +192,11 @@ func (t *Tracker) ClaimAlerts(ctx context.Context, owner string, ttl time.Durati
 	}
 	now := t.now()
 	var out []Alert
-	err := t.store.Update(ctx, func(tx Tx) error {
-		at, err := alertTx(tx)
-		if err != nil {
-			return err
-		}
+	err := t.store.Update(ctx, inRole(alertTx, func(_ Tx, at AlertTx) error {
+		var err error
 		out, err = at.ClaimAlerts(ctx, owner, now, now.Add(ttl), max)
 		return err
-	})
+	}))
 	return out, err
 }
 
@@ -222,13 +216,9 @@ func (t *Tracker) AlertFailed(ctx context.Context, id, owner string, attempts in
 }
 
 func (t *Tracker) settleAlert(ctx context.Context, id, owner string, delivered, next time.Time) error {
-	return t.store.Update(ctx, func(tx Tx) error {
-		at, err := alertTx(tx)
-		if err != nil {
-			return err
-		}
+	return t.store.Update(ctx, inRole(alertTx, func(_ Tx, at AlertTx) error {
 		return at.SettleAlert(ctx, id, owner, delivered, next)
-	})
+	}))
 }
 
 // ErrClaimLost is returned when reporting on an alert whose claim another

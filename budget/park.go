@@ -44,17 +44,14 @@ func (t *Tracker) ParkAt(ctx context.Context, provider string, kind ParkKind, re
 		retryAfter = t.cfg.ParkRetryAfter
 	}
 	p := ProviderState{Provider: provider, Kind: kind, ParkedAt: at, RetryAfter: retryAfter, ResumeAt: at.Add(retryAfter), Affected: affected}
-	err := t.store.Update(ctx, func(tx Tx) error {
-		pt, err := providerTx(tx)
-		if err != nil {
-			return err
-		}
+	err := t.store.Update(ctx, inRole(providerTx, func(_ Tx, pt ProviderTx) error {
+		var err error
 		if err := pt.ParkProvider(ctx, p); err != nil {
 			return err
 		}
 		p, err = pt.Provider(ctx, provider)
 		return err
-	})
+	}))
 	if err != nil {
 		return ProviderState{}, err
 	}
@@ -71,14 +68,11 @@ func (t *Tracker) Unpark(ctx context.Context, provider string) (bool, error) {
 		return false, invalid("provider", provider, "must not be empty")
 	}
 	var was bool
-	err := t.store.Update(ctx, func(tx Tx) error {
-		pt, err := providerTx(tx)
-		if err != nil {
-			return err
-		}
+	err := t.store.Update(ctx, inRole(providerTx, func(_ Tx, pt ProviderTx) error {
+		var err error
 		was, err = pt.DeleteProvider(ctx, provider)
 		return err
-	})
+	}))
 	if err == nil {
 		t.parked.Put(provider, nil, t.now().UnixNano())
 	}
@@ -89,14 +83,11 @@ func (t *Tracker) Unpark(ctx context.Context, provider string) (bool, error) {
 // that is not parked returns ErrNotFound.
 func (t *Tracker) ProviderState(ctx context.Context, provider string) (ProviderState, error) {
 	var p ProviderState
-	err := t.store.View(ctx, func(tx Tx) error {
-		pt, err := providerTx(tx)
-		if err != nil {
-			return err
-		}
+	err := t.store.View(ctx, inRole(providerTx, func(_ Tx, pt ProviderTx) error {
+		var err error
 		p, err = pt.Provider(ctx, strings.TrimSpace(provider))
 		return err
-	})
+	}))
 	return p, err
 }
 
@@ -118,14 +109,11 @@ func (t *Tracker) ParkedProviders(ctx context.Context) ([]ProviderState, error) 
 func (t *Tracker) ProbeFailed(ctx context.Context, provider string) (int, error) {
 	now := t.now()
 	var p ProviderState
-	err := t.store.Update(ctx, func(tx Tx) error {
-		pt, err := providerTx(tx)
-		if err != nil {
-			return err
-		}
+	err := t.store.Update(ctx, inRole(providerTx, func(_ Tx, pt ProviderTx) error {
+		var err error
 		p, err = pt.ProbeFailed(ctx, provider, func(p ProviderState) time.Time { return now.Add(t.backoff(p)) })
 		return err
-	})
+	}))
 	if err != nil {
 		return 0, err
 	}

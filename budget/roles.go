@@ -75,12 +75,18 @@ func (t *Tracker) updateHistory(ctx context.Context, fn func(Tx, HistoryTx) erro
 }
 
 func withHistory(fn func(Tx, HistoryTx) error) func(Tx) error {
+	return inRole(historyTx, fn)
+}
+
+// inRole is a transaction's fn that first finds role R on it with find,
+// failing as find does when the store lacks it.
+func inRole[R any](find func(Tx) (R, error), fn func(Tx, R) error) func(Tx) error {
 	return func(tx Tx) error {
-		h, err := historyTx(tx)
+		r, err := find(tx)
 		if err != nil {
 			return err
 		}
-		return fn(tx, h)
+		return fn(tx, r)
 	}
 }
 
