@@ -13,13 +13,7 @@ import (
 // the caller read it, say) it is ErrNotFound and creates nothing.
 func TestSetLimitMustExist(t *testing.T) {
 	ctx := context.Background()
-	cfg := budget.DefaultConfig()
-	cfg.SweepInterval = -1
-	tr, err := budget.New(ctx, memstore.New(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close(ctx)
+	tr := storeTracker(t, memstore.New(), nil)
 	max := int64(100)
 	spec := budget.LimitSpec{ID: "gone", Key: "k", Window: "1h", Max: &max, MustExist: true}
 	if _, _, err := tr.SetLimit(ctx, spec); !errors.Is(err, budget.ErrNotFound) {

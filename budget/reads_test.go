@@ -20,13 +20,7 @@ type pinger interface{ Ping() string }
 func TestStoreAs(t *testing.T) {
 	ctx := context.Background()
 	inner := memstore.New()
-	cfg := budget.DefaultConfig()
-	cfg.SweepInterval = -1
-	tr, err := budget.New(ctx, wrapped{inner}, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close(ctx)
+	tr := storeTracker(t, wrapped{inner}, nil)
 	if got, ok := budget.StoreAs[*memstore.Store](tr); !ok || got != inner {
 		t.Errorf("StoreAs[*memstore.Store] = %v, %v; want the wrapped store", got, ok)
 	}

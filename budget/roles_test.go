@@ -10,6 +10,23 @@ import (
 	"github.com/tokenbudget/tokenbudget/budget/internal/memstore"
 )
 
+// storeTracker is a Tracker on s with no sweep (config changed by mod),
+// closed when the test ends.
+func storeTracker(t *testing.T, s budget.Store, mod func(*budget.Config)) *budget.Tracker {
+	t.Helper()
+	cfg := budget.DefaultConfig()
+	cfg.SweepInterval = -1
+	if mod != nil {
+		mod(&cfg)
+	}
+	tr, err := budget.New(context.Background(), s, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close(context.Background()) })
+	return tr
+}
+
 // coreOnly is a store whose transactions have the two required roles
 // only, as a new backend's first version would: every optional role of
 // the memstore beneath is hidden.
@@ -33,16 +50,10 @@ func (s coreOnly) View(ctx context.Context, fn func(budget.Tx) error) error {
 func TestTrackerOnTheRequiredRolesAlone(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
-	cfg := budget.DefaultConfig()
-	cfg.SweepInterval = -1
-	cfg.Now = func() time.Time { return now }
-	tr, err := budget.New(ctx, coreOnly{memstore.New()}, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close(ctx)
+	tr := storeTracker(t, coreOnly{memstore.New()}, func(c *budget.Config) { c.Now = func() time.Time { return now } })
 
 	max := int64(100)
+	var err error
 	if _, _, err := tr.SetLimit(ctx, budget.LimitSpec{Key: "k", Window: "1h", Max: &max}); err != nil {
 		t.Fatalf("SetLimit = %v", err)
 	}
@@ -100,14 +111,7 @@ func TestTrackerOnTheRequiredRolesAlone(t *testing.T) {
 // StoreAs finds optional roles, never the Store itself: nothing outside
 // the package gets a transaction through it.
 func TestStoreAsNeverTheStore(t *testing.T) {
-	ctx := context.Background()
-	cfg := budget.DefaultConfig()
-	cfg.SweepInterval = -1
-	tr, err := budget.New(ctx, memstore.New(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close(ctx)
+	tr := storeTracker(t, memstore.New(), nil)
 	if s, ok := budget.StoreAs[budget.Store](tr); ok || s != nil {
 		t.Errorf("StoreAs[budget.Store] = %v, %v; want nil, false", s, ok)
 	}
