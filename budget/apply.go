@@ -106,17 +106,19 @@ func (t *Tracker) place(ctx context.Context, tx Tx, who *Who) error {
 // goroutine only.
 func (t *Tracker) limitsFor(ctx context.Context, tx Tx, who *Who) ([]Limit, error) {
 	w := &t.w
-	// The checks' cache is usually warm and current: share it.
-	if e, ok := t.limits.Peek(who.Key); ok && e.Value.version == w.version && e.Value.team == who.Team && e.Value.org == who.Org {
-		return e.Value.limits, nil
-	}
 	k := [3]string{who.Key, who.Team, who.Org}
 	if ls, ok := w.byWho[k]; ok {
 		return ls, nil
 	}
-	ls, err := loadLimits(ctx, tx, who.Key, who.Team, who.Org)
-	if err != nil {
-		return nil, err
+	var ls []Limit
+	// The checks' cache is usually warm and current: no store read.
+	if e, ok := t.limits.Peek(who.Key); ok && e.Value.version == w.version && e.Value.team == who.Team && e.Value.org == who.Org {
+		ls = e.Value.limits()
+	} else {
+		var err error
+		if ls, err = loadLimits(ctx, tx, who.Key, who.Team, who.Org); err != nil {
+			return nil, err
+		}
 	}
 	w.byWho[k] = ls
 	return ls, nil

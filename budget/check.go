@@ -46,22 +46,31 @@ func (t *Tracker) check(ctx context.Context, req Request, now time.Time, clock i
 		return Decision{}, err
 	}
 	who := Who{Key: kl.key, Team: kl.team, Org: kl.org, User: req.User}
+	none := statuses == nil // Check's: nil unless a limit decides
 	for _, i := range r.idx {
-		l := &kl.limits[i]
-		if l.Scope == ScopeUser && !l.Applies(&who, r.provider, r.norm) || !l.Covers(now) {
-			continue
-		}
 		if statuses == nil {
 			statuses = make([]Status, 0, len(r.idx))
 		}
-		if n := len(statuses); n < cap(statuses) {
+		// The limit is written out into the next status, kept only if it
+		// decides the request.
+		n := len(statuses)
+		if n < cap(statuses) {
 			statuses = statuses[:n+1] // status sets every field: no zeroing first
 		} else {
 			statuses = append(statuses, Status{})
 		}
-		if err := t.status(ctx, kl, int(i), &who, now, clock, &statuses[len(statuses)-1]); err != nil {
+		st := &statuses[n]
+		kl.limitInto(int(i), &st.Limit)
+		if l := &st.Limit; l.Scope == ScopeUser && !l.Applies(&who, r.provider, r.norm) || !l.Covers(now) {
+			statuses = statuses[:n]
+			continue
+		}
+		if err := t.status(ctx, kl, int(i), &who, now, clock, st); err != nil {
 			return Decision{}, err
 		}
+	}
+	if none && len(statuses) == 0 {
+		statuses = nil
 	}
 	if t.leasesOn() {
 		// The room this process may still carve from the route's lease is
@@ -127,7 +136,7 @@ func (t *Tracker) routeOf(ctx context.Context, req *Request, clock int64) (*keyL
 			return nil, nil, err
 		}
 	}
-	r, err := kl.routeFor(req.Provider, req.Model)
+	r, err := t.routeFor(kl, req.Provider, req.Model)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -181,34 +190,38 @@ func normalizeRequest(req Request) (Request, error) {
 }
 
 // status is limit i of kl as it stands at now for who, from the cache
-// when warm.
+// when warm; st.Limit holds the limit written out (limitInto).
 func (t *Tracker) status(ctx context.Context, kl *keyLimits, i int, who *Who, now time.Time, clock int64, st *Status) error {
-	l := &kl.limits[i]
+	l := &st.Limit
 	// A per-user limit's counter depends on the user: the limit's slot
 	// remembers only its window, never a counter.
 	each := l.EachUser()
 	if each {
-		l = l.forWho(who) // a copy, which stays on the stack
+		l.Subject = l.subjectFor(who)
 	}
 	// st is reused from the caller's buffer: every field is set.
-	st.Limit, st.Max = *l, l.MaxAt(now)
+	st.Max = l.MaxAt(now)
 	st.NextExpiry = time.Time{}
-	w := kl.cur[i].Load()
+	w := kl.lims[i].cur.Load()
 	fresh := w != nil
 	if l.Metric != MetricConcurrent {
-		if fresh = fresh && !now.Before(w.start) && now.Before(w.end); !fresh {
+		ns := now.UnixNano()
+		if fresh = fresh && ns >= w.start && ns < w.end; !fresh {
 			start, end := l.Window.Bounds(now)
-			w = &curWindow{start: start, end: end}
+			w = &curWindow{start: nsOf(start), end: nsOf(end)}
 		}
-	} else if !fresh {
-		w = &curWindow{}
+		st.WindowStart, st.ResetAt = time.Unix(0, w.start).UTC(), time.Unix(0, w.end).UTC()
+	} else {
+		if !fresh {
+			w = &curWindow{}
+		}
+		st.WindowStart, st.ResetAt = time.Time{}, time.Time{}
 	}
-	st.WindowStart, st.ResetAt = w.start, w.end
 	// The counter's key, only when the slot has no live counter.
 	key := func() cache.Key {
 		k := cache.Key{LimitID: l.ID, Subject: l.Subject}
 		if l.Metric != MetricConcurrent {
-			k.Start = w.start.UnixNano()
+			k.Start = w.start
 		}
 		return k
 	}
@@ -223,7 +236,7 @@ func (t *Tracker) status(ctx context.Context, kl *keyLimits, i int, who *Who, no
 	if c == nil || !t.fresh(c.LoadedAt(), clock) {
 		var err error
 		var committed int64
-		if c, committed, err = t.loadCounter(ctx, l, key(), w.start, w.end); err != nil {
+		if c, committed, err = t.loadCounter(ctx, l, key(), st.WindowStart, st.ResetAt); err != nil {
 			return err
 		}
 		fresh = fresh && each // a per-user slot holds no counter to renew
@@ -236,7 +249,7 @@ func (t *Tracker) status(ctx context.Context, kl *keyLimits, i int, who *Who, no
 		if !each {
 			nw.c = c
 		}
-		kl.cur[i].Store(nw)
+		kl.lims[i].cur.Store(nw)
 	}
 	held, n, next := c.Reserved(now.UnixNano())
 	if l.Metric == MetricConcurrent {

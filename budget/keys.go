@@ -15,24 +15,74 @@ import (
 // with the last window each limit was seen in (so a warm check skips the
 // calendar arithmetic) and the routes its requests took (so a warm check
 // neither validates nor normalises names again, nor matches scopes).
+//
+// It is kept small, since a gateway caches one per key: each limit is its
+// id and a pointer to a definition shared by every key with the same (see
+// intern.go), and a Limit is written out (limitInto) only where one is
+// shown or handed on.
 type keyLimits struct {
 	version   int64  // the store's limits version they were read at
 	key       string // the key, validated and normalised: the cache's key
-	team, org string // the key's placement then
-	limits    []Limit
-	cur       []atomic.Pointer[curWindow] // the last window each limit was seen in
+	team, org string // the key's placement then (interned)
+	lims      []limSlot
 	routes    [routeSlots]atomic.Pointer[route]
 }
 
-// curWindow is a limit's last window and, once looked up, its counter.
+// limSlot is one limit of a key: its id, its definition, and the last
+// window it was seen in.
+type limSlot struct {
+	id  string
+	def *limDef
+	cur atomic.Pointer[curWindow]
+}
+
+// curWindow is a limit's last window (Unix nanos) and, once looked up, its
+// counter.
 type curWindow struct {
-	start, end time.Time
+	start, end int64
 	c          *cache.Counter
 }
 
-func newKeyLimits(key string, ls []Limit, version int64, team, org string) *keyLimits {
+func (t *Tracker) newKeyLimits(key string, ls []Limit, version int64, team, org string) *keyLimits {
 	sortLimits(ls)
-	return &keyLimits{version: version, key: key, team: team, org: org, limits: ls, cur: make([]atomic.Pointer[curWindow], len(ls))}
+	kl := &keyLimits{version: version, key: key, team: t.interned.name(team), org: t.interned.name(org), lims: make([]limSlot, len(ls))}
+	for i := range ls {
+		kl.lims[i].id, kl.lims[i].def = ls[i].ID, t.interned.def(&ls[i])
+	}
+	return kl
+}
+
+// limitInto writes limit i out as a Limit: its definition with its id and
+// the key it counts for (a key's own limit's owner, a default's subject).
+func (kl *keyLimits) limitInto(i int, l *Limit) {
+	s := &kl.lims[i]
+	*l = s.def.proto
+	l.ID = s.id
+	switch s.def.for_ {
+	case forOwn:
+		l.Key = kl.key
+	case forDefault:
+		l.Subject = kl.key
+	}
+}
+
+// limits are every limit written out, for the writer, which keeps them.
+func (kl *keyLimits) limits() []Limit {
+	ls := make([]Limit, len(kl.lims))
+	for i := range ls {
+		kl.limitInto(i, &ls[i])
+	}
+	return ls
+}
+
+// hasUSD reports whether a usd limit is among kl's.
+func (kl *keyLimits) hasUSD() bool {
+	for i := range kl.lims {
+		if kl.lims[i].def.proto.Metric == MetricUSD {
+			return true
+		}
+	}
+	return false
 }
 
 // routeSlots is how many (provider, model) pairs a key remembers: a key
@@ -40,19 +90,26 @@ func newKeyLimits(key string, ls []Limit, version int64, team, org string) *keyL
 // which costs time, never a wrong answer.
 const routeSlots = 4
 
-// route is what the requests of one key to one (provider, model), as sent,
-// need besides the user and the instant: the names validated once and
-// normalised, and the limits that may decide them.
+// route is what the requests of one key to one (provider, model), as
+// sent, need besides the user and the instant: the names validated once
+// and normalised, and the limits that may decide them. Routes are shared
+// by the keys whose limits give the same (intern.go).
 type route struct {
-	rawProvider, rawModel string // as sent: what a request is matched on
-	provider, model       string // trimmed
-	norm                  string // the model normalised (NormalizeModel)
+	*routeNames
 	// idx are the limits enabled and applying to the key, its team and org
 	// and this provider and model, in listing order; a user-scope limit
 	// among them applies by the request's user, a once limit by its
 	// instant, both decided per check.
 	idx []int32
 	usd bool // a usd limit is among idx: the check prices the estimate
+}
+
+// routeNames are a (provider, model) pair as sent and as used, shared by
+// every route to it.
+type routeNames struct {
+	rawProvider, rawModel string // as sent: what a request is matched on
+	provider, model       string // trimmed
+	norm                  string // the model normalised (NormalizeModel)
 	// park is the provider's parking entry as last looked up, valid while
 	// the parking cache's generation is the one it was found at.
 	park atomic.Pointer[parkMemo]
@@ -65,25 +122,24 @@ type parkMemo struct {
 
 // routeFor is the route of a request sent with provider and model as
 // they are, from kl's memory or, the first time, validated and built.
-func (kl *keyLimits) routeFor(provider, model string) (*route, error) {
+func (t *Tracker) routeFor(kl *keyLimits, provider, model string) (*route, error) {
 	for i := range kl.routes {
 		if r := kl.routes[i].Load(); r != nil && r.rawProvider == provider && r.rawModel == model {
 			return r, nil
 		}
 	}
-	// Cloned: a request's names may point into its body, which the route
-	// must not keep alive.
-	provider, model = strings.Clone(provider), strings.Clone(model)
-	r := &route{rawProvider: provider, rawModel: model, provider: strings.TrimSpace(provider), model: strings.TrimSpace(model)}
-	if err := checkNames("provider", r.provider, "model", r.model); err != nil {
+	names, err := t.interned.routeNames(provider, model)
+	if err != nil {
 		return nil, err
 	}
-	r.norm = NormalizeModel(r.model)
+	var idx []int32
+	usd := false
 	// Every user-scope limit stays a candidate: Applies then sees a user
 	// that matches it.
 	who := Who{Key: kl.key, Team: kl.team, Org: kl.org}
-	for i := range kl.limits {
-		l := &kl.limits[i]
+	var l Limit
+	for i := range kl.lims {
+		kl.limitInto(i, &l)
 		if !l.Enabled {
 			continue
 		}
@@ -93,12 +149,13 @@ func (kl *keyLimits) routeFor(provider, model string) (*route, error) {
 				who.User = "-"
 			}
 		}
-		if l.Applies(&who, r.provider, r.norm) {
-			r.idx = append(r.idx, int32(i))
-			r.usd = r.usd || l.Metric == MetricUSD
+		if l.Applies(&who, names.provider, names.norm) {
+			idx = append(idx, int32(i))
+			usd = usd || l.Metric == MetricUSD
 		}
 		who.User = ""
 	}
+	r := t.interned.route(names, idx, usd)
 	// An empty slot first, else the one a hash of the pair picks, so a
 	// key's few pairs settle in distinct slots; a collision only costs a
 	// rebuild.
@@ -115,16 +172,17 @@ func (kl *keyLimits) routeFor(provider, model string) (*route, error) {
 
 var routeSeed = maphash.MakeSeed()
 
-// window is limits[i]'s window holding at, with its counter when known:
+// window is limit i's window holding at, with its counter when known:
 // remembered while at stays in it, so a warm check skips the calendar
 // arithmetic and the counter cache.
-func (k *keyLimits) window(i int, at time.Time) *curWindow {
-	if w := k.cur[i].Load(); w != nil && !at.Before(w.start) && at.Before(w.end) {
+func (kl *keyLimits) window(i int, at time.Time) *curWindow {
+	ns := at.UnixNano()
+	if w := kl.lims[i].cur.Load(); w != nil && ns >= w.start && ns < w.end {
 		return w
 	}
-	start, end := k.limits[i].Window.Bounds(at)
-	w := &curWindow{start: start, end: end}
-	k.cur[i].Store(w)
+	start, end := kl.lims[i].def.proto.Window.Bounds(at)
+	w := &curWindow{start: nsOf(start), end: nsOf(end)}
+	kl.lims[i].cur.Store(w)
 	return w
 }
 
@@ -155,7 +213,7 @@ func (t *Tracker) keyLimitsFor(ctx context.Context, key string, clock int64) (*k
 	if err != nil {
 		return nil, fmt.Errorf("load limits of %q: %w", key, err)
 	}
-	kl := newKeyLimits(key, ls, version, team, org)
+	kl := t.newKeyLimits(key, ls, version, team, org)
 	t.limits.Put(key, kl, loadedAt)
 	return kl, nil
 }

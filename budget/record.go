@@ -287,10 +287,10 @@ func (t *Tracker) addPendingEvent(o *op, ev *Usage) {
 		return // charged elsewhere than the cached placement: the writer counts it
 	}
 	if o.contribs == nil {
-		o.contribs = make([]contrib, 0, len(kl.limits))
+		o.contribs = make([]contrib, 0, len(kl.lims))
 	}
 	model := NormalizeModel(ev.Model)
-	if hasUSD(kl.limits) {
+	if kl.hasUSD() {
 		// The overlay's cost comes from the cached table (no I/O here); the
 		// writer prices the event again when it stores it.
 		if s := t.prices.Load(); s != nil {
@@ -299,13 +299,14 @@ func (t *Tracker) addPendingEvent(o *op, ev *Usage) {
 			}
 		}
 	}
-	for i := range kl.limits {
-		l := &kl.limits[i]
+	var l Limit
+	for i := range kl.lims {
+		kl.limitInto(i, &l)
 		if !l.countsEvent(&who, ev.Provider, model, ev.At) {
 			continue
 		}
 		w := kl.window(i, ev.At)
-		k := cache.Key{LimitID: l.ID, Subject: l.subjectFor(&who), Start: w.start.UnixNano()}
+		k := cache.Key{LimitID: l.ID, Subject: l.subjectFor(&who), Start: w.start}
 		d := ev.Amount(l.Metric)
 		c := w.c
 		if l.EachUser() {

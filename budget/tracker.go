@@ -158,6 +158,7 @@ type Tracker struct {
 	limits   *cache.Defs[string, *keyLimits]
 	counters *cache.Counters
 	parked   *cache.Defs[string, *ProviderState] // nil value: not parked
+	interned interner                            // what the keys' cache entries share
 	prices   atomic.Pointer[priceSnap]           // for checks; nil: load
 
 	queue     chan *op
@@ -208,6 +209,7 @@ func New(ctx context.Context, store Store, cfg Config) (*Tracker, error) {
 		done:      make(chan struct{}),
 	}
 	t.w.init()
+	t.interned.init()
 	t.leases.init()
 	t.startRetention()
 	go t.writeLoop() // recovery runs on the writer

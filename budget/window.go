@@ -5,6 +5,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	_ "time/tzdata" // every machine must know every zone (contract section 2)
 )
@@ -132,12 +133,22 @@ func LoadZone(tz string) (*time.Location, error) {
 	if tz == "Local" {
 		return nil, invalid("timezone", tz, "Local differs between machines; name an IANA zone")
 	}
+	if loc, ok := zones.Load(tz); ok {
+		return loc.(*time.Location), nil
+	}
 	loc, err := time.LoadLocation(tz)
 	if err != nil {
 		return nil, invalid("timezone", tz, "unknown IANA time zone")
 	}
+	zones.Store(tz, loc)
 	return loc, nil
 }
+
+// zones are the zones loaded so far, by name: a Location is immutable
+// once loaded, and each holds its transitions (kilobytes), which every
+// limit read from the store would otherwise hold a copy of. Bounded by the
+// zone database.
+var zones sync.Map
 
 // String is the window's canonical name: "daily", "weekly", "monthly", or the
 // fixed length in short Go form ("1h", "90m" prints "1h30m", "1m30s").

@@ -1,0 +1,169 @@
+package budget
+
+import (
+	"encoding/binary"
+	"strings"
+	"sync"
+)
+
+// What the keys' cache entries share. A gateway caches one entry per key,
+// and most keys have the same few limits: the defaults every key gets, a
+// team's, or the same limits set on each key by a provisioning script. So
+// a key's entry holds each limit as its id and a pointer to a definition
+// (limDef) shared by every key with the same one, the routes its requests
+// took are shared by the keys whose limits give the same, and names
+// (teams, organisations, providers, models) are held once.
+//
+// The tables are the tracker's own (a route's parking memo is per
+// tracker), written on the cache's slow path only, under one mutex. Each
+// is bounded: past maxInterned entries it starts over, which costs only
+// sharing, since what was handed out stays valid (every value is
+// immutable, but for a route's parking memo, which checks its generation).
+
+// maxInterned bounds each table.
+const maxInterned = 1 << 14
+
+// limDef is a limit apart from its id and the key it counts for: proto is
+// the Limit with no ID, no Subject and, for a key's own limit, no Key.
+type limDef struct {
+	proto Limit
+	for_  limitFor
+}
+
+// limitFor says whose key limitInto writes into a definition.
+type limitFor uint8
+
+const (
+	forOwner   limitFor = iota // a team's or an organisation's: shared as it is
+	forOwn                     // a key's own: Key is the key
+	forDefault                 // a default: Subject is the key
+)
+
+// defKey is what makes two definitions the same: every field of the proto
+// but the raises and alerts (a limit with either is not shared).
+type defKey struct {
+	team, org     string
+	for_          limitFor
+	scope         Scope
+	value         string
+	metric        Metric
+	max           int64
+	window        Window
+	enabled       bool
+}
+
+// sharedRoute is what makes two routes the same.
+type sharedRoute struct {
+	names *routeNames
+	idx   string // the indexes' bytes
+	usd   bool
+}
+
+type interner struct {
+	mu     sync.Mutex
+	defs   map[defKey]*limDef
+	names  map[string]string
+	pairs  map[[2]string]*routeNames
+	routes map[sharedRoute]*route
+}
+
+func (in *interner) init() {
+	in.defs = make(map[defKey]*limDef)
+	in.names = make(map[string]string)
+	in.pairs = make(map[[2]string]*routeNames)
+	in.routes = make(map[sharedRoute]*route)
+}
+
+// def is l's definition (l as Effective gives it: a default's Subject is
+// the key it applies to).
+func (in *interner) def(l *Limit) *limDef {
+	d := &limDef{proto: *l}
+	d.proto.ID, d.proto.Subject = "", ""
+	switch {
+	case l.Key != "":
+		d.for_, d.proto.Key = forOwn, ""
+	case l.IsDefault():
+		d.for_ = forDefault
+	}
+	if len(l.Raises) > 0 || len(l.Alerts) > 0 {
+		return d
+	}
+	k := defKey{team: l.Team, org: l.Org, for_: d.for_, scope: l.Scope, value: l.ScopeValue, metric: l.Metric,
+		max: l.Max, window: l.Window, enabled: l.Enabled}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if s, ok := in.defs[k]; ok {
+		return s
+	}
+	if len(in.defs) >= maxInterned {
+		clear(in.defs)
+	}
+	in.defs[k] = d
+	return d
+}
+
+// name is s, held once.
+func (in *interner) name(s string) string {
+	if s == "" {
+		return ""
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if v, ok := in.names[s]; ok {
+		return v
+	}
+	if len(in.names) >= maxInterned {
+		clear(in.names)
+	}
+	s = strings.Clone(s)
+	in.names[s] = s
+	return s
+}
+
+// routeNames are provider and model as sent, validated and normalised.
+func (in *interner) routeNames(provider, model string) (*routeNames, error) {
+	in.mu.Lock()
+	n, ok := in.pairs[[2]string{provider, model}]
+	in.mu.Unlock()
+	if ok {
+		return n, nil
+	}
+	// Cloned: a request's names may point into its body, which the names
+	// must not keep alive.
+	provider, model = strings.Clone(provider), strings.Clone(model)
+	n = &routeNames{rawProvider: provider, rawModel: model, provider: strings.TrimSpace(provider), model: strings.TrimSpace(model)}
+	if err := checkNames("provider", n.provider, "model", n.model); err != nil {
+		return nil, err
+	}
+	n.norm = NormalizeModel(n.model)
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if cur, ok := in.pairs[[2]string{provider, model}]; ok {
+		return cur, nil
+	}
+	if len(in.pairs) >= maxInterned {
+		clear(in.pairs)
+	}
+	in.pairs[[2]string{provider, model}] = n
+	return n, nil
+}
+
+// route is the route to names deciding on the limits idx.
+func (in *interner) route(names *routeNames, idx []int32, usd bool) *route {
+	b := make([]byte, 0, 4*len(idx))
+	for _, i := range idx {
+		b = binary.LittleEndian.AppendUint32(b, uint32(i))
+	}
+	k := sharedRoute{names: names, idx: string(b), usd: usd}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if r, ok := in.routes[k]; ok {
+		return r
+	}
+	if len(in.routes) >= maxInterned {
+		clear(in.routes)
+	}
+	r := &route{routeNames: names, idx: idx, usd: usd}
+	in.routes[k] = r
+	return r
+}
