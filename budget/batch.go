@@ -105,17 +105,20 @@ type memory struct {
 	// latest is the newest window start (Unix nanos) each (limit,
 	// subject) has a row for, as far as the windows loaded and created
 	// tell, by a hash of the pair (a collision could only misplace a
-	// rollover's log line, never a count).
-	latest map[uint64]int64
-	// stored holds a hash of each window known to have a counter row that
-	// is not in windows. A collision would make a missing row look stored:
-	// Apply then fails with ErrConflict and the batch is planned again from
-	// a fresh load, so it costs a retry, never a wrong count.
+	// rollover's log line, never a count). Only created windows read it,
+	// and a window is created in the batch that loaded it unless hot: so
+	// it holds the pairs of the windows in memory, and of hotPairs.
+	latest   map[uint64]int64
+	hotPairs map[uint64]struct{} // the pairs of hot windows
+	// epoch marks the counters (cache.Counter.MarkRow) whose windows are
+	// known to have a counter row and are not in windows; stored holds
+	// a hash of those whose counter is not cached. A collision would make
+	// a missing row look stored: Apply then fails with ErrConflict and the
+	// batch is planned again from a fresh load, so it costs a retry, never
+	// a wrong count. Both are bounded by the counter cache's size.
+	epoch  uint32
 	stored map[uint64]struct{}
 }
-
-// maxStored bounds memory.stored (16 bytes or so an entry).
-const maxStored = 2_000_000
 
 var storedSeed = maphash.MakeSeed()
 
@@ -152,7 +155,11 @@ func (m *memory) forget() {
 	}
 	m.parked, m.parkOK = nil, false
 	m.latest = make(map[uint64]int64)
+	m.hotPairs = make(map[uint64]struct{})
 	m.stored = make(map[uint64]struct{})
+	if m.epoch++; m.epoch == 0 {
+		m.epoch = 1
+	}
 }
 
 func windowKey(l *Limit, start time.Time) cache.Key {
@@ -451,7 +458,7 @@ func (b *batch) loadNeeds(ctx context.Context, tx Tx, n *needs) error {
 			w.hot = w.hot || r.reserve
 			continue
 		case w == nil && !r.reserve:
-			if _, ok := m.stored[storedHash(k)]; ok {
+			if b.t.rowStored(k) {
 				// A row exists; events only add to it: nothing to read.
 				w = newMemWindow(r.ref, WindowState{Stored: true})
 				w.known = false

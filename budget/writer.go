@@ -443,8 +443,10 @@ func (b *batch) landed() {
 	}
 	// Windows no reservation decides on leave memory; that their rows
 	// exist is all later events need.
-	if len(m.stored) > maxStored {
-		clear(m.stored)
+	for _, k := range b.visited {
+		if w := m.windows[k]; w != nil && w.hot {
+			m.hotPairs[latestHash(w.l)] = struct{}{}
+		}
 	}
 	for _, k := range b.visited {
 		w := m.windows[k]
@@ -452,10 +454,41 @@ func (b *batch) landed() {
 			continue
 		}
 		if w.stored {
-			m.stored[storedHash(k)] = struct{}{}
+			b.t.markStored(k)
+		}
+		if h := latestHash(w.l); w.l.Metric != MetricConcurrent {
+			if _, hot := m.hotPairs[h]; !hot {
+				delete(m.latest, h)
+			}
 		}
 		delete(m.windows, k)
 	}
+}
+
+// rowStored reports whether the writer knows that window k has a counter
+// row.
+func (t *Tracker) rowStored(k cache.Key) bool {
+	m := &t.w.mem
+	if c := t.counters.Peek(k); c != nil && c.Row(m.epoch) {
+		return true
+	}
+	_, ok := m.stored[storedHash(k)]
+	return ok
+}
+
+// markStored records that window k has a counter row: on its counter when
+// cached, else in memory.stored, which holds at most as many as the
+// counter cache.
+func (t *Tracker) markStored(k cache.Key) {
+	m := &t.w.mem
+	if c := t.counters.Peek(k); c != nil {
+		c.MarkRow(m.epoch)
+		return
+	}
+	if len(m.stored) >= t.cfg.CounterCacheSize {
+		clear(m.stored)
+	}
+	m.stored[storedHash(k)] = struct{}{}
 }
 
 // abandon gives up on a batch when Close's context ended: the cache

@@ -44,7 +44,10 @@ type Counter struct {
 	// dead: dropped from the cache and not pinned, no longer the live
 	// object; set under mu, read without it.
 	dead     atomic.Bool
-	inflight int32 // commits in progress that touch this counter
+	inflight int16 // commits in progress that touch this counter (a writer has one or two)
+	// row is the writer's mark that the window's row exists in the store:
+	// the writer's memory epoch it learnt so in, 0 for never (see Row).
+	row atomic.Uint32
 }
 
 // Used is committed + pending read as one consistent pair: a commit moves
@@ -176,6 +179,16 @@ func (c *Counter) UpdateHolds(fn func([]Hold) []Hold) {
 	c.holds.Store(&next)
 	c.seq.Add(2) // a refresh read before this change must not overwrite it
 }
+
+// Row reports whether the writer marked, in its memory epoch epoch, that
+// the window's row exists in the store. It lets the writer keep that for
+// as many windows as the cache holds, at no cost beyond the counter's.
+func (c *Counter) Row(epoch uint32) bool { return epoch != 0 && c.row.Load() == epoch }
+
+// MarkRow records that the window's row exists in the store, as the
+// writer knows it in its memory epoch epoch (a new epoch forgets every
+// mark).
+func (c *Counter) MarkRow(epoch uint32) { c.row.Store(epoch) }
 
 func (c *Counter) busy() bool { return c.pending.Load() != 0 || c.inflight != 0 }
 
