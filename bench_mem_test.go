@@ -89,6 +89,11 @@ func memChild(path string, keys int) error {
 	}
 	rss := peakRSS()
 	h1 := heap()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	// Where the RSS beyond the live heap is: the heap's spans (live heap,
+	// garbage not yet returned) and the goroutine stacks.
+	fmt.Printf("heap_sys_MiB %d\nstack_sys_MiB %d\ngoroutines %d\n", ms.HeapSys>>20, ms.StackSys>>20, runtime.NumGoroutine())
 	if hp := os.Getenv("TB_MEM_HEAPPROFILE"); hp != "" {
 		f, _ := os.Create(hp)
 		pprof.WriteHeapProfile(f)

@@ -21,6 +21,11 @@ type writerState struct {
 	// key's team and organisation. Both are valid at version.
 	byWho     map[[3]string][]Limit
 	placement map[string][2]string
+	// cached is what applies to a (key, team, org) whose limits the
+	// checks' cache holds, written out of it for the batches (which keep
+	// pointers to the limits); a few keys' worth, since writing them out
+	// again costs no store read.
+	cached map[[3]string][]Limit
 
 	prices *priceSnap
 
@@ -34,6 +39,7 @@ type writerState struct {
 func (w *writerState) init() {
 	w.version = -1 // unknown: the first batch reads the versions and the prune horizon
 	w.byWho = make(map[[3]string][]Limit)
+	w.cached = make(map[[3]string][]Limit)
 	w.placement = make(map[string][2]string)
 	w.mem.forget()
 }
@@ -68,9 +74,13 @@ func (w *writerState) lastErr() error {
 
 const maxWriterKeys = 10_000
 
+// maxCachedOut bounds writerState.cached.
+const maxCachedOut = 1024
+
 // forgetLimits drops the resolved limits and placements.
 func (w *writerState) forgetLimits() {
 	clear(w.byWho)
+	clear(w.cached)
 	clear(w.placement)
 }
 
@@ -83,7 +93,7 @@ func (t *Tracker) place(ctx context.Context, tx Tx, who *Who) error {
 	}
 	w := &t.w
 	if e, ok := t.limits.Peek(who.Key); ok && e.Value.version == w.version {
-		who.Team, who.Org = e.Value.team, e.Value.org
+		who.Team, who.Org = e.Value.team(), e.Value.org()
 		return nil
 	}
 	if p, ok := w.placement[who.Key]; ok {
@@ -107,18 +117,24 @@ func (t *Tracker) place(ctx context.Context, tx Tx, who *Who) error {
 func (t *Tracker) limitsFor(ctx context.Context, tx Tx, who *Who) ([]Limit, error) {
 	w := &t.w
 	k := [3]string{who.Key, who.Team, who.Org}
+	if ls, ok := w.cached[k]; ok {
+		return ls, nil
+	}
 	if ls, ok := w.byWho[k]; ok {
 		return ls, nil
 	}
-	var ls []Limit
 	// The checks' cache is usually warm and current: no store read.
-	if e, ok := t.limits.Peek(who.Key); ok && e.Value.version == w.version && e.Value.team == who.Team && e.Value.org == who.Org {
-		ls = e.Value.limits()
-	} else {
-		var err error
-		if ls, err = loadLimits(ctx, tx, who.Key, who.Team, who.Org); err != nil {
-			return nil, err
+	if e, ok := t.limits.Peek(who.Key); ok && e.Value.version == w.version && e.Value.team() == who.Team && e.Value.org() == who.Org {
+		if len(w.cached) >= maxCachedOut {
+			clear(w.cached)
 		}
+		ls := e.Value.limits()
+		w.cached[k] = ls
+		return ls, nil
+	}
+	ls, err := loadLimits(ctx, tx, who.Key, who.Team, who.Org)
+	if err != nil {
+		return nil, err
 	}
 	w.byWho[k] = ls
 	return ls, nil

@@ -45,7 +45,7 @@ func (t *Tracker) check(ctx context.Context, req Request, now time.Time, clock i
 	if err != nil {
 		return Decision{}, err
 	}
-	who := Who{Key: kl.key, Team: kl.team, Org: kl.org, User: req.User}
+	who := Who{Key: kl.key, Team: kl.team(), Org: kl.org(), User: req.User}
 	none := statuses == nil // Check's: nil unless a limit decides
 	for _, i := range r.idx {
 		if statuses == nil {

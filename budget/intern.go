@@ -11,8 +11,8 @@ import (
 // team's, or the same limits set on each key by a provisioning script. So
 // a key's entry holds each limit as its id and a pointer to a definition
 // (limDef) shared by every key with the same one, the routes its requests
-// took are shared by the keys whose limits give the same, and names
-// (teams, organisations, providers, models) are held once.
+// took are shared by the keys whose limits give the same, and a key's team
+// and organisation, and the (provider, model) pairs, are held once.
 //
 // The tables are the tracker's own (a route's parking memo is per
 // tracker), written on the cache's slow path only, under one mutex. Each
@@ -42,14 +42,14 @@ const (
 // defKey is what makes two definitions the same: every field of the proto
 // but the raises and alerts (a limit with either is not shared).
 type defKey struct {
-	team, org     string
-	for_          limitFor
-	scope         Scope
-	value         string
-	metric        Metric
-	max           int64
-	window        Window
-	enabled       bool
+	team, org string
+	for_      limitFor
+	scope     Scope
+	value     string
+	metric    Metric
+	max       int64
+	window    Window
+	enabled   bool
 }
 
 // sharedRoute is what makes two routes the same.
@@ -62,14 +62,14 @@ type sharedRoute struct {
 type interner struct {
 	mu     sync.Mutex
 	defs   map[defKey]*limDef
-	names  map[string]string
+	places map[[2]string]*placement
 	pairs  map[[2]string]*routeNames
 	routes map[sharedRoute]*route
 }
 
 func (in *interner) init() {
 	in.defs = make(map[defKey]*limDef)
-	in.names = make(map[string]string)
+	in.places = make(map[[2]string]*placement)
 	in.pairs = make(map[[2]string]*routeNames)
 	in.routes = make(map[sharedRoute]*route)
 }
@@ -102,22 +102,19 @@ func (in *interner) def(l *Limit) *limDef {
 	return d
 }
 
-// name is s, held once.
-func (in *interner) name(s string) string {
-	if s == "" {
-		return ""
-	}
+// placement is team and org, held once.
+func (in *interner) placement(team, org string) *placement {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if v, ok := in.names[s]; ok {
-		return v
+	if p, ok := in.places[[2]string{team, org}]; ok {
+		return p
 	}
-	if len(in.names) >= maxInterned {
-		clear(in.names)
+	if len(in.places) >= maxInterned {
+		clear(in.places)
 	}
-	s = strings.Clone(s)
-	in.names[s] = s
-	return s
+	p := &placement{team: team, org: org}
+	in.places[[2]string{team, org}] = p
+	return p
 }
 
 // routeNames are provider and model as sent, validated and normalised.

@@ -21,12 +21,18 @@ import (
 // intern.go), and a Limit is written out (limitInto) only where one is
 // shown or handed on.
 type keyLimits struct {
-	version   int64  // the store's limits version they were read at
-	key       string // the key, validated and normalised: the cache's key
-	team, org string // the key's placement then (interned)
-	lims      []limSlot
-	routes    [routeSlots]atomic.Pointer[route]
+	version int64      // the store's limits version they were read at
+	key     string     // the key, validated and normalised: the cache's key
+	placed  *placement // the key's team and organisation then (interned)
+	lims    []limSlot
+	routes  [routeSlots]atomic.Pointer[route]
 }
+
+// placement is a key's team and organisation ("" for none).
+type placement struct{ team, org string }
+
+func (kl *keyLimits) team() string { return kl.placed.team }
+func (kl *keyLimits) org() string  { return kl.placed.org }
 
 // limSlot is one limit of a key: its id, its definition, and the last
 // window it was seen in.
@@ -45,7 +51,7 @@ type curWindow struct {
 
 func (t *Tracker) newKeyLimits(key string, ls []Limit, version int64, team, org string) *keyLimits {
 	sortLimits(ls)
-	kl := &keyLimits{version: version, key: key, team: t.interned.name(team), org: t.interned.name(org), lims: make([]limSlot, len(ls))}
+	kl := &keyLimits{version: version, key: key, placed: t.interned.placement(team, org), lims: make([]limSlot, len(ls))}
 	for i := range ls {
 		kl.lims[i].id, kl.lims[i].def = ls[i].ID, t.interned.def(&ls[i])
 	}
@@ -136,7 +142,7 @@ func (t *Tracker) routeFor(kl *keyLimits, provider, model string) (*route, error
 	usd := false
 	// Every user-scope limit stays a candidate: Applies then sees a user
 	// that matches it.
-	who := Who{Key: kl.key, Team: kl.team, Org: kl.org}
+	who := Who{Key: kl.key, Team: kl.team(), Org: kl.org()}
 	var l Limit
 	for i := range kl.lims {
 		kl.limitInto(i, &l)

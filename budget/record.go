@@ -282,8 +282,8 @@ func (t *Tracker) addPendingEvent(o *op, ev *Usage) {
 	kl := e.Value
 	who := ev.Who()
 	if who.Team == "" && who.Org == "" {
-		who.Team, who.Org = kl.team, kl.org
-	} else if who.Team != kl.team || who.Org != kl.org {
+		who.Team, who.Org = kl.team(), kl.org()
+	} else if who.Team != kl.team() || who.Org != kl.org() {
 		return // charged elsewhere than the cached placement: the writer counts it
 	}
 	if o.contribs == nil {

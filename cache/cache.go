@@ -11,7 +11,6 @@
 package cache
 
 import (
-	"runtime"
 	"sync"
 	"sync/atomic"
 )
@@ -34,13 +33,15 @@ type Hold struct {
 // Counter is one limit window as this process sees it: what the store had
 // when last read or written, plus what this process has queued since.
 type Counter struct {
-	mu        sync.Mutex // orders commits, refreshes, pending changes and eviction
-	committed atomic.Int64
-	pending   atomic.Int64
-	loadedAt  atomic.Int64 // Unix nanos of the last store read; 0 = never read
-	seq       atomic.Uint64
-	holds     atomic.Pointer[[]Hold]
-	mut       atomic.Uint64 // odd while committed and pending change together (a seqlock for Used)
+	mu sync.Mutex // orders commits, refreshes, pending changes and eviction
+	// used is the committed total plus pending, changed as one under mu,
+	// so a reader loads one word and sees a commit's delta in exactly one
+	// of them.
+	used     atomic.Int64
+	pending  atomic.Int64
+	loadedAt atomic.Int64 // Unix nanos of the last store read; 0 = never read
+	seq      atomic.Uint64
+	holds    atomic.Pointer[[]Hold]
 	// dead: dropped from the cache and not pinned, no longer the live
 	// object; set under mu, read without it.
 	dead     atomic.Bool
@@ -50,24 +51,15 @@ type Counter struct {
 	row atomic.Uint32
 }
 
-// Used is committed + pending read as one consistent pair: a commit moves
-// a delta from pending to committed, and a reader must see it in exactly
-// one of them.
-func (c *Counter) Used() int64 {
-	for {
-		m := c.mut.Load()
-		if m%2 == 0 {
-			v := c.committed.Load() + c.pending.Load()
-			if c.mut.Load() == m {
-				return v
-			}
-		}
-		runtime.Gosched()
-	}
-}
+// Used is the committed total plus what this process has queued since.
+func (c *Counter) Used() int64 { return c.used.Load() }
 
 // Committed is the last total known to be in the store.
-func (c *Counter) Committed() int64 { return c.committed.Load() }
+func (c *Counter) Committed() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.used.Load() - c.pending.Load()
+}
 
 // Pending is what this process has queued for the window but not committed.
 func (c *Counter) Pending() int64 { return c.pending.Load() }
@@ -112,7 +104,7 @@ func (c *Counter) Refresh(seq uint64, committed int64, holds []Hold, loadedAt in
 	if c.seq.Load() != seq {
 		return false
 	}
-	c.committed.Store(committed)
+	c.used.Store(committed + c.pending.Load())
 	if len(holds) == 0 {
 		c.holds.Store(nil)
 	} else {
@@ -131,6 +123,7 @@ func (c *Counter) AddPending(delta int64) bool {
 		return false
 	}
 	c.pending.Add(delta)
+	c.used.Add(delta)
 	return true
 }
 
@@ -153,12 +146,11 @@ func (c *Counter) EndCommit(queued, applied int64, ok bool) {
 	c.mu.Lock()
 	c.inflight--
 	if ok {
-		c.mut.Add(1)
 		c.pending.Add(-queued)
-		if c.loadedAt.Load() != 0 {
-			c.committed.Add(applied)
+		if c.loadedAt.Load() == 0 {
+			applied = 0 // no committed total to add to yet
 		}
-		c.mut.Add(1)
+		c.used.Add(applied - queued)
 	}
 	if c.inflight == 0 {
 		c.seq.Add(1)
@@ -239,15 +231,13 @@ func (cs *Counters) Peek(k Key) *Counter {
 // Acquire returns the live counter for k, creating an unloaded one if
 // needed, and marks it recently used.
 func (cs *Counters) Acquire(k Key) *Counter {
-	if n := cs.t.get(k); n != nil && !n.val.Dead() {
-		n.touch()
+	if n := cs.t.use(k); n != nil && !n.val.Dead() {
 		return &n.val
 	}
 	cs.slow.Lock()
 	defer cs.slow.Unlock()
-	if n := cs.t.get(k); n != nil {
+	if n := cs.t.use(k); n != nil {
 		if !n.val.Dead() {
-			n.touch()
 			return &n.val
 		}
 		cs.t.remove(k, n)

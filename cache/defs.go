@@ -31,11 +31,10 @@ func NewDefs[K comparable, V any](size int) *Defs[K, V] {
 
 // Peek returns the entry for k without any lock.
 func (d *Defs[K, V]) Peek(k K) (*Entry[V], bool) {
-	n := d.t.get(k)
+	n := d.t.use(k)
 	if n == nil {
 		return nil, false
 	}
-	n.touch()
 	return &n.val, true
 }
 

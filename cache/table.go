@@ -18,10 +18,11 @@ import (
 // misses an entry inserted meanwhile takes its caller's slow path, as a
 // miss just before the insert would.
 //
-// Eviction is CLOCK: a node's ref bit is set when it is used (once per
-// sweep, so a hot entry is not written on every read) and the hand passes
-// over set bits, clearing them, to the first node not used since it last
-// passed.
+// Eviction is CLOCK: a slot's ref bit is set when its node is used (once
+// per sweep, so a hot entry is not written on every read) and the hand
+// passes over set bits, clearing them, to the first node not used since it
+// last passed. The bits are the array's, one per slot, not the nodes': a
+// node is its key and value alone (a Counter's is 96 bytes, not 112).
 type table[K comparable, V any] struct {
 	slots atomic.Pointer[slotArray[K, V]]
 	hash  func(K) uint64
@@ -34,12 +35,12 @@ type table[K comparable, V any] struct {
 
 type slotArray[K comparable, V any] struct {
 	s    []atomic.Pointer[node[K, V]]
+	refs []atomic.Uint32 // bit i%32 of refs[i/32]: slot i's node used since the clock hand last passed
 	mask uint64
 }
 
 type node[K comparable, V any] struct {
 	key K
-	ref atomic.Bool // used since the clock hand last passed
 	val V
 }
 
@@ -54,12 +55,22 @@ func newTable[K comparable, V any](size int, hash func(K) uint64) *table[K, V] {
 }
 
 func newSlots[K comparable, V any](n int) *slotArray[K, V] {
-	return &slotArray[K, V]{s: make([]atomic.Pointer[node[K, V]], n), mask: uint64(n - 1)}
+	return &slotArray[K, V]{s: make([]atomic.Pointer[node[K, V]], n), refs: make([]atomic.Uint32, (n+31)/32), mask: uint64(n - 1)}
 }
 
 // get returns k's node or nil, without a lock.
 func (t *table[K, V]) get(k K) *node[K, V] {
 	_, n := t.find(t.slots.Load(), k)
+	return n
+}
+
+// use returns k's node or nil, without a lock, marking it used.
+func (t *table[K, V]) use(k K) *node[K, V] {
+	a := t.slots.Load()
+	i, n := t.find(a, k)
+	if n != nil {
+		a.touch(i)
+	}
 	return n
 }
 
@@ -76,19 +87,37 @@ func (t *table[K, V]) find(a *slotArray[K, V], k K) (uint64, *node[K, V]) {
 	}
 }
 
-// touch marks n used, writing its line only when the mark is not set yet.
-func (n *node[K, V]) touch() {
-	if !n.ref.Load() {
-		n.ref.Store(true)
+// touch marks slot i used, writing its line only when the mark is not
+// set yet.
+func (a *slotArray[K, V]) touch(i uint64) {
+	w, bit := &a.refs[i/32], uint32(1)<<(i%32)
+	if w.Load()&bit == 0 {
+		w.Or(bit)
 	}
 }
 
+// used reports slot i's mark.
+func (a *slotArray[K, V]) used(i uint64) bool { return a.refs[i/32].Load()&(1<<(i%32)) != 0 }
+
+// unuse clears slot i's mark. Writers only.
+func (a *slotArray[K, V]) unuse(i uint64) { a.refs[i/32].And(^(uint32(1) << (i % 32))) }
+
 // put stores n under n.key, replacing the node there (returned as old),
 // else inserting and, when the table holds size nodes already, evicting
-// the clock's victim first (returned as evicted). Writers only.
+// first (returned as evicted). Writers only.
+//
+// The victim is sought on n's own probe path first: the first node there
+// not used since the clock's hand last passed it, whose slot n then takes
+// (only the hand clears marks, so a node used since is never taken). Evicting only at the clock's hand
+// would tombstone the slots behind it while every insertion ahead of it
+// fills a nil slot, until the run of full slots ahead is tens of
+// thousands long and every miss walks it (a 200,000-counter cache, at
+// 3 counters a key, took milliseconds a cold key). Only a path with no
+// such node within localEvict nodes falls back to the hand.
 func (t *table[K, V]) put(n *node[K, V]) (old, evicted *node[K, V]) {
 	a := t.slots.Load()
-	free := -1
+	full := int(t.live.Load()) >= t.size
+	free, victim, seen := -1, -1, 0
 	for i := t.hash(n.key) & a.mask; ; i = (i + 1) & a.mask {
 		cur := a.s[i].Load()
 		if cur == nil {
@@ -107,8 +136,19 @@ func (t *table[K, V]) put(n *node[K, V]) (old, evicted *node[K, V]) {
 			a.s[i].Store(n)
 			return cur, nil
 		}
+		if full && victim < 0 && seen < localEvict {
+			seen++
+			if !a.used(i) {
+				victim = int(i)
+			}
+		}
 	}
-	if int(t.live.Load()) >= t.size {
+	if victim >= 0 {
+		evicted = a.s[victim].Load()
+		a.s[victim].Store(n) // n is unmarked, as the victim's slot was
+		return nil, evicted
+	}
+	if full {
 		evicted = t.evict() // a tombstone where it was: free stays free
 	}
 	if a.s[free].Load() == nil {
@@ -122,6 +162,10 @@ func (t *table[K, V]) put(n *node[K, V]) (old, evicted *node[K, V]) {
 	return nil, evicted
 }
 
+// localEvict is how many nodes of its probe path an insertion into a full
+// table considers before it falls back to the clock's hand.
+const localEvict = 8
+
 // evict removes and returns the clock's victim, or nil when empty.
 func (t *table[K, V]) evict() *node[K, V] {
 	a := t.slots.Load()
@@ -131,8 +175,8 @@ func (t *table[K, V]) evict() *node[K, V] {
 		if n == nil || n == t.tomb {
 			continue
 		}
-		if n.ref.Load() {
-			n.ref.Store(false)
+		if i := uint64(t.hand); a.used(i) {
+			a.unuse(i)
 			continue
 		}
 		a.s[t.hand].Store(t.tomb)
@@ -174,6 +218,9 @@ func (t *table[K, V]) rebuild() {
 		for j := t.hash(nd.key) & b.mask; ; j = (j + 1) & b.mask {
 			if b.s[j].Load() == nil {
 				b.s[j].Store(nd)
+				if a.used(uint64(i)) { // its mark moves with it
+					b.touch(j)
+				}
 				break
 			}
 		}

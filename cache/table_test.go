@@ -115,3 +115,27 @@ func TestDefsGen(t *testing.T) {
 		g = d.Gen()
 	}
 }
+
+// A full cache's runs of occupied slots stay short however many keys
+// pass through it, so a miss (every cold key's lookup) probes a few
+// slots. Evicting only at the clock's hand once let the slots ahead of it
+// fill up into a run of tens of thousands.
+func TestFullCacheProbesStayShort(t *testing.T) {
+	cs := NewCounters(200_000)
+	for i := range 600_000 {
+		cs.Acquire(Key{LimitID: "lim-" + strconv.Itoa(i), Start: int64(i % 3)})
+	}
+	a := cs.t.slots.Load()
+	run, longest := 0, 0
+	for i := range 2 * len(a.s) { // twice round: a run may wrap
+		if a.s[i%len(a.s)].Load() == nil {
+			run = 0
+			continue
+		}
+		run++
+		longest = max(longest, run)
+	}
+	if longest > 1000 {
+		t.Fatalf("after 600,000 keys through a 200,000-counter cache the longest run of occupied slots is %d; want at most 1,000", longest)
+	}
+}
