@@ -65,6 +65,7 @@ type interner struct {
 	places map[[2]string]*placement
 	pairs  map[[2]string]*routeNames
 	routes map[sharedRoute]*route
+	sets   map[routeSet]*routeSet
 }
 
 func (in *interner) init() {
@@ -72,6 +73,7 @@ func (in *interner) init() {
 	in.places = make(map[[2]string]*placement)
 	in.pairs = make(map[[2]string]*routeNames)
 	in.routes = make(map[sharedRoute]*route)
+	in.sets = make(map[routeSet]*routeSet)
 }
 
 // def is l's definition (l as Effective gives it: a default's Subject is
@@ -163,4 +165,19 @@ func (in *interner) route(names *routeNames, idx []int32, usd bool) *route {
 	r := &route{routeNames: names, idx: idx, usd: usd}
 	in.routes[k] = r
 	return r
+}
+
+// routeSet is set, held once.
+func (in *interner) routeSet(set routeSet) *routeSet {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if p, ok := in.sets[set]; ok {
+		return p
+	}
+	if len(in.sets) >= maxInterned {
+		clear(in.sets)
+	}
+	p := &set
+	in.sets[set] = p
+	return p
 }

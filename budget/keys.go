@@ -25,7 +25,7 @@ type keyLimits struct {
 	key     string     // the key, validated and normalised: the cache's key
 	placed  *placement // the key's team and organisation then (interned)
 	lims    []limSlot
-	routes  [routeSlots]atomic.Pointer[route]
+	routes  atomic.Pointer[routeSet]
 }
 
 // placement is a key's team and organisation ("" for none).
@@ -129,9 +129,12 @@ type parkMemo struct {
 // routeFor is the route of a request sent with provider and model as
 // they are, from kl's memory or, the first time, validated and built.
 func (t *Tracker) routeFor(kl *keyLimits, provider, model string) (*route, error) {
-	for i := range kl.routes {
-		if r := kl.routes[i].Load(); r != nil && r.rawProvider == provider && r.rawModel == model {
-			return r, nil
+	set := kl.routes.Load()
+	if set != nil {
+		for _, r := range set {
+			if r != nil && r.rawProvider == provider && r.rawModel == model {
+				return r, nil
+			}
 		}
 	}
 	names, err := t.interned.routeNames(provider, model)
@@ -164,17 +167,27 @@ func (t *Tracker) routeFor(kl *keyLimits, provider, model string) (*route, error
 	r := t.interned.route(names, idx, usd)
 	// An empty slot first, else the one a hash of the pair picks, so a
 	// key's few pairs settle in distinct slots; a collision only costs a
-	// rebuild.
+	// rebuild. The set is replaced whole (a check racing this one may
+	// lose its route, which costs it a rebuild) and shared by the keys
+	// whose requests took the same routes.
+	var next routeSet
+	if set != nil {
+		next = *set
+	}
 	slot := maphash.String(routeSeed, provider+"\x00"+model) % routeSlots
-	for i := range kl.routes {
-		if kl.routes[i].Load() == nil {
+	for i := range next {
+		if next[i] == nil {
 			slot = uint64(i)
 			break
 		}
 	}
-	kl.routes[slot].Store(r)
+	next[slot] = r
+	kl.routes.Store(t.interned.routeSet(next))
 	return r, nil
 }
+
+// routeSet is the routes a key's requests took, up to routeSlots.
+type routeSet [routeSlots]*route
 
 var routeSeed = maphash.MakeSeed()
 
