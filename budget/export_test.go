@@ -1,0 +1,26 @@
+package budget
+
+// What the memory tests look at inside a Tracker.
+
+// SharedEntries reports whether the cached entries of keys a and b hold
+// the same definitions (pointer for pointer) and the same route set.
+func SharedEntries(t *Tracker, a, b string) (defs, routes bool) {
+	ea, oka := t.limits.Peek(a)
+	eb, okb := t.limits.Peek(b)
+	if !oka || !okb || len(ea.Value.lims) != len(eb.Value.lims) {
+		return false, false
+	}
+	defs = true
+	for i := range ea.Value.lims {
+		defs = defs && ea.Value.lims[i].def == eb.Value.lims[i].def
+	}
+	return defs, ea.Value.routes.Load() == eb.Value.routes.Load()
+}
+
+// WriterMemory is how many windows the writer keeps a stored mark for in
+// its own map (not on a cached counter), and how many (limit, subject)
+// pairs it keeps the latest row of. Read it only while the writer is idle
+// (after Flush).
+func WriterMemory(t *Tracker) (stored, latest int) {
+	return len(t.w.mem.stored), len(t.w.mem.latest)
+}

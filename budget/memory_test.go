@@ -1,0 +1,108 @@
+package budget_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/budget/internal/memstore"
+)
+
+// Keys under the same default limit, or given the same limits of their
+// own, share one definition of each and one set of routes in the cache,
+// and each still sees its own limit, subject and counter.
+func TestKeysWithTheSameLimitsShareTheirDefinitions(t *testing.T) {
+	ctx := context.Background()
+	tr := storeTracker(t, memstore.New(), func(c *budget.Config) { c.RefreshInterval = time.Hour })
+	max := int64(100)
+	specs := []budget.LimitSpec{{ID: "dflt", Default: true, Window: "daily", Max: &max}}
+	for _, k := range []string{"a", "b"} {
+		specs = append(specs, budget.LimitSpec{ID: "own-" + k, Key: k, Scope: "model", ScopeValue: "gpt-4o", Window: "1h", Max: &max})
+	}
+	for _, s := range specs {
+		if _, _, err := tr.SetLimit(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := time.Date(2026, 3, 2, 9, 30, 0, 0, time.UTC)
+	if _, err := tr.RecordSync(ctx, budget.Usage{Key: "a", Provider: "openai", Model: "gpt-4o", Input: 7, At: at}); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"a", "b"} {
+		d, err := tr.CheckAt(ctx, budget.Request{Key: k, Provider: "openai", Model: "gpt-4o"}, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]int64{"a": 7, "b": 0}[k]
+		if len(d.Limits) != 2 {
+			t.Fatalf("key %s: %d limits; want the default and its own", k, len(d.Limits))
+		}
+		dl, own := d.Limits[0], d.Limits[1]
+		if dl.Limit.ID != "dflt" || dl.Limit.Subject != k || dl.Limit.Key != "" || dl.Used != want {
+			t.Errorf("key %s: default %s subject %q key %q used %d; want dflt for %s, used %d", k, dl.Limit.ID, dl.Limit.Subject, dl.Limit.Key, dl.Used, k, want)
+		}
+		if own.Limit.ID != "own-"+k || own.Limit.Key != k || own.Limit.Subject != "" || own.Used != want {
+			t.Errorf("key %s: own %s key %q subject %q used %d; want own-%s of %s, used %d", k, own.Limit.ID, own.Limit.Key, own.Limit.Subject, own.Used, k, k, want)
+		}
+	}
+	if defs, routes := budget.SharedEntries(tr, "a", "b"); !defs || !routes {
+		t.Errorf("keys a and b share definitions %v, routes %v; want both", defs, routes)
+	}
+}
+
+// The writer's memory of which windows have rows, and of each counter's
+// latest row, stays within the counter cache's size however many keys
+// record: 400 keys' events through a tracker with a 50-counter cache.
+func TestWriterMemoryBoundedByTheCounterCache(t *testing.T) {
+	ctx := context.Background()
+	tr := storeTracker(t, memstore.New(), func(c *budget.Config) { c.CounterCacheSize = 50; c.LimitCacheSize = 20 })
+	max := int64(1 << 40)
+	for _, w := range []string{"daily", "1h"} {
+		if _, _, err := tr.SetLimit(ctx, budget.LimitSpec{ID: "dflt-" + w, Default: true, Window: w, Max: &max}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := time.Date(2026, 3, 2, 9, 30, 0, 0, time.UTC)
+	for k := range 400 {
+		key := "key-" + strconv.Itoa(k)
+		if k%2 == 0 { // half checked first, so their counters are cached
+			if _, err := tr.CheckAt(ctx, budget.Request{Key: key, Provider: "openai", Model: "gpt-4o"}, at); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tr.Record(ctx, budget.Usage{Key: key, Provider: "openai", Model: "gpt-4o", Input: 1, At: at}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tr.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if stored, latest := budget.WriterMemory(tr); stored > 50 || latest > 0 {
+		t.Errorf("after 800 windows the writer keeps %d stored marks and %d latest rows; want at most 50 and none (no window stays in memory)", stored, latest)
+	}
+	// What it forgot costs a read, never a count: each key's second event
+	// lands on its row.
+	for k := range 400 {
+		key := "key-" + strconv.Itoa(k)
+		if err := tr.Record(ctx, budget.Usage{Key: key, Provider: "openai", Model: "gpt-4o", Input: 2, At: at}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tr.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tr.InvalidateLimits("")
+	for _, k := range []int{0, 1, 398, 399} {
+		d, err := tr.CheckAt(ctx, budget.Request{Key: "key-" + strconv.Itoa(k), Provider: "openai", Model: "gpt-4o"}, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range d.Limits {
+			if st.Used != 3 {
+				t.Errorf("key-%d %s: used %d; want 3", k, st.Limit.ID, st.Used)
+			}
+		}
+	}
+}
