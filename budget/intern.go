@@ -76,6 +76,21 @@ func (in *interner) init() {
 	in.sets = make(map[routeSet]*routeSet)
 }
 
+// hold returns m's value for k under mu, else v, which it keeps there
+// (starting m over once it holds maxInterned).
+func hold[K comparable, V any](mu *sync.Mutex, m map[K]V, k K, v V) V {
+	mu.Lock()
+	defer mu.Unlock()
+	if cur, ok := m[k]; ok {
+		return cur
+	}
+	if len(m) >= maxInterned {
+		clear(m)
+	}
+	m[k] = v
+	return v
+}
+
 // def is l's definition (l as Effective gives it: a default's Subject is
 // the key it applies to).
 func (in *interner) def(l *Limit) *limDef {
@@ -92,31 +107,12 @@ func (in *interner) def(l *Limit) *limDef {
 	}
 	k := defKey{team: l.Team, org: l.Org, for_: d.for_, scope: l.Scope, value: l.ScopeValue, metric: l.Metric,
 		max: l.Max, window: l.Window, enabled: l.Enabled}
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if s, ok := in.defs[k]; ok {
-		return s
-	}
-	if len(in.defs) >= maxInterned {
-		clear(in.defs)
-	}
-	in.defs[k] = d
-	return d
+	return hold(&in.mu, in.defs, k, d)
 }
 
 // placement is team and org, held once.
 func (in *interner) placement(team, org string) *placement {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if p, ok := in.places[[2]string{team, org}]; ok {
-		return p
-	}
-	if len(in.places) >= maxInterned {
-		clear(in.places)
-	}
-	p := &placement{team: team, org: org}
-	in.places[[2]string{team, org}] = p
-	return p
+	return hold(&in.mu, in.places, [2]string{team, org}, &placement{team: team, org: org})
 }
 
 // routeNames are provider and model as sent, validated and normalised.
@@ -135,16 +131,7 @@ func (in *interner) routeNames(provider, model string) (*routeNames, error) {
 		return nil, err
 	}
 	n.norm = NormalizeModel(n.model)
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if cur, ok := in.pairs[[2]string{provider, model}]; ok {
-		return cur, nil
-	}
-	if len(in.pairs) >= maxInterned {
-		clear(in.pairs)
-	}
-	in.pairs[[2]string{provider, model}] = n
-	return n, nil
+	return hold(&in.mu, in.pairs, [2]string{provider, model}, n), nil
 }
 
 // route is the route to names deciding on the limits idx.
@@ -154,30 +141,10 @@ func (in *interner) route(names *routeNames, idx []int32, usd bool) *route {
 		b = binary.LittleEndian.AppendUint32(b, uint32(i))
 	}
 	k := sharedRoute{names: names, idx: string(b), usd: usd}
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if r, ok := in.routes[k]; ok {
-		return r
-	}
-	if len(in.routes) >= maxInterned {
-		clear(in.routes)
-	}
-	r := &route{routeNames: names, idx: idx, usd: usd}
-	in.routes[k] = r
-	return r
+	return hold(&in.mu, in.routes, k, &route{routeNames: names, idx: idx, usd: usd})
 }
 
 // routeSet is set, held once.
 func (in *interner) routeSet(set routeSet) *routeSet {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if p, ok := in.sets[set]; ok {
-		return p
-	}
-	if len(in.sets) >= maxInterned {
-		clear(in.sets)
-	}
-	p := &set
-	in.sets[set] = p
-	return p
+	return hold(&in.mu, in.sets, set, &set)
 }
