@@ -93,7 +93,7 @@ func (kl *keyLimits) routeFor(provider, model string) (*route, error) {
 				who.User = "-"
 			}
 		}
-		if l.Applies(&who, r.provider, r.norm) {
+		if l.Scope == ScopeTag || l.Applies(&who, r.provider, r.norm) { // tag limits too, as user ones
 			r.idx = append(r.idx, int32(i))
 			r.usd = r.usd || l.Metric == MetricUSD
 		}
