@@ -317,7 +317,7 @@ func addCacheWrite1h(ctx context.Context, x *sqlx.Tx) error {
 }
 
 // addTags adds usage.tags and reservations.tags (events and reservations
-// before had none: ''), unless a test's database took the schema back
+// before had none: ”), unless a test's database took the schema back
 // without dropping them.
 func addTags(ctx context.Context, x *sqlx.Tx) error {
 	if err := addColumns(ctx, x, "usage", "tags", `ALTER TABLE usage ADD COLUMN tags TEXT NOT NULL DEFAULT ''`); err != nil {
