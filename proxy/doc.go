@@ -29,6 +29,8 @@
 //     largest of max_tokens, max_completion_tokens and max_output_tokens,
 //     since an upstream may honour any of them). The end user is the
 //     X-Budget-User header (UserHeader, never forwarded, on any path),
+//     its tags the X-Budget-Tags header (TagsHeader, never forwarded,
+//     on any path; bad tags are 400 as bad names are),
 //     else the body's "user" string (OpenAI), else its metadata.user_id
 //     string (Anthropic); none when all are blank. A model or an end user
 //     the tracker could not store (budget.CheckName: over

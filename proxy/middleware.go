@@ -429,7 +429,10 @@ type Info struct {
 	// User is the request's end user: the X-Budget-User header, else the
 	// body's (RequestInfo.User); "" when none is named. Its usage and
 	// reservation carry it, so user-scope limits count it.
-	User    string
+	User string
+	// Tags are the request's tags: the X-Budget-Tags header, normalized
+	// (TagsHeader). Its usage and reservation carry them.
+	Tags    budget.Tags
 	Route   Route
 	Request RequestInfo
 	// Estimate is what was admitted: the request's estimate, its output
@@ -488,6 +491,7 @@ func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 	r.Header.Del(UserHeader)
 	hdrProvider := strings.TrimSpace(r.Header.Get(ProviderHeader))
 	r.Header.Del(ProviderHeader)
+	hdrTags := takeTags(r.Header)
 	if isModels(r.URL.Path) {
 		m.models(x, r, next)
 		return
@@ -556,6 +560,10 @@ func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 		return
 	}
 	x.user = user
+	tags, ok := m.requestTags(w, f, hdrTags)
+	if !ok {
+		return
+	}
 	est := ri.Estimate(f, m.cfg.DefaultMaxOutput, m.cfg.ImageTokens)
 	// A request without a cap gets one: the output estimate may shrink to
 	// the room left, down to the floor, and the upstream is told the
@@ -575,9 +583,9 @@ func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 		writeError(w, f, simpleError(f, http.StatusBadRequest, CodeBadRequest, "the request body is not a JSON object"))
 		return
 	}
-	info := &Info{Key: key, User: user, Route: route, Request: ri, Estimate: est}
+	info := &Info{Key: key, User: user, Tags: tags, Route: route, Request: ri, Estimate: est}
 	x.est = &info.Estimate
-	req := budget.Request{Key: key, Provider: route.Provider, Model: ri.Model, User: user, Estimate: est, ServiceTier: ri.ServiceTier}
+	req := budget.Request{Key: key, Provider: route.Provider, Model: ri.Model, User: user, Tags: tags, Estimate: est, ServiceTier: ri.ServiceTier}
 	extra := make(http.Header, 8)
 	res, ok := m.admit(w, r, f, req, minOutput, info, extra)
 	if !ok {
