@@ -175,27 +175,27 @@ func (ts Tags) Map() map[string]string {
 	return out
 }
 
-// TagsOf is the tags of m, normalized.
+// TagsOf is the tags of m, normalized; each name and value is checked on
+// its own, so the error names the tag as given.
 func TagsOf(field string, m map[string]string) (Tags, error) {
 	if len(m) == 0 {
 		return "", nil
 	}
-	names := make([]string, 0, len(m))
-	for k := range m {
-		names = append(names, k)
+	if len(m) > MaxTags {
+		return "", invalid(field, len(m), "tags; at most "+strconv.Itoa(MaxTags)+" allowed")
 	}
-	slices.Sort(names)
-	var b strings.Builder
-	for i, k := range names {
-		if strings.ContainsAny(k, ",=") {
-			return "", invalid(field, clip(k), "a tag name is letters, digits, '_', '-' and '.', starting with a letter or digit")
+	parts := make([]string, 0, len(m))
+	for k, v := range m {
+		name, value := strings.ToLower(strings.TrimSpace(k)), strings.TrimSpace(v)
+		if err := checkTagName(field, name); err != nil {
+			return "", err
 		}
-		if i > 0 {
-			b.WriteByte(',')
+		if err := checkTagValue(field, name, value); err != nil {
+			return "", err
 		}
-		b.WriteString(k + "=" + m[k])
+		parts = append(parts, name+"="+value)
 	}
-	return NormalizeTags(field, Tags(b.String()))
+	return NormalizeTags(field, Tags(strings.Join(parts, ",")))
 }
 
 // MarshalJSON writes ts as an object of name to value ({} for none).
