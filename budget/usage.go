@@ -68,7 +68,7 @@ type Usage struct {
 	ServiceTier string `json:"service_tier,omitempty"`
 	// Tags are what the request was for ("project=atlas,feature=search"):
 	// tag limits count by them, reports group by them (see Tags).
-	Tags Tags `json:"tags,omitzero"`
+	Tags Tags `json:"tags,omitempty"`
 }
 
 // Who is whose event u is.

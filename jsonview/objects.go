@@ -80,7 +80,7 @@ type Event struct {
 	Cost *int64 `json:"cost"`
 	// Tags are the request's, an object of names to values; left out for
 	// none.
-	Tags budget.Tags `json:"tags,omitzero"`
+	Tags budget.Tags `json:"tags,omitempty"`
 }
 
 // EventOf is u as an export line.
