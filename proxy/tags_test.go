@@ -88,23 +88,7 @@ func TestTagsHeaderInvalid(t *testing.T) {
 		{"a bad name", "/v1/messages", `{"model":"claude-x","max_tokens":5,"messages":[]}`, "pro ject=a",
 			[]string{`"pro ject"`, "a tag name is letters"}},
 	} {
-		r := e.do(c.path, c.body, proxy.TagsHeader, c.tags)
-		eo := errorObject(t, r.body)
-		if r.status != http.StatusBadRequest || eo["type"] != "invalid_request_error" {
-			t.Errorf("%s: got %d %s; want 400 invalid_request_error", c.name, r.status, r.body)
-			continue
-		}
-		msg, _ := eo["message"].(string)
-		for _, want := range c.wantMsg {
-			if !strings.Contains(msg, want) {
-				t.Errorf("%s: message %q lacks %q", c.name, msg, want)
-			}
-		}
-		if c.path == "/v1/messages" {
-			if v := jsonBody(t, r.body); v["type"] != "error" {
-				t.Errorf("%s: not in Anthropic's shape: %s", c.name, r.body)
-			}
-		}
+		checkBadRequest(t, c.name, c.path, e.do(c.path, c.body, proxy.TagsHeader, c.tags), c.wantMsg)
 	}
 	if n := e.hits.Load(); n != 0 {
 		t.Errorf("upstream called %d times; want 0", n)
@@ -144,4 +128,29 @@ func TestBudgetShowsTagCounters(t *testing.T) {
 	if len(got) != 2 || got["project=atlas"] != 60 || got["project=zeus"] != 30 {
 		t.Errorf("/v1/budget per-project rows = %v; want atlas 60 and zeus 30", got)
 	}
+}
+
+// checkBadRequest checks that r, the answer to a request to path, is a 400
+// invalid_request_error in the route's shape (Anthropic's on
+// /v1/messages) whose message holds each of wantMsg, and returns its
+// error object (nil when it is not one).
+func checkBadRequest(t *testing.T, name, path string, r response, wantMsg []string) map[string]any {
+	t.Helper()
+	eo := errorObject(t, r.body)
+	if r.status != http.StatusBadRequest || eo["type"] != "invalid_request_error" {
+		t.Errorf("%s: got %d %s; want 400 invalid_request_error", name, r.status, r.body)
+		return nil
+	}
+	msg, _ := eo["message"].(string)
+	for _, want := range wantMsg {
+		if !strings.Contains(msg, want) {
+			t.Errorf("%s: message %q lacks %q", name, msg, want)
+		}
+	}
+	if path == "/v1/messages" {
+		if v := jsonBody(t, r.body); v["type"] != "error" {
+			t.Errorf("%s: not in Anthropic's shape: %s", name, r.body)
+		}
+	}
+	return eo
 }
