@@ -2,11 +2,14 @@ package proxy_test
 
 import (
 	"context"
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/tokenbudget/tokenbudget/budget"
 	"github.com/tokenbudget/tokenbudget/proxy"
 )
 
@@ -153,4 +156,29 @@ func checkBadRequest(t *testing.T, name, path string, r response, wantMsg []stri
 		}
 	}
 	return eo
+}
+
+// TestTagLimitGauge: the gauges of a limit per project report its most
+// used project's counter, one series for the limit.
+func TestTagLimitGauge(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{mode: proxy.ModeReserve, clock: true}, okUpstream)
+	ctx := context.Background()
+	if _, _, err := e.db.SetLimit(ctx, budget.LimitSpec{ID: "lim-projects", Key: "team", Scope: "tag", ScopeValue: "project=*", Window: "1h",
+		Max: ptr(int64(50)), Alerts: &[]int{90}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.RecordSync(ctx,
+		budget.Usage{RequestID: "u1", Key: "team", Tags: "project=a", Provider: "openai", Model: "gpt-4o", Input: 5, At: testNow},
+		budget.Usage{RequestID: "u2", Key: "team", Tags: "project=b", Provider: "openai", Model: "gpt-4o", Input: 12, At: testNow},
+		budget.Usage{RequestID: "u3", Key: "team", Provider: "openai", Model: "gpt-4o", Input: 30, At: testNow},
+	); err != nil {
+		t.Fatal(err)
+	}
+	e.advance(time.Minute)
+	got := gauges(t, e.metrics())
+	want := map[string]gauge{"lim-projects": {"key", "tokens", "team", 12, 50, 0.24}} // project b's
+	if !maps.Equal(got, want) {
+		t.Errorf("gauges:\n got %v\nwant %v", got, want)
+	}
 }
