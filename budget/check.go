@@ -194,8 +194,8 @@ func normalizeRequest(req Request) (Request, error) {
 // when warm.
 func (t *Tracker) status(ctx context.Context, kl *keyLimits, i int, who *Who, now time.Time, clock int64, st *Status) error {
 	l := &kl.limits[i]
-	// A per-user limit's counter depends on the user: the limit's slot
-	// remembers only its window, never a counter.
+	// A per-user (per-tag-value) limit's counter depends on the user (the
+	// value): the limit's slot remembers only its window, never a counter.
 	each := l.Each()
 	if each {
 		l = l.forWho(who) // a copy, which stays on the stack

@@ -80,7 +80,8 @@ func (kl *keyLimits) routeFor(provider, model string) (*route, error) {
 	}
 	r.norm = NormalizeModel(r.model)
 	// Every user-scope limit stays a candidate: Applies then sees a user
-	// that matches it.
+	// that matches it; every tag-scope limit too, decided by the request's
+	// tags per check.
 	who := Who{Key: kl.key, Team: kl.team, Org: kl.org}
 	for i := range kl.limits {
 		l := &kl.limits[i]
