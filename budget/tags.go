@@ -181,9 +181,6 @@ func TagsOf(field string, m map[string]string) (Tags, error) {
 	if len(m) == 0 {
 		return "", nil
 	}
-	if len(m) > MaxTags {
-		return "", invalid(field, len(m), "tags; at most "+strconv.Itoa(MaxTags)+" allowed")
-	}
 	parts := make([]string, 0, len(m))
 	for k, v := range m {
 		name, value := strings.ToLower(strings.TrimSpace(k)), strings.TrimSpace(v)

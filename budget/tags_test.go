@@ -74,6 +74,10 @@ func TestTagsJSONIsAnObject(t *testing.T) {
 	if err := json.Unmarshal([]byte(`{"key":"k","tags":{"a,b":"x"}}`), &u); !errors.Is(err, budget.ErrInvalid) {
 		t.Errorf("a name with a comma = %v; want ErrInvalid", err)
 	}
+	nine := `{"key":"k","tags":{"a":"1","b":"2","c":"3","d":"4","e":"5","f":"6","g":"7","h":"8","i":"9"}}`
+	if err := json.Unmarshal([]byte(nine), &u); !errors.Is(err, budget.ErrInvalid) || !strings.Contains(err.Error(), "has 9 tags; at most 8") {
+		t.Errorf("nine tags = %v; want ErrInvalid saying at most 8", err)
+	}
 	if err := json.Unmarshal([]byte(`{"key":"k","tags":"project=atlas"}`), &u); !errors.Is(err, budget.ErrInvalid) {
 		t.Errorf("tags as a string = %v; want ErrInvalid", err)
 	}
