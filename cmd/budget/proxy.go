@@ -431,6 +431,9 @@ type runningProxy struct {
 	stopAlerts func()
 	// stopConfig stops the SIGHUP reloads of --config (nil without it).
 	stopConfig func()
+	// stopTelemetry exports the last spans and metrics (nil without an
+	// OTLP endpoint; proxy_otel.go).
+	stopTelemetry func(context.Context)
 	admin      adminServer // the dashboard (admin_listen.go)
 }
 
@@ -509,6 +512,9 @@ func (m *Main) startProxy(ctx context.Context, o proxyOptions) (_ *runningProxy,
 	}
 	if o.accessLog {
 		pc.AccessLog = o.log
+	}
+	if err := p.startTelemetry(ctx, m, o.log, reg, &pc); err != nil {
+		return nil, err
 	}
 	mw, err := proxy.New(p.tracker, pc)
 	if err != nil {
@@ -698,6 +704,9 @@ func (p *runningProxy) stop(ctx context.Context) error {
 		p.inflight.Wait() // handlers settle their usage before returning
 	}
 	p.stopAdmin(dctx)
+	if p.stopTelemetry != nil {
+		p.stopTelemetry(ctx)
+	}
 	if p.mock != nil {
 		p.mock.Close()
 	}

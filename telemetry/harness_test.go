@@ -1,0 +1,199 @@
+package telemetry
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tokenbudget/tokenbudget"
+	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/proxy"
+	"github.com/tokenbudget/tokenbudget/proxy/mock"
+)
+
+// harness is a budget proxy on loopback in front of the mock upstream,
+// on SQLite in a temp dir: gateway key "app" in team "eng" of org "acme",
+// with a daily token limit (its id in limit).
+type harness struct {
+	t      testing.TB
+	db     *tokenbudget.DB
+	secret string
+	limit  string
+	reg    *prometheus.Registry
+	proxy  *httptest.Server
+	// upstream gets the headers of each request the mock upstream saw.
+	upstream chan http.Header
+	access   *lockedBuffer // the access log, JSON lines
+	// served gets a value once the proxy's handler returned: the span has
+	// ended and the access log line is written (a client may have its
+	// whole answer before).
+	served chan struct{}
+}
+
+// newHarness starts the proxy in mode with obs as its observer (nil:
+// none) and a daily limit of max tokens on key app.
+func newHarness(t testing.TB, mode proxy.Mode, obs proxy.Observer, max int64) *harness {
+	t.Helper()
+	ctx := context.Background()
+	h := &harness{t: t, reg: prometheus.NewRegistry(), upstream: make(chan http.Header, 1<<16), access: &lockedBuffer{},
+		served: make(chan struct{}, 1<<16)}
+	db, err := tokenbudget.Open(ctx, filepath.Join(t.TempDir(), "budget.db"), tokenbudget.Options{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.db = db
+	t.Cleanup(func() {
+		if err := db.Close(context.Background()); err != nil {
+			t.Errorf("close database: %v", err)
+		}
+	})
+	if _, err := db.SetTeam(ctx, "eng", "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if h.secret, err = proxy.AddKey(ctx, db.KeyStore(), "app", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.SetKeyTeam(ctx, "app", "eng"); err != nil {
+		t.Fatal(err)
+	}
+	alerts := []int{90} // so the per-limit gauges report it
+	l, _, err := db.SetLimit(ctx, budget.LimitSpec{Key: "app", Window: "daily", Max: &max, Alerts: &alerts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.limit = l.ID
+
+	mu := &mock.Upstream{}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.upstream <- r.Header.Clone()
+		mu.ServeHTTP(w, r)
+	}))
+	t.Cleanup(up.Close)
+	metrics := proxy.NewMetrics(h.reg)
+	metrics.SetTracker(db.Tracker)
+	keys := proxy.NewKeys(db.KeyStore())
+	t.Cleanup(keys.Wait)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	pc := proxy.Config{Mode: mode, Keys: keys, Metrics: metrics, Logger: log,
+		AccessLog: slog.New(slog.NewJSONHandler(h.access, nil))}
+	if obs != nil {
+		pc.Observer = obs
+	}
+	mw, err := proxy.New(db.Tracker, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(up.URL)
+	upstream, err := proxy.NewUpstream(proxy.UpstreamConfig{URL: u, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	handler, err := proxy.NewHandler(proxy.HandlerConfig{Middleware: mw, Upstream: upstream, Registry: h.reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.proxy = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() { h.served <- struct{}{} }()
+		handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(h.proxy.Close)
+	return h
+}
+
+// chatBody is a chat request without an output cap: the proxy injects one.
+const chatBody = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"How many tokens is this sentence?"}]}`
+
+// post sends body to path with the gateway key and hdr, and returns the
+// response with its body read, once the proxy's handler has returned.
+func (h *harness) post(path, body string, hdr map[string]string) (*http.Response, string) {
+	h.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, h.proxy.URL+path, strings.NewReader(body))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+h.secret)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	<-h.served
+	return resp, string(b)
+}
+
+// event is the usage event stored under request id id.
+func (h *harness) event(id string) budget.Usage {
+	h.t.Helper()
+	ctx := context.Background()
+	if _, err := h.db.Flush(ctx); err != nil {
+		h.t.Fatal(err)
+	}
+	var found []budget.Usage
+	_, err := h.db.Export(ctx, time.Now().Add(-time.Hour), time.Now().Add(time.Hour), "app", func(u budget.Usage) error {
+		if u.RequestID == id {
+			found = append(found, u)
+		}
+		return nil
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if len(found) != 1 {
+		h.t.Fatalf("%d usage events with request id %s; want 1", len(found), id)
+	}
+	return found[0]
+}
+
+// accessLine is the access log's line of request id id.
+func (h *harness) accessLine(id string) map[string]any {
+	h.t.Helper()
+	for line := range strings.Lines(h.access.String()) {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			h.t.Fatalf("access log line %q: %v", line, err)
+		}
+		if m["request_id"] == id {
+			return m
+		}
+	}
+	h.t.Fatalf("no access log line with request_id %s in:\n%s", id, h.access)
+	return nil
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
