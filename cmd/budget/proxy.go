@@ -431,10 +431,11 @@ type runningProxy struct {
 	stopAlerts func()
 	// stopConfig stops the SIGHUP reloads of --config (nil without it).
 	stopConfig func()
+	admin      adminServer // the dashboard (admin_listen.go)
+
 	// stopTelemetry exports the last spans and metrics (nil without an
 	// OTLP endpoint; proxy_otel.go).
 	stopTelemetry func(context.Context)
-	admin      adminServer // the dashboard (admin_listen.go)
 }
 
 // startProxy opens the database (creating it), starts the mock upstream if
