@@ -42,9 +42,10 @@ type harness struct {
 	served chan struct{}
 }
 
-// newHarness starts the proxy in mode with obs as its observer (nil:
-// none) and a daily limit of max tokens on key app.
-func newHarness(t testing.TB, mode proxy.Mode, obs proxy.Observer, max int64) *harness {
+// newHarness starts the proxy in mode with a daily limit of max tokens on
+// key app, and the observer observe returns, called once the database and
+// the registry exist (nil, or returning nil: none).
+func newHarness(t testing.TB, mode proxy.Mode, max int64, observe func(*harness) proxy.Observer) *harness {
 	t.Helper()
 	ctx := context.Background()
 	h := &harness{t: t, reg: prometheus.NewRegistry(), upstream: make(chan http.Header, 1<<16), access: &lockedBuffer{},
@@ -88,8 +89,8 @@ func newHarness(t testing.TB, mode proxy.Mode, obs proxy.Observer, max int64) *h
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	pc := proxy.Config{Mode: mode, Keys: keys, Metrics: metrics, Logger: log,
 		AccessLog: slog.New(slog.NewJSONHandler(h.access, nil))}
-	if obs != nil {
-		pc.Observer = obs
+	if observe != nil {
+		pc.Observer = observe(h)
 	}
 	mw, err := proxy.New(db.Tracker, pc)
 	if err != nil {

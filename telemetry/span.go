@@ -3,7 +3,6 @@ package telemetry
 import (
 	"context"
 	"net/http"
-	"os"
 	"strings"
 	"time"
 
@@ -243,12 +242,4 @@ func cachedPlacement(t *budget.Tracker) func(context.Context, string) (budget.Pl
 		cache.Add(key, p)
 		return p, true
 	}
-}
-
-// envOf is getenv, or os.Getenv when nil.
-func envOf(getenv func(string) string) func(string) string {
-	if getenv == nil {
-		return os.Getenv
-	}
-	return getenv
 }

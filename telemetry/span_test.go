@@ -23,6 +23,17 @@ func recorder() (*Observer, *tracetest.SpanRecorder) {
 	return NewObserver(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr)), nil), sr
 }
 
+// recorded is newHarness's observe for obs: obs, placing keys with the
+// harness's tracker when placed.
+func recorded(obs *Observer, placed bool) func(*harness) proxy.Observer {
+	return func(h *harness) proxy.Observer {
+		if placed {
+			obs.Placement = cachedPlacement(h.db.Tracker)
+		}
+		return obs
+	}
+}
+
 // onlySpan is the one span sr holds, with its attributes by key.
 func onlySpan(t *testing.T, sr *tracetest.SpanRecorder) (sdktrace.ReadOnlySpan, map[attribute.Key]attribute.Value) {
 	t.Helper()
@@ -66,7 +77,7 @@ const (
 // carries the span as its parent.
 func TestSpanOfAnAdmittedRequest(t *testing.T) {
 	obs, sr := recorder()
-	h := newHarness(t, proxy.ModeReserve, obs, 1_000_000)
+	h := newHarness(t, proxy.ModeReserve, 1_000_000, recorded(obs, false))
 	resp, body := h.post("/v1/chat/completions", chatBody, map[string]string{
 		"traceparent": "00-" + clientTrace + "-" + clientSpan + "-01", proxy.UserHeader: "alice"})
 	if resp.StatusCode != http.StatusOK {
@@ -133,8 +144,7 @@ func TestSpanOfAnAdmittedRequest(t *testing.T) {
 // usage, and is not an error of the proxy's; nothing went upstream.
 func TestSpanOfARefusedRequestNamesTheLimit(t *testing.T) {
 	obs, sr := recorder()
-	h := newHarness(t, proxy.ModeReserve, obs, 5)
-	obs.Placement = cachedPlacement(h.db.Tracker) // no reservation to say it
+	h := newHarness(t, proxy.ModeReserve, 5, recorded(obs, true)) // no reservation says where the key sits
 	resp, body := h.post("/v1/chat/completions", chatBody, nil)
 	if resp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("status %d; want 429: %s", resp.StatusCode, body)
@@ -171,8 +181,7 @@ func TestSpanOfARefusedRequestNamesTheLimit(t *testing.T) {
 // the upstream's request continues.
 func TestSpanInCheckModePlacesTheKey(t *testing.T) {
 	obs, sr := recorder()
-	h := newHarness(t, proxy.ModeCheck, obs, 1_000_000)
-	obs.Placement = cachedPlacement(h.db.Tracker)
+	h := newHarness(t, proxy.ModeCheck, 1_000_000, recorded(obs, true))
 	resp, body := h.post("/v1/chat/completions", chatBody, nil)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
@@ -193,7 +202,7 @@ func TestSpanInCheckModePlacesTheKey(t *testing.T) {
 // upstream still gets the trace, unsampled.
 func TestUnsampledRequestIsPropagatedNotRecorded(t *testing.T) {
 	obs, sr := recorder()
-	h := newHarness(t, proxy.ModeReserve, obs, 1_000_000)
+	h := newHarness(t, proxy.ModeReserve, 1_000_000, recorded(obs, false))
 	resp, body := h.post("/v1/chat/completions", chatBody, map[string]string{"traceparent": "00-" + clientTrace + "-" + clientSpan + "-00"})
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
@@ -210,7 +219,7 @@ func TestUnsampledRequestIsPropagatedNotRecorded(t *testing.T) {
 // TestSpanOfAnUpstreamErrorIsAnError: an upstream 5xx is the span's error.
 func TestSpanOfAnUpstreamErrorIsAnError(t *testing.T) {
 	obs, sr := recorder()
-	h := newHarness(t, proxy.ModeReserve, obs, 1_000_000)
+	h := newHarness(t, proxy.ModeReserve, 1_000_000, recorded(obs, false))
 	resp, _ := h.post("/v1/chat/completions", chatBody, map[string]string{"X-Mock-Status": "500"})
 	if resp.StatusCode != http.StatusInternalServerError {
 		t.Fatalf("status %d; want the upstream's 500", resp.StatusCode)

@@ -37,6 +37,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 
 	promclient "github.com/prometheus/client_golang/prometheus"
@@ -60,11 +61,11 @@ import (
 const DefaultServiceName = "tokenbudget-proxy"
 
 // Config configures Start.
+//
+// Start reads the process environment, as the SDK does for the rest
+// (endpoints, headers, sampler, resource): a variable set elsewhere could
+// turn telemetry on with the SDK exporting to its default endpoint.
 type Config struct {
-	// Getenv reads the environment. (Optional; default os.Getenv. The SDK
-	// itself reads the process environment for the rest: endpoints,
-	// headers, sampler, resource.)
-	Getenv func(string) string
 	// Gatherer is the Prometheus registry whose metrics are exported as
 	// OTel metrics (the proxy's /metrics). (Optional; nil: no metrics.)
 	Gatherer promclient.Gatherer
@@ -92,7 +93,7 @@ type Telemetry struct {
 // other than OTLP over grpc or http/protobuf, a propagator other than
 // tracecontext, baggage or none) is an error naming the variable.
 func Start(ctx context.Context, cfg Config) (*Telemetry, error) {
-	env := envOf(cfg.Getenv)
+	env := os.Getenv
 	if strings.EqualFold(strings.TrimSpace(env("OTEL_SDK_DISABLED")), "true") {
 		return nil, nil
 	}
@@ -142,7 +143,7 @@ func Start(ctx context.Context, cfg Config) (*Telemetry, error) {
 			tel.Shutdown(ctx)
 			return nil, err
 		}
-		reader := sdkmetric.NewPeriodicReader(exp, sdkmetric.WithProducer(promBridge.NewMetricProducer(promBridge.WithGatherer(cfg.Gatherer))))
+		reader := sdkmetric.NewPeriodicReader(exp, sdkmetric.WithProducer(producer(cfg.Gatherer)))
 		tel.mp = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader), sdkmetric.WithResource(res))
 	}
 	return tel, nil
@@ -224,6 +225,13 @@ func propagators(v string) (propagation.TextMapPropagator, error) {
 		}
 	}
 	return propagation.NewCompositeTextMapPropagator(ps...), nil
+}
+
+// producer reads g at each collection, as a scrape of /metrics would:
+// counters become monotonic sums, gauges gauges, histograms histograms,
+// under the same names and labels.
+func producer(g promclient.Gatherer) sdkmetric.Producer {
+	return promBridge.NewMetricProducer(promBridge.WithGatherer(g))
 }
 
 func traceExporter(ctx context.Context, proto string) (sdktrace.SpanExporter, error) {

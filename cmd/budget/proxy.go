@@ -514,7 +514,7 @@ func (m *Main) startProxy(ctx context.Context, o proxyOptions) (_ *runningProxy,
 	if o.accessLog {
 		pc.AccessLog = o.log
 	}
-	if err := p.startTelemetry(ctx, m, o.log, reg, &pc); err != nil {
+	if err := p.startTelemetry(ctx, o.log, reg, &pc); err != nil {
 		return nil, err
 	}
 	mw, err := proxy.New(p.tracker, pc)

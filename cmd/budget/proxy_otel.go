@@ -21,8 +21,8 @@ const telemetryShutdownTimeout = 10 * time.Second
 // proxy's registry as its metrics, and sets pc.Observer when traces are
 // on. The stop it leaves in p runs after the last request and before the
 // tracker closes (the last metrics collection reads its gauges).
-func (p *runningProxy) startTelemetry(ctx context.Context, m *Main, log *slog.Logger, reg *prometheus.Registry, pc *proxy.Config) error {
-	tel, err := telemetry.Start(ctx, telemetry.Config{Getenv: m.Getenv, Gatherer: reg, Tracker: p.tracker, ServiceVersion: version()})
+func (p *runningProxy) startTelemetry(ctx context.Context, log *slog.Logger, reg *prometheus.Registry, pc *proxy.Config) error {
+	tel, err := telemetry.Start(ctx, telemetry.Config{Gatherer: reg, Tracker: p.tracker, ServiceVersion: version()})
 	if err != nil || tel == nil {
 		return err
 	}
