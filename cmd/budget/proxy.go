@@ -174,6 +174,14 @@ name, provider, model, status, outcome, estimate, tokens charged, latency;
 never a secret or a prompt.
 
 ` + adminHelp + `
+OpenTelemetry: with OTEL_EXPORTER_OTLP_ENDPOINT (or a signal's own
+endpoint) set, the proxy exports a span per request (GenAI semantic
+conventions and tokenbudget.* attributes; W3C trace context taken from
+the client and passed upstream) and the /metrics series as OTel metrics,
+over OTLP (OTEL_EXPORTER_OTLP_PROTOCOL: http/protobuf or grpc); the SDK
+reads the other OTEL_* variables (service name, headers, sampler). Off
+without an endpoint.
+
 Also serves GET /healthz (200 "ok", or 503 with the reason while the
 database cannot be written, was deleted or replaced, or cannot be read)
 and GET /metrics (Prometheus), which includes tokenbudget_limit_used,
