@@ -36,6 +36,7 @@ type harness struct {
 	// upstream gets the headers of each request the mock upstream saw.
 	upstream chan http.Header
 	access   *lockedBuffer // the access log, JSON lines
+	upURL    *url.URL      // the mock upstream
 	// served gets a value once the proxy's handler returned: the span has
 	// ended and the access log line is written (a client may have its
 	// whole answer before).
@@ -85,35 +86,45 @@ func newHarness(t testing.TB, mode proxy.Mode, max int64, observe func(*harness)
 		mu.ServeHTTP(w, r)
 	}))
 	t.Cleanup(up.Close)
-	metrics := proxy.NewMetrics(h.reg)
-	metrics.SetTracker(db.Tracker)
-	keys := proxy.NewKeys(db.KeyStore())
+	h.upURL, _ = url.Parse(up.URL)
+	var obs proxy.Observer
+	if observe != nil {
+		obs = observe(h)
+	}
+	h.proxy = h.serve(mode, h.reg, obs)
+	return h
+}
+
+// serve starts another proxy in mode on the harness's database and
+// upstream, with its metrics in reg and obs as its observer (nil: none).
+func (h *harness) serve(mode proxy.Mode, reg *prometheus.Registry, obs proxy.Observer) *httptest.Server {
+	t := h.t
+	t.Helper()
+	metrics := proxy.NewMetrics(reg)
+	metrics.SetTracker(h.db.Tracker)
+	keys := proxy.NewKeys(h.db.KeyStore())
 	t.Cleanup(keys.Wait)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	pc := proxy.Config{Mode: mode, Keys: keys, Metrics: metrics, Logger: log,
-		AccessLog: slog.New(slog.NewJSONHandler(h.access, nil))}
-	if observe != nil {
-		pc.Observer = observe(h)
-	}
-	mw, err := proxy.New(db.Tracker, pc)
+		AccessLog: slog.New(slog.NewJSONHandler(h.access, nil)), Observer: obs}
+	mw, err := proxy.New(h.db.Tracker, pc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, _ := url.Parse(up.URL)
-	upstream, err := proxy.NewUpstream(proxy.UpstreamConfig{URL: u, Logger: log})
+	upstream, err := proxy.NewUpstream(proxy.UpstreamConfig{URL: h.upURL, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	handler, err := proxy.NewHandler(proxy.HandlerConfig{Middleware: mw, Upstream: upstream, Registry: h.reg})
+	handler, err := proxy.NewHandler(proxy.HandlerConfig{Middleware: mw, Upstream: upstream, Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.proxy = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer func() { h.served <- struct{}{} }()
 		handler.ServeHTTP(w, r)
 	}))
-	t.Cleanup(h.proxy.Close)
-	return h
+	t.Cleanup(srv.Close)
+	return srv
 }
 
 // chatBody is a chat request without an output cap: the proxy injects one.
@@ -123,7 +134,13 @@ const chatBody = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"H
 // response with its body read, once the proxy's handler has returned.
 func (h *harness) post(path, body string, hdr map[string]string) (*http.Response, string) {
 	h.t.Helper()
-	req, err := http.NewRequest(http.MethodPost, h.proxy.URL+path, strings.NewReader(body))
+	return h.postTo(h.proxy, path, body, hdr)
+}
+
+// postTo is post to the proxy srv (one of serve's).
+func (h *harness) postTo(srv *httptest.Server, path, body string, hdr map[string]string) (*http.Response, string) {
+	h.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(body))
 	if err != nil {
 		h.t.Fatal(err)
 	}
