@@ -12,7 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/tokenbudget/tokenbudget/budget"
 	"github.com/tokenbudget/tokenbudget/proxy"
 )
 
@@ -91,4 +93,30 @@ func BenchmarkProxyLatencyOTel(b *testing.B) {
 		b.ReportMetric(float64(t.lat[len(t.lat)*9/10].Nanoseconds())/1e3, t.name+"-p90-µs")
 	}
 	b.ReportMetric(p50["on"]-p50["off"], "added-otel-µs")
+}
+
+// BenchmarkObserverSpan is one span's own cost on the request's goroutine,
+// without the network: Begin and End of an admitted chat request's
+// Observation, every span sampled and handed to a processor that drops
+// it. What BenchmarkProxyLatencyOTel adds beyond this is the batch
+// processor's and the exporter's work on their own goroutine, competing
+// for the same cores:
+//
+//	go test -run '^$' -bench ObserverSpan -benchmem ./telemetry/
+func BenchmarkObserverSpan(b *testing.B) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sdktrace.NewSimpleSpanProcessor(tracetest.NewNoopExporter())))
+	obs := NewObserver(tp, nil)
+	info := &proxy.Info{RequestID: "res_0123456789abcdef", Key: "app", Team: "eng", Org: "acme", User: "alice",
+		Route:    proxy.Route{Format: proxy.OpenAIChat, Provider: "openai"},
+		Estimate: budget.Estimate{Input: 40, Output: 4096}, InjectedCap: 4096}
+	u := &budget.Usage{Input: 40, Output: 22, Cost: 57, CostKnown: true}
+	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+	const client = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	b.ReportAllocs()
+	for b.Loop() {
+		r.Header.Set("Traceparent", client) // Begin put its own there
+		ctx := obs.Begin(r)
+		obs.End(ctx, &proxy.Observation{Method: r.Method, Path: r.URL.Path, Status: 200, Outcome: proxy.OutcomeOK,
+			Key: "app", Provider: "openai", Model: "gpt-4o-mini", User: "alice", Info: info, Limit: "lim_app_daily", Charged: u})
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/expirable"
@@ -95,7 +96,13 @@ func (o *Observer) End(ctx context.Context, ob *proxy.Observation) {
 		span.End()
 		return
 	}
-	attrs := make([]attribute.KeyValue, 0, 32)
+	// Pooled: SetAttributes copies them into the span.
+	ap := attrPool.Get().(*[]attribute.KeyValue)
+	attrs := (*ap)[:0]
+	defer func() {
+		*ap = attrs[:0]
+		attrPool.Put(ap)
+	}()
 	attrs = append(attrs, semconv.HTTPRequestMethodKey.String(ob.Method), semconv.URLPath(ob.Path),
 		AttrOutcome.String(ob.Outcome))
 	if ob.Status != 0 {
@@ -172,6 +179,11 @@ func (o *Observer) End(ctx context.Context, ob *proxy.Observation) {
 	span.SetAttributes(attrs...)
 	span.End()
 }
+
+var attrPool = sync.Pool{New: func() any {
+	s := make([]attribute.KeyValue, 0, 32)
+	return &s
+}}
 
 // operation is the gen_ai.operation.name of an API format.
 func operation(f proxy.Format) string {
