@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -35,8 +34,12 @@ type harness struct {
 	proxy  *httptest.Server
 	// upstream gets the headers of each request the mock upstream saw.
 	upstream chan http.Header
-	access   *lockedBuffer // the access log, JSON lines
-	upURL    *url.URL      // the mock upstream
+	// access is the access log, JSON lines, written through accessLog
+	// alone: slog's handler serializes its writes, and a test reads it
+	// once the request's handler returned.
+	access    *bytes.Buffer
+	accessLog *slog.Logger
+	upURL     *url.URL // the mock upstream
 	// served gets a value once the proxy's handler returned: the span has
 	// ended and the access log line is written (a client may have its
 	// whole answer before).
@@ -49,8 +52,9 @@ type harness struct {
 func newHarness(t testing.TB, mode proxy.Mode, max int64, observe func(*harness) proxy.Observer) *harness {
 	t.Helper()
 	ctx := context.Background()
-	h := &harness{t: t, reg: prometheus.NewRegistry(), upstream: make(chan http.Header, 1<<16), access: &lockedBuffer{},
+	h := &harness{t: t, reg: prometheus.NewRegistry(), upstream: make(chan http.Header, 1<<16), access: &bytes.Buffer{},
 		served: make(chan struct{}, 1<<16)}
+	h.accessLog = slog.New(slog.NewJSONHandler(h.access, nil))
 	db, err := tokenbudget.Open(ctx, filepath.Join(t.TempDir(), "budget.db"), tokenbudget.Options{Create: true})
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +110,7 @@ func (h *harness) serve(mode proxy.Mode, reg *prometheus.Registry, obs proxy.Obs
 	t.Cleanup(keys.Wait)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	pc := proxy.Config{Mode: mode, Keys: keys, Metrics: metrics, Logger: log,
-		AccessLog: slog.New(slog.NewJSONHandler(h.access, nil)), Observer: obs}
+		AccessLog: h.accessLog, Observer: obs}
 	mw, err := proxy.New(h.db.Tracker, pc)
 	if err != nil {
 		t.Fatal(err)
@@ -199,22 +203,4 @@ func (h *harness) accessLine(id string) map[string]any {
 	}
 	h.t.Fatalf("no access log line with request_id %s in:\n%s", id, h.access)
 	return nil
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
