@@ -1,7 +1,6 @@
 package telemetry
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -11,6 +10,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,10 +34,9 @@ type harness struct {
 	proxy  *httptest.Server
 	// upstream gets the headers of each request the mock upstream saw.
 	upstream chan http.Header
-	// access is the access log, JSON lines, written through accessLog
-	// alone: slog's handler serializes its writes, and a test reads it
-	// once the request's handler returned.
-	access    *bytes.Buffer
+	// access is the access log: its line of a request is written once the
+	// request's settlement is (in the store, and in the metrics).
+	access    *accessLog
 	accessLog *slog.Logger
 	upURL     *url.URL // the mock upstream
 	// served gets a value once the proxy's handler returned: the span has
@@ -52,7 +51,7 @@ type harness struct {
 func newHarness(t testing.TB, mode proxy.Mode, max int64, observe func(*harness) proxy.Observer) *harness {
 	t.Helper()
 	ctx := context.Background()
-	h := &harness{t: t, reg: prometheus.NewRegistry(), upstream: make(chan http.Header, 1<<16), access: &bytes.Buffer{},
+	h := &harness{t: t, reg: prometheus.NewRegistry(), upstream: make(chan http.Header, 1<<16), access: &accessLog{},
 		served: make(chan struct{}, 1<<16)}
 	h.accessLog = slog.New(slog.NewJSONHandler(h.access, nil))
 	db, err := tokenbudget.Open(ctx, filepath.Join(t.TempDir(), "budget.db"), tokenbudget.Options{Create: true})
@@ -135,13 +134,19 @@ func (h *harness) serve(mode proxy.Mode, reg *prometheus.Registry, obs proxy.Obs
 const chatBody = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"How many tokens is this sentence?"}]}`
 
 // post sends body to path with the gateway key and hdr, and returns the
-// response with its body read, once the proxy's handler has returned.
+// response with its body read, once the proxy's handler has returned and
+// (for a request that got a request id) its settlement is written.
 func (h *harness) post(path, body string, hdr map[string]string) (*http.Response, string) {
 	h.t.Helper()
-	return h.postTo(h.proxy, path, body, hdr)
+	resp, b := h.postTo(h.proxy, path, body, hdr)
+	if id := resp.Header.Get("X-Tokenbudget-Request-Id"); id != "" {
+		h.access.line(h.t, id) // written after the settlement
+	}
+	return resp, b
 }
 
-// postTo is post to the proxy srv (one of serve's).
+// postTo is post to the proxy srv (one of serve's), returning once its
+// handler has returned, without waiting for the settlement's write.
 func (h *harness) postTo(srv *httptest.Server, path, body string, hdr map[string]string) (*http.Response, string) {
 	h.t.Helper()
 	req, err := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(body))
@@ -192,15 +197,54 @@ func (h *harness) event(id string) budget.Usage {
 // accessLine is the access log's line of request id id.
 func (h *harness) accessLine(id string) map[string]any {
 	h.t.Helper()
-	for line := range strings.Lines(h.access.String()) {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			h.t.Fatalf("access log line %q: %v", line, err)
+	return h.access.line(h.t, id)
+}
+
+// accessLog collects the access log's JSON lines and wakes those waiting
+// for one.
+type accessLog struct {
+	mu    sync.Mutex
+	lines []map[string]any
+	wrote chan struct{} // closed (and replaced) by each Write
+}
+
+// Write takes one line: slog's handler writes each in one call.
+func (l *accessLog) Write(p []byte) (int, error) {
+	var m map[string]any
+	if err := json.Unmarshal(p, &m); err != nil {
+		return 0, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, m)
+	if l.wrote != nil {
+		close(l.wrote)
+		l.wrote = nil
+	}
+	return len(p), nil
+}
+
+// line waits (at most a minute) for the line of request id id.
+func (l *accessLog) line(t testing.TB, id string) map[string]any {
+	t.Helper()
+	deadline := time.After(time.Minute)
+	for {
+		l.mu.Lock()
+		for _, m := range l.lines {
+			if m["request_id"] == id {
+				l.mu.Unlock()
+				return m
+			}
 		}
-		if m["request_id"] == id {
-			return m
+		if l.wrote == nil {
+			l.wrote = make(chan struct{})
+		}
+		wrote := l.wrote
+		l.mu.Unlock()
+		select {
+		case <-wrote:
+		case <-deadline:
+			t.Fatalf("no access log line with request_id %s within a minute", id)
 		}
 	}
-	h.t.Fatalf("no access log line with request_id %s in:\n%s", id, h.access)
-	return nil
 }

@@ -73,37 +73,26 @@ func TestProxyExportsOTLP(t *testing.T) {
 	if s.Resource["service.name"] != "budget-e2e" {
 		t.Errorf("resource %v; want service.name budget-e2e", s.Resource)
 	}
-	var input, output, reasoning int64
-	d, err := sql.Open("sqlite", "file:"+db+"?mode=ro&_pragma=busy_timeout(5000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	// The span ends once the usage is committed: the row is there.
-	if err := d.QueryRow(`SELECT input, output, reasoning FROM usage WHERE request_id = ?`, id).Scan(&input, &output, &reasoning); err != nil {
-		t.Fatalf("the usage row of %s: %v", id, err)
-	}
 	for k, want := range map[string]any{
-		"gen_ai.provider.name":       "openai",
-		"gen_ai.operation.name":      "chat",
-		"gen_ai.request.model":       "gpt-4o-mini",
-		"gen_ai.usage.input_tokens":  input,
-		"gen_ai.usage.output_tokens": output + reasoning,
-		"tokenbudget.key":            "app",
-		"tokenbudget.team":           "eng",
-		"tokenbudget.org":            "acme",
-		"tokenbudget.user":           "alice",
-		"tokenbudget.limit":          "lim_app_daily",
-		"tokenbudget.outcome":        "ok",
-		"http.response.status_code":  int64(200),
+		"gen_ai.provider.name":      "openai",
+		"gen_ai.operation.name":     "chat",
+		"gen_ai.request.model":      "gpt-4o-mini",
+		"tokenbudget.key":           "app",
+		"tokenbudget.team":          "eng",
+		"tokenbudget.org":           "acme",
+		"tokenbudget.user":          "alice",
+		"tokenbudget.limit":         "lim_app_daily",
+		"tokenbudget.outcome":       "ok",
+		"http.response.status_code": int64(200),
 	} {
 		if s.Attrs[k] != want {
 			t.Errorf("span attribute %s = %v (%T); want %v (%T)", k, s.Attrs[k], s.Attrs[k], want, want)
 		}
 	}
-	for _, k := range []string{"tokenbudget.estimate.input_tokens", "tokenbudget.estimate.output_tokens"} {
+	for _, k := range []string{"tokenbudget.estimate.input_tokens", "tokenbudget.estimate.output_tokens",
+		"gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens"} {
 		if v, ok := s.Attrs[k].(int64); !ok || v <= 0 {
-			t.Errorf("span attribute %s = %v; want the admitted estimate", k, s.Attrs[k])
+			t.Errorf("span attribute %s = %v; want a count", k, s.Attrs[k])
 		}
 	}
 	select {
@@ -118,8 +107,11 @@ func TestProxyExportsOTLP(t *testing.T) {
 	rcv.WaitPoint(t, "tokenbudget_proxy_requests_total", func(pt *otlptest.Point) bool {
 		return pt.Attrs["outcome"] == "ok" && pt.Value == 1 && pt.Monotonic && pt.Resource["service.name"] == "budget-e2e"
 	})
+	in, _ := s.Attrs["gen_ai.usage.input_tokens"].(int64)
+	out, _ := s.Attrs["gen_ai.usage.output_tokens"].(int64)
+	charged := in + out
 	rcv.WaitPoint(t, "tokenbudget_limit_used", func(pt *otlptest.Point) bool {
-		return pt.Attrs["limit_id"] == "lim_app_daily" && pt.Value == float64(input+output+reasoning)
+		return pt.Attrs["limit_id"] == "lim_app_daily" && pt.Value == float64(charged)
 	})
 
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -132,5 +124,20 @@ func TestProxyExportsOTLP(t *testing.T) {
 	}
 	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
 		t.Errorf("exit %d after SIGTERM; want 0\n%s", code, p.stderr)
+	}
+
+	// The usage row, once the proxy has drained: the span's usage is
+	// what the database holds.
+	var input, output, reasoning int64
+	d, err := sql.Open("sqlite", "file:"+db+"?mode=ro&_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.QueryRow(`SELECT input, output, reasoning FROM usage WHERE request_id = ?`, id).Scan(&input, &output, &reasoning); err != nil {
+		t.Fatalf("the usage row of %s: %v", id, err)
+	}
+	if in != input || out != output+reasoning {
+		t.Errorf("span usage %d in, %d out; the database has %d in, %d out, %d reasoning", in, out, input, output, reasoning)
 	}
 }
