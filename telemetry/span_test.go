@@ -289,3 +289,31 @@ func TestProviderNameIsTheAPISpoken(t *testing.T) {
 		}
 	}
 }
+
+// TestSpanOfAStreamedAnthropicRequest: a streamed Messages request's span
+// names Anthropic and carries the usage the stream reported, as stored.
+func TestSpanOfAStreamedAnthropicRequest(t *testing.T) {
+	obs, sr := recorder()
+	h := newHarness(t, proxy.ModeReserve, 1_000_000, recorded(obs, false))
+	resp, body := h.post("/v1/messages", `{"model":"claude-sonnet-4-5","max_tokens":64,"stream":true,`+
+		`"messages":[{"role":"user","content":"Stream me a short answer."}]}`, map[string]string{"anthropic-version": "2023-06-01"})
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, "message_stop") {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	ev := h.event(resp.Header.Get("X-Tokenbudget-Request-Id"))
+	span, attrs := onlySpan(t, sr)
+	if span.Name() != "chat claude-sonnet-4-5" {
+		t.Errorf("span %q; want \"chat claude-sonnet-4-5\"", span.Name())
+	}
+	wantAttrs(t, attrs, map[string]any{
+		"gen_ai.provider.name":               "anthropic",
+		"gen_ai.usage.input_tokens":          ev.Input,
+		"gen_ai.usage.output_tokens":         ev.Output + ev.Reasoning,
+		"tokenbudget.provider":               "anthropic",
+		"tokenbudget.estimate.output_tokens": int64(64),
+		"tokenbudget.outcome":                proxy.OutcomeOK,
+	})
+	if _, ok := attrs[AttrInjectedCap]; ok {
+		t.Error("a request with its own max_tokens has an injected cap")
+	}
+}
