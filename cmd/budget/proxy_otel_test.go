@@ -18,7 +18,7 @@ import (
 // loopback while it serves: the request's span (a child of the client's
 // traceparent, under OTEL_SERVICE_NAME, with the GenAI attributes equal
 // to the usage row in the database and tokenbudget's own: key, team, org,
-// end user, limit, estimate), and the /metrics counters and per-limit
+// end user, limit, estimate and its price), and the /metrics counters and per-limit
 // gauges as OTel metrics; the upstream's request carries the proxy's span
 // as its parent; SIGTERM still exits 0.
 func TestProxyExportsOTLP(t *testing.T) {
@@ -33,6 +33,9 @@ func TestProxyExportsOTLP(t *testing.T) {
 	if !strings.Contains(limit, "lim_app_daily") {
 		t.Fatalf("limit set printed %q", limit)
 	}
+	// A dollar limit too: the admission prices the estimate.
+	mustRun(t, 0, "price", "set", "--provider", "openai", "--model", "gpt-4o-mini", "--input", "0.15", "--output", "0.60", "--db", db)
+	mustRun(t, 0, "limit", "set", "--db", db, "--key", "app", "--metric", "usd", "--limit", "100", "--window", "daily")
 
 	seen := make(chan http.Header, 8)
 	mu := &mock.Upstream{}
@@ -94,6 +97,13 @@ func TestProxyExportsOTLP(t *testing.T) {
 		if v, ok := s.Attrs[k].(int64); !ok || v <= 0 {
 			t.Errorf("span attribute %s = %v; want a count", k, s.Attrs[k])
 		}
+	}
+	// $0.15 and $0.60 a million input and output tokens.
+	estIn, _ := s.Attrs["tokenbudget.estimate.input_tokens"].(int64)
+	estOut, _ := s.Attrs["tokenbudget.estimate.output_tokens"].(int64)
+	want := float64(estIn)*0.15/1e6 + float64(estOut)*0.60/1e6
+	if got, ok := s.Attrs["tokenbudget.estimate.cost_usd"].(float64); !ok || got < want-1e-6 || got > want+1e-6 {
+		t.Errorf("tokenbudget.estimate.cost_usd = %v; want $%.6f (%d in, %d out)", s.Attrs["tokenbudget.estimate.cost_usd"], want, estIn, estOut)
 	}
 	select {
 	case h := <-seen:
