@@ -17,10 +17,10 @@ import (
 // OTEL_* variables, exports to a collector-shaped OTLP/HTTP receiver on
 // loopback while it serves: the request's span (a child of the client's
 // traceparent, under OTEL_SERVICE_NAME, with the GenAI attributes equal
-// to the usage row in the database and tokenbudget's own: key, team, org,
-// end user, limit, estimate and its price), and the /metrics counters and per-limit
-// gauges as OTel metrics; the upstream's request carries the proxy's span
-// as its parent; SIGTERM still exits 0.
+// to the usage row in the database and tokenbudget's own: key, team,
+// org, end user, limit, estimate and its price), and the /metrics
+// counters and per-limit gauges as OTel metrics; the upstream's request
+// carries the proxy's span as its parent; SIGTERM still exits 0.
 func TestProxyExportsOTLP(t *testing.T) {
 	t.Parallel()
 	bin := buildBudget(t)
