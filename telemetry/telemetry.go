@@ -60,11 +60,9 @@ import (
 // none.
 const DefaultServiceName = "tokenbudget-proxy"
 
-// Config configures Start.
-//
-// Start reads the process environment, as the SDK does for the rest
-// (endpoints, headers, sampler, resource): a variable set elsewhere could
-// turn telemetry on with the SDK exporting to its default endpoint.
+// Config configures Start. The OTEL_* variables are no part of it: Start
+// reads them from the process environment, where the SDK reads the
+// endpoints, headers, sampler and resource, so that the two always agree.
 type Config struct {
 	// Gatherer is the Prometheus registry whose metrics are exported as
 	// OTel metrics (the proxy's /metrics). (Optional; nil: no metrics.)
@@ -94,7 +92,7 @@ type Telemetry struct {
 // tracecontext, baggage or none) is an error naming the variable.
 func Start(ctx context.Context, cfg Config) (*Telemetry, error) {
 	env := os.Getenv
-	if strings.EqualFold(strings.TrimSpace(env("OTEL_SDK_DISABLED")), "true") {
+	if strings.EqualFold(strings.TrimSpace(env("OTEL_SDK_DISABLED")), "true") { // as the SDK reads it
 		return nil, nil
 	}
 	tproto, err := signal(env, "TRACES")
