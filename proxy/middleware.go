@@ -310,6 +310,10 @@ type Config struct {
 	// refusal's limit, level and code with it), the estimate, the tokens
 	// charged and the latency; never a secret, never a prompt. (Optional; nil: no access log.)
 	AccessLog *slog.Logger
+	// Observer sees every request the middleware answers, when it arrives
+	// and once it is settled: tracing and metrics (the telemetry
+	// package's OpenTelemetry). (Optional; nil: none.)
+	Observer Observer
 }
 
 // Middleware enforces token budgets around an upstream handler; see Wrap.
@@ -426,6 +430,10 @@ type Info struct {
 	// holding At (a reservation's instant in reserve mode).
 	At  time.Time
 	Key string // the gateway key's name
+	// Team and Org are the key's placement the request is charged to, as
+	// its reservation took it (reserve mode); "" in check mode, where the
+	// event is placed when it is written.
+	Team, Org string
 	// User is the request's end user: the X-Budget-User header, else the
 	// body's (RequestInfo.User); "" when none is named. Its usage and
 	// reservation carry it, so user-scope limits count it.
@@ -478,6 +486,11 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 		x := &exchange{ResponseWriter: w, start: time.Now()}
 		if m.cfg.AccessLog != nil {
 			defer m.logExchange(x, r)
+		}
+		if m.cfg.Observer != nil {
+			var end func()
+			r, end = m.begin(x, r)
+			defer end()
 		}
 		m.serve(x, r, next)
 	})
@@ -584,7 +597,7 @@ func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 		return
 	}
 	info := &Info{Key: key, User: user, Tags: tags, Route: route, Request: ri, Estimate: est}
-	x.est = &info.Estimate
+	x.est, x.info = &info.Estimate, info
 	req := budget.Request{Key: key, Provider: route.Provider, Model: ri.Model, User: user, Tags: tags, Estimate: est, ServiceTier: ri.ServiceTier}
 	extra := make(http.Header, 8)
 	res, ok := m.admit(w, r, f, req, minOutput, info, extra)
