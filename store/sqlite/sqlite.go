@@ -37,7 +37,7 @@ import (
 )
 
 // SchemaVersion is the PRAGMA user_version this build writes and reads.
-const SchemaVersion = 14
+const SchemaVersion = 16
 
 // Options configure Open. The zero value is usable.
 type Options struct {
@@ -230,6 +230,7 @@ var migrationCode = map[int]struct {
 	11: {fn: addAlertKind},
 	13: {schema: true, fn: addKeyRules},
 	14: {fn: addCacheWrite1h},
+	16: {schema: true},
 }
 
 // migrations[i] upgrades a schema of version i to i+1: migrations[0] is the
