@@ -47,7 +47,9 @@ func (p *runningProxy) startUsageHook(ctx context.Context, o proxyOptions, reg p
 		return err
 	}
 	p.stopUsage = background(ctx, o.usageTicks, usageInterval, func(ctx context.Context, ticks <-chan time.Time) {
-		d.Run(ctx, ticks, func(err error) { o.log.Error("usage hook: reading or settling the outbox failed; tried again", "err", err) })
+		d.Run(ctx, ticks, func(err error) {
+			o.log.Error("usage hook: reading or settling the outbox failed; tried again", "err", err)
+		})
 	})
 	return nil
 }
