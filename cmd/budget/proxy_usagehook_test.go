@@ -306,3 +306,38 @@ func mustJSON(t *testing.T, v any) []byte {
 	}
 	return b
 }
+
+// TestProxyUsageWebhookFlags: a bad --usage-webhook exits 2 naming the
+// flag, before a database is created; --alert-secret-env goes with it
+// alone; -h documents it.
+func TestProxyUsageWebhookFlags(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--usage-webhook", "ftp://billing.example.com"}, "usage-webhook"},
+		{[]string{"--usage-webhook", "not a url"}, "usage-webhook"},
+		{[]string{"--usage-webhook", "http://127.0.0.1:1/u", "--alert-secret-env", "UNSET"}, "alert-secret-env"},
+	} {
+		db := tempDB(t)
+		var out, errb strings.Builder
+		m := &Main{Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }}
+		err := m.Run(context.Background(), append([]string{"proxy", "--db", db, "--mock-upstream", "--listen", "127.0.0.1:0"}, tc.args...))
+		if code := exitCode(err); code != 2 || !strings.Contains(errb.String(), tc.want) || exists(db) {
+			t.Errorf("proxy %v: exit %d, stderr %q; want exit 2 naming %s, no database", tc.args, code, errb.String(), tc.want)
+		}
+	}
+	var o proxyOptions
+	o.usageWebhook = "http://127.0.0.1:1/u"
+	m := &Main{Getenv: func(k string) string { return map[string]string{"HOOK_SECRET": "s"}[k] }}
+	if err := m.alertOptions(&o, "HOOK_SECRET"); err != nil || string(o.alertSecret) != "s" {
+		t.Errorf("--usage-webhook with --alert-secret-env alone: %v, secret %q; want the secret read", err, o.alertSecret)
+	}
+	help := mustRun(t, 0, "proxy", "-h").stdout
+	for _, want := range []string{"-usage-webhook URL", "application/cloudevents-batch+json", "budget outbox rm URL"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("proxy -h lacks %q", want)
+		}
+	}
+}

@@ -1,0 +1,90 @@
+package usagehook_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	tokenbudget "github.com/tokenbudget/tokenbudget"
+	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/usagehook"
+)
+
+var t0 = time.Date(2026, 3, 2, 18, 0, 0, 0, time.UTC)
+
+// A library delivers its usage events in-process: it registers a hook
+// once, records as usual, and runs a Deliverer whose Sender is its own
+// function. A Sender's error leaves the batch to be sent again.
+func ExampleDeliverer() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "usagehook-example")
+	defer os.RemoveAll(dir)
+	cfg := budget.DefaultConfig()
+	now := t0
+	cfg.Now = func() time.Time { return now }
+	db, err := tokenbudget.Open(ctx, filepath.Join(dir, "budget.db"), tokenbudget.Options{Create: true, Config: &cfg})
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close(ctx)
+
+	fails := 1
+	d := &usagehook.Deliverer{Tracker: db.Tracker, Dest: "ledger",
+		Send: usagehook.SenderFunc(func(_ context.Context, batch []usagehook.Event) error {
+			if fails > 0 {
+				fails--
+				return errors.New("ledger unavailable")
+			}
+			for _, e := range batch {
+				fmt.Println(e.ID, e.Subject, e.Data.RequestID, e.Data.Input, e.Time)
+			}
+			return nil
+		})}
+	if err := d.Register(ctx); err != nil {
+		panic(err)
+	}
+	for _, id := range []string{"r1", "r2"} {
+		if _, err := db.RecordSync(ctx, budget.Usage{Key: "team-a", RequestID: id, Provider: "openai", Model: "gpt-4o", Input: 10, At: t0}); err != nil {
+			panic(err)
+		}
+	}
+	res, _ := d.RunOnce(ctx)
+	fmt.Println("failed:", res.Failed)
+	now = now.Add(budget.UsageRetryDelay(1)) // the retry is due
+	res, _ = d.RunOnce(ctx)
+	fmt.Println("delivered:", res.Delivered)
+	// Output:
+	// failed: 2
+	// ev_1f9fe66866f1cd394698f97120beaa80 team-a r1 10 2026-03-02T18:00:00Z
+	// ev_b324f1db470ec23df91e2e747ad303fa team-a r2 10 2026-03-02T18:00:00Z
+	// delivered: 2
+}
+
+// A Webhook's POST that is redirected is not delivered: the redirect
+// would turn it into a GET whose 2xx says nothing. A 2xx is delivered.
+func TestWebhookRedirectIsNoDelivery(t *testing.T) {
+	var posts int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/moved" {
+			http.Redirect(w, r, "/ok", http.StatusFound)
+			return
+		}
+		if r.Method == http.MethodPost {
+			posts++
+		}
+	}))
+	defer srv.Close()
+	ev := []usagehook.Event{{ID: "ev_1"}}
+	if err := (&usagehook.Webhook{URL: srv.URL + "/moved"}).Send(context.Background(), ev); err == nil {
+		t.Errorf("Send to a redirect = nil; want an error")
+	}
+	if err := (&usagehook.Webhook{URL: srv.URL + "/ok"}).Send(context.Background(), ev); err != nil || posts != 1 {
+		t.Errorf("Send to a 200 = %v after %d posts; want nil after 1", err, posts)
+	}
+}
