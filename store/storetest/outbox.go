@@ -19,6 +19,7 @@ func init() {
 		suiteCase{"UsageOutboxQueuesEveryEvent", testOutboxEveryEvent},
 		suiteCase{"UsageOutboxClaimsKeyByKey", testOutboxClaims},
 		suiteCase{"UsageOutboxBacklogAndRemoval", testOutboxBacklog},
+		suiteCase{"UsageOutboxQueuesLeaseCommits", testOutboxLeases},
 	)
 }
 
@@ -245,5 +246,40 @@ func testOutboxBacklog(t *testing.T, newDB NewDB) {
 	}
 	if got := ids(claimAll(t, tr, hookB, "A")); !slices.Equal(got, []string{"e1", "e2", "e3"}) {
 		t.Fatalf("claim of %s = %v; want [e1 e2 e3]", hookB, got)
+	}
+}
+
+// Commits decided in memory from budget leases, written by the lease
+// batches, are queued as every other event is: each once, in order.
+func testOutboxLeases(t *testing.T, newDB NewDB) {
+	open := newDB(t)
+	c := NewClock(T0)
+	tr := NewLeaseTracker(t, open(), c, time.Second, t.TempDir(), true)
+	SetLimit(t, tr, budget.LimitSpec{Key: "k", Window: "daily"}, 1<<30)
+	if _, err := tr.AddUsageHook(ctx, hookA); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for range 20 {
+		r, err := tr.Reserve(ctx, leaseReq(50), time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tr.Commit(ctx, r.ID, budget.Usage{Input: 10, Output: 20}); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, r.ID)
+	}
+	if _, err := tr.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	items := claimAll(t, tr, hookA, "A")
+	if got := ids(items); !slices.Equal(got, want) {
+		t.Fatalf("queued %v; want the 20 leased commits in order %v", got, want)
+	}
+	for _, it := range items {
+		if !it.Found || it.Event.Input != 10 || it.Event.Output != 20 {
+			t.Fatalf("item %+v; want the committed usage 10/20", it)
+		}
 	}
 }
