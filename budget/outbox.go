@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // The usage outbox: every recorded event, queued for delivery elsewhere
@@ -210,14 +211,12 @@ func (t *Tracker) AddUsageHook(ctx context.Context, dest string) (added bool, er
 		return false, err
 	}
 	now := t.now()
-	err = t.store.Update(ctx, inRole(outboxTx, func(tx Tx, o OutboxTx) error {
+	return inOutbox(ctx, t.store.Update, func(tx Tx, o OutboxTx) (bool, error) {
 		if err := tx.LockDefinitions(ctx); err != nil {
-			return err
+			return false, err
 		}
-		added, err = o.AddUsageHook(ctx, dest, now)
-		return err
-	}))
-	return added, err
+		return o.AddUsageHook(ctx, dest, now)
+	})
 }
 
 // RemoveUsageHook unregisters dest and drops what was queued for it and
@@ -226,25 +225,17 @@ func (t *Tracker) RemoveUsageHook(ctx context.Context, dest string) (dropped int
 	if err := CheckUsageHook(dest); err != nil {
 		return 0, err
 	}
-	err = t.store.Update(ctx, inRole(outboxTx, func(tx Tx, o OutboxTx) error {
+	return inOutbox(ctx, t.store.Update, func(tx Tx, o OutboxTx) (int64, error) {
 		if err := tx.LockDefinitions(ctx); err != nil {
-			return err
+			return 0, err
 		}
-		dropped, err = o.DeleteUsageHook(ctx, dest)
-		return err
-	}))
-	return dropped, err
+		return o.DeleteUsageHook(ctx, dest)
+	})
 }
 
 // UsageHooks lists the registered destinations.
 func (t *Tracker) UsageHooks(ctx context.Context) ([]string, error) {
-	var out []string
-	err := t.store.View(ctx, inRole(outboxTx, func(_ Tx, o OutboxTx) error {
-		var err error
-		out, err = o.UsageHooks(ctx)
-		return err
-	}))
-	return out, err
+	return inOutbox(ctx, t.store.View, func(_ Tx, o OutboxTx) ([]string, error) { return o.UsageHooks(ctx) })
 }
 
 // ClaimUsage claims up to max rows of dest due now for owner until
@@ -257,13 +248,9 @@ func (t *Tracker) ClaimUsage(ctx context.Context, dest, owner string, ttl time.D
 		return nil, invalid("max", max, "must be positive")
 	}
 	now := t.now()
-	var out []OutboxItem
-	err := t.store.Update(ctx, inRole(outboxTx, func(_ Tx, o OutboxTx) error {
-		var err error
-		out, err = o.ClaimUsage(ctx, dest, owner, now, now.Add(ttl), max)
-		return err
-	}))
-	return out, err
+	return inOutbox(ctx, t.store.Update, func(_ Tx, o OutboxTx) ([]OutboxItem, error) {
+		return o.ClaimUsage(ctx, dest, owner, now, now.Add(ttl), max)
+	})
 }
 
 // UsageDelivered records that owner delivered the rows seqs of dest: they
@@ -288,11 +275,21 @@ func (t *Tracker) UsageFailed(ctx context.Context, dest, owner string, seqs []in
 // not ours to store whole.
 const maxLastError = 512
 
+// clipError is s as a stored error: valid UTF-8 (PostgreSQL refuses
+// anything else, and a receiver's status line may be anything), control
+// characters as spaces (outbox ls prints it in a table), cut to
+// maxLastError bytes between characters.
 func clipError(s string) string {
-	if len(s) <= maxLastError {
-		return s
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(s, "\uFFFD"))
+	if len(s) > maxLastError {
+		s = strings.ToValidUTF8(s[:maxLastError], "")
 	}
-	return s[:maxLastError]
+	return s
 }
 
 func (t *Tracker) settleUsage(ctx context.Context, dest, owner string, seqs []int64, next time.Time, lastErr string) error {
@@ -306,10 +303,16 @@ func (t *Tracker) settleUsage(ctx context.Context, dest, owner string, seqs []in
 
 // OutboxBacklog is what every destination has pending (OutboxTx).
 func (t *Tracker) OutboxBacklog(ctx context.Context) ([]OutboxBacklog, error) {
-	var out []OutboxBacklog
-	err := t.store.View(ctx, inRole(outboxTx, func(_ Tx, o OutboxTx) error {
+	return inOutbox(ctx, t.store.View, func(_ Tx, o OutboxTx) ([]OutboxBacklog, error) { return o.OutboxBacklog(ctx) })
+}
+
+// inOutbox runs fn in a transaction of run (Store.Update or View) with
+// the outbox role, and returns what fn returned.
+func inOutbox[T any](ctx context.Context, run func(context.Context, func(Tx) error) error, fn func(Tx, OutboxTx) (T, error)) (T, error) {
+	var out T
+	err := run(ctx, inRole(outboxTx, func(tx Tx, o OutboxTx) error {
 		var err error
-		out, err = o.OutboxBacklog(ctx)
+		out, err = fn(tx, o)
 		return err
 	}))
 	return out, err

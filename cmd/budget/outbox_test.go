@@ -24,15 +24,7 @@ func startUsageProxy(t *testing.T, db, url string) *runningProxy {
 	t.Helper()
 	o := testProxyOptions(db, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	o.usageWebhook, o.usageTicks = url, make(chan time.Time)
-	m := &Main{Now: func() time.Time { return testNow }, Getenv: func(string) string { return "" }}
-	if err := m.alertOptions(&o, ""); err != nil {
-		t.Fatal(err)
-	}
-	p, err := m.startProxy(context.Background(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return startChecked(t, &Main{Now: func() time.Time { return testNow }, Getenv: func(string) string { return "" }}, o, "")
 }
 
 // TestOutboxLsAndRm: outbox ls lists each usage hook with what it has

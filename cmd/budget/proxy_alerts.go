@@ -65,7 +65,7 @@ func parseIDs(s string) []string {
 // proxy.
 func (p *runningProxy) startAlerts(ctx context.Context, o proxyOptions) {
 	d := &alert.Deliverer{Tracker: p.tracker, URL: o.alertWebhook, Secret: o.alertSecret,
-		Client: &http.Client{Timeout: alert.DefaultTimeout, Transport: webhookLog{http.DefaultTransport, o.log, "alert"}}}
+		Client: alert.NewClient(webhookLog{http.DefaultTransport, o.log, "alert"})}
 	p.stopAlerts = background(ctx, o.alertTicks, alertInterval, func(ctx context.Context, ticks <-chan time.Time) {
 		d.Run(ctx, ticks, func(err error) { o.log.Error("alerts: reading or settling alerts failed; tried again", "err", err) })
 	})

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tokenbudget/tokenbudget/alert"
 	"github.com/tokenbudget/tokenbudget/usagehook"
 )
 
@@ -39,10 +40,8 @@ func (p *runningProxy) startUsageHook(ctx context.Context, o proxyOptions, reg p
 	if o.usageWebhook == "" {
 		return nil
 	}
-	d := &usagehook.Deliverer{Tracker: p.tracker, Dest: o.usageWebhook,
-		Send: &usagehook.Webhook{URL: o.usageWebhook, Secret: o.alertSecret,
-			Client: &http.Client{Timeout: usagehook.DefaultTimeout, Transport: webhookLog{http.DefaultTransport, o.log, "usage"},
-				CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}}
+	d := &usagehook.Deliverer{Tracker: p.tracker, Dest: o.usageWebhook, Send: &usagehook.Webhook{URL: o.usageWebhook,
+		Secret: o.alertSecret, Client: alert.NewClient(webhookLog{http.DefaultTransport, o.log, "usage"})}}
 	if err := d.Register(ctx); err != nil {
 		return err
 	}

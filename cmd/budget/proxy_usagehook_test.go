@@ -142,14 +142,7 @@ func testUsageWebhookExactlyOnce(t *testing.T, db string) {
 		t.Helper()
 		o := testProxyOptions(db, slog.New(slog.NewTextHandler(&logs, nil)))
 		o.usageWebhook, o.usageTicks = url, ticks
-		if err := m.alertOptions(&o, "HOOK_SECRET"); err != nil {
-			t.Fatal(err)
-		}
-		p, err := m.startProxy(context.Background(), o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
+		return startChecked(t, m, o, "HOOK_SECRET")
 	}
 	request := func(p *runningProxy, key string) {
 		t.Helper()
@@ -294,6 +287,20 @@ func testUsageWebhookExactlyOnce(t *testing.T, db string) {
 	if h := bl[0].(map[string]any); h["pending"] != 0.0 || h["oldest"] != nil || h["next_attempt"] != nil {
 		t.Errorf("outbox ls --json after delivery: %v; want nothing pending", h)
 	}
+}
+
+// startChecked starts an in-process proxy with o, its webhook flags
+// checked and the secret of secretEnv read as budget proxy does.
+func startChecked(t *testing.T, m *Main, o proxyOptions, secretEnv string) *runningProxy {
+	t.Helper()
+	if err := m.alertOptions(&o, secretEnv); err != nil {
+		t.Fatal(err)
+	}
+	p, err := m.startProxy(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // mustJSON is v re-encoded: maps encode with sorted keys, so two decoded
