@@ -20,9 +20,9 @@ import (
 // every transaction that inserts events into the history, in any process
 // and by any path (Record, Commit, lease batches and their :late events,
 // RecordSync and so import), queues one outbox row per inserted event for
-// it, in that same transaction: an event is in the history if and only if
-// it is queued (or was delivered). A duplicate inserts nothing and queues
-// nothing. Events recorded while no destination is registered are never
+// it, in that same transaction: of the events written while it is
+// registered, the history holds exactly those queued for it (or
+// delivered). A duplicate inserts nothing and queues nothing. Events recorded while no destination is registered are never
 // queued.
 //
 // The writer learns the destinations the way it learns limits: a change
