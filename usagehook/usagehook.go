@@ -28,6 +28,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
@@ -104,6 +105,13 @@ type Deliverer struct {
 	// Batch is how many events one claim takes. (Optional; default
 	// DefaultBatch.)
 	Batch int
+
+	mu sync.Mutex
+	// quietUntil: after a failed Send no claim is made before it (the
+	// failed batch's retry), so a receiver that is down costs one claim
+	// per retry delay, not one a tick: with every key waiting on a retry,
+	// a claim reads the whole backlog to find nothing due.
+	quietUntil time.Time
 }
 
 // Result counts what one RunOnce did, in events.
@@ -142,11 +150,18 @@ var errMissing = errors.New("the event is no longer in the history")
 
 // RunOnce claims the due events of Dest, a batch at a time, and sends
 // each batch once, until none is left or a Send fails (the receiver is
-// failing: the rest waits for the next round). A failed Send is no
-// error: its events are scheduled again. Errors are the store's.
+// failing: the rest waits, and this deliverer claims nothing until the
+// failed batch's retry is due). A failed Send is no error: its events are
+// scheduled again. Errors are the store's.
 func (d *Deliverer) RunOnce(ctx context.Context) (Result, error) {
 	d.fill()
 	var res Result
+	d.mu.Lock()
+	quiet := d.Tracker.Now().Before(d.quietUntil)
+	d.mu.Unlock()
+	if quiet {
+		return res, nil
+	}
 	for {
 		items, err := d.Tracker.ClaimUsage(ctx, d.Dest, d.Owner, d.ClaimTTL, d.Batch)
 		if err != nil || len(items) == 0 {
@@ -175,6 +190,9 @@ func (d *Deliverer) RunOnce(ctx context.Context) (Result, error) {
 		if serr != nil {
 			res.Failed += len(sent)
 			err = d.Tracker.UsageFailed(rctx, d.Dest, d.Owner, sent, attempts+1, serr)
+			d.mu.Lock()
+			d.quietUntil = d.Tracker.Now().Add(budget.UsageRetryDelay(attempts + 1))
+			d.mu.Unlock()
 		} else {
 			res.Delivered += len(sent)
 			err = d.Tracker.UsageDelivered(rctx, d.Dest, d.Owner, sent)

@@ -88,3 +88,54 @@ func TestWebhookRedirectIsNoDelivery(t *testing.T) {
 		t.Errorf("Send to a 200 = %v after %d posts; want nil after 1", err, posts)
 	}
 }
+
+// After a failed Send a Deliverer claims nothing until that batch's retry
+// is due, not even another key's new event: the receiver is down, and a
+// claim with every key waiting reads the whole backlog. Then both go, in
+// the order recorded.
+func TestDelivererQuietUntilTheRetry(t *testing.T) {
+	ctx := context.Background()
+	now := t0
+	cfg := budget.DefaultConfig()
+	cfg.Now = func() time.Time { return now }
+	db, err := tokenbudget.Open(ctx, filepath.Join(t.TempDir(), "b.db"), tokenbudget.Options{Create: true, Config: &cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(ctx)
+	var sends [][]string
+	fail := true
+	d := &usagehook.Deliverer{Tracker: db.Tracker, Dest: "ledger", Send: usagehook.SenderFunc(func(_ context.Context, b []usagehook.Event) error {
+		var ids []string
+		for _, e := range b {
+			ids = append(ids, e.Data.RequestID)
+		}
+		sends = append(sends, ids)
+		if fail {
+			return errors.New("down")
+		}
+		return nil
+	})}
+	if err := d.Register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	record := func(key, id string) {
+		if _, err := db.RecordSync(ctx, budget.Usage{Key: key, RequestID: id, Input: 1, At: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	record("a", "a1")
+	if res, err := d.RunOnce(ctx); err != nil || res.Failed != 1 {
+		t.Fatalf("first round = %+v, %v; want 1 failed", res, err)
+	}
+	record("b", "b1")
+	now = now.Add(budget.UsageRetryDelay(1) - time.Millisecond)
+	if res, err := d.RunOnce(ctx); err != nil || res != (usagehook.Result{}) || len(sends) != 1 {
+		t.Fatalf("round before the retry = %+v, %v after %d sends; want nothing claimed or sent", res, err, len(sends))
+	}
+	fail = false
+	now = now.Add(time.Millisecond)
+	if res, err := d.RunOnce(ctx); err != nil || res.Delivered != 2 || len(sends) != 2 || fmt.Sprint(sends[1]) != "[a1 b1]" {
+		t.Fatalf("round at the retry = %+v, %v, sends %v; want [a1 b1] delivered", res, err, sends)
+	}
+}
