@@ -1,7 +1,9 @@
 package storetest
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -20,6 +22,7 @@ func init() {
 		suiteCase{"UsageOutboxClaimsKeyByKey", testOutboxClaims},
 		suiteCase{"UsageOutboxBacklogAndRemoval", testOutboxBacklog},
 		suiteCase{"UsageOutboxQueuesLeaseCommits", testOutboxLeases},
+		suiteCase{"UsageOutboxExactlyOnceAcrossProcesses", testOutboxProcesses},
 	)
 }
 
@@ -281,5 +284,78 @@ func testOutboxLeases(t *testing.T, newDB NewDB) {
 		if !it.Found || it.Event.Input != 10 || it.Event.Output != 20 {
 			t.Fatalf("item %+v; want the committed usage 10/20", it)
 		}
+	}
+}
+
+// Four processes record one key's events at once, each waiting for its
+// last commit before the next, while two deliverers claim small batches
+// and report them delivered: every event is delivered exactly once, and
+// each process's events in the order it recorded them (of two events, the
+// one committed before the other began comes first).
+func testOutboxProcesses(t *testing.T, newDB NewDB) {
+	open := newDB(t)
+	c := NewClock(T0)
+	const procs, each = 4, 15
+	trs := make([]*budget.Tracker, procs)
+	for i := range trs {
+		trs[i] = NewTracker(t, open(), c, time.Second)
+	}
+	if _, err := trs[0].AddUsageHook(ctx, hookA); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	deliver := func(tr *budget.Tracker, owner string) (int, error) {
+		items, err := tr.ClaimUsage(context.Background(), hookA, owner, time.Minute, 7)
+		if err != nil || len(items) == 0 {
+			return 0, err
+		}
+		got = append(got, ids(items)...) // one deliverer at a time here: the claims are what is tested
+		return len(items), tr.UsageDelivered(context.Background(), hookA, owner, seqs(items))
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- concurrently(procs, func(g int) error {
+			for i := range each {
+				if _, err := trs[g].RecordSync(context.Background(), ev(fmt.Sprintf("p%d-%02d", g, i), "k", "p", "m", 1, 0, c.Now())); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}()
+	for recording := true; recording; {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			recording = false
+		default:
+		}
+		for _, owner := range []string{"A", "B"} {
+			if _, err := deliver(trs[len(got)%procs], owner); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for {
+		n, err := deliver(trs[0], "A")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	if len(got) != procs*each {
+		t.Fatalf("delivered %d events; want %d, each once: %v", len(got), procs*each, got)
+	}
+	next := make([]int, procs)
+	for _, id := range got {
+		var g, i int
+		if _, err := fmt.Sscanf(id, "p%d-%d", &g, &i); err != nil || i != next[g] {
+			t.Fatalf("delivered %s where process %d's event %d was due: %v", id, g, next[g], got)
+		}
+		next[g]++
 	}
 }
