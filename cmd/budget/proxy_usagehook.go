@@ -23,6 +23,9 @@ minutes apart; a key's events arrive in the order they were recorded.
 The hook stays registered when the proxy stops: what is recorded
 meanwhile is delivered when a proxy with the same URL runs again, until
 'budget outbox rm URL'. A receiver deduplicates on the events' ids.
+The backlog shows in 'budget outbox ls' and in /metrics as
+tokenbudget_outbox_pending, _oldest_age_seconds and _attempts {kind,
+destination} (alerts' too, kind alert).
 `
 
 // usageInterval is how often the proxy's --usage-webhook looks for
