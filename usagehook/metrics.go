@@ -2,6 +2,9 @@ package usagehook
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/url"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,8 +21,9 @@ const scrapeTimeout = 2 * time.Second
 //	tokenbudget_outbox_oldest_age_seconds{kind,destination}   how long the oldest of them has waited (0: none)
 //	tokenbudget_outbox_attempts{kind,destination}         the most failed deliveries of one of them
 //
-// destination is the usage hook's name (a webhook's URL), "" for alerts.
-// The backlog is the database's: every process reports the same.
+// destination is the usage hook's name (a webhook's URL, as Label shows
+// it), "" for alerts. The backlog is the database's: every process
+// reports the same.
 func Collector(t *budget.Tracker) prometheus.Collector {
 	labels := []string{"kind", "destination"}
 	return &collector{t: t,
@@ -58,8 +62,23 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		if !b.Oldest.IsZero() {
 			age = max(now.Sub(b.Oldest).Seconds(), 0)
 		}
-		ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(b.Pending), b.Kind, b.Dest)
-		ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, age, b.Kind, b.Dest)
-		ch <- prometheus.MustNewConstMetric(c.attempts, prometheus.GaugeValue, float64(b.Attempts), b.Kind, b.Dest)
+		dest := Label(b.Dest)
+		ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(b.Pending), b.Kind, dest)
+		ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, age, b.Kind, dest)
+		ch <- prometheus.MustNewConstMetric(c.attempts, prometheus.GaugeValue, float64(b.Attempts), b.Kind, dest)
 	}
+}
+
+// Label is dest as metrics and logs show it: a URL with credentials or a
+// query (where webhooks often carry a token) loses both, and gains "#"
+// and 8 hex digits of its SHA-256 so that two such URLs stay apart. Any
+// other name is itself.
+func Label(dest string) string {
+	u, err := url.Parse(dest)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || (u.User == nil && u.RawQuery == "" && u.Fragment == "") {
+		return dest
+	}
+	sum := sha256.Sum256([]byte(dest))
+	u.User, u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = nil, "", false, "", ""
+	return u.String() + "#" + hex.EncodeToString(sum[:4])
 }

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -137,5 +138,27 @@ func TestDelivererQuietUntilTheRetry(t *testing.T) {
 	now = now.Add(time.Millisecond)
 	if res, err := d.RunOnce(ctx); err != nil || res.Delivered != 2 || len(sends) != 2 || fmt.Sprint(sends[1]) != "[a1 b1]" {
 		t.Fatalf("round at the retry = %+v, %v, sends %v; want [a1 b1] delivered", res, err, sends)
+	}
+}
+
+// A webhook's token never reaches a metric label or a log line: its
+// query and credentials go, a short hash keeps two such URLs apart.
+func TestLabelHidesTokens(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://billing.example.com/hook": "https://billing.example.com/hook",
+		"ledger":                           "ledger",
+	} {
+		if got := usagehook.Label(in); got != want {
+			t.Errorf("Label(%q) = %q; want it unchanged", in, got)
+		}
+	}
+	a, b := usagehook.Label("https://billing.example.com/hook?token=s3cret"), usagehook.Label("https://u:pw@billing.example.com/hook?token=other")
+	for _, l := range []string{a, b} {
+		if strings.Contains(l, "s3cret") || strings.Contains(l, "other") || strings.Contains(l, "pw") || !strings.HasPrefix(l, "https://billing.example.com/hook#") {
+			t.Errorf("Label = %q; want https://billing.example.com/hook#<hash>, no secret", l)
+		}
+	}
+	if a == b {
+		t.Errorf("two URLs with different tokens share the label %q", a)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tokenbudget/tokenbudget/alert"
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/usagehook"
 )
 
 // alertInterval is how often the proxy's --alert-webhook looks for alerts
@@ -85,7 +86,7 @@ func (w webhookLog) RoundTrip(r *http.Request) (*http.Response, error) {
 	prefix := "alerts: webhook"
 	attrs := []any{"alert", r.Header.Get("X-Budget-Alert-Id")}
 	if w.what == "usage" {
-		prefix, attrs = "usage hook: webhook", []any{"url", r.URL.Redacted()}
+		prefix, attrs = "usage hook: webhook", []any{"url", usagehook.Label(r.URL.String())}
 	}
 	switch {
 	case err != nil && r.Context().Err() == nil:
