@@ -238,8 +238,18 @@ func Post(ctx context.Context, c *http.Client, url, contentType string, body, se
 // reporting store errors to onErr (nil: ignored). A proxy ticks every
 // second, so a retry is late by at most a second.
 func (d *Deliverer) Run(ctx context.Context, tick <-chan time.Time, onErr func(error)) {
+	Every(ctx, tick, onErr, func(ctx context.Context) error {
+		_, err := d.RunOnce(ctx)
+		return err
+	})
+}
+
+// Every calls round at once and then at every tick until ctx ends,
+// reporting its errors to onErr (nil: ignored) unless ctx ended: a
+// deliverer's loop.
+func Every(ctx context.Context, tick <-chan time.Time, onErr func(error), round func(context.Context) error) {
 	for {
-		if _, err := d.RunOnce(ctx); err != nil && onErr != nil && ctx.Err() == nil {
+		if err := round(ctx); err != nil && onErr != nil && ctx.Err() == nil {
 			onErr(err)
 		}
 		select {

@@ -26,8 +26,9 @@ func TestClipErrorStoresOneValidLine(t *testing.T) {
 
 // EventID is stable and tells apart what a plain separator would not.
 func TestEventIDStableAndUnambiguous(t *testing.T) {
-	if EventID("a", "b") != EventID("a", "b") || !strings.HasPrefix(EventID("a", "b"), "ev_") || len(EventID("a", "b")) != 3+32 {
-		t.Fatalf("EventID(a, b) = %q; want ev_ and 32 hex digits, the same each time", EventID("a", "b"))
+	first, again := EventID("a", "b"), EventID("a", "b")
+	if first != again || !strings.HasPrefix(first, "ev_") || len(first) != 3+32 {
+		t.Fatalf("EventID(a, b) = %q, then %q; want ev_ and 32 hex digits, the same each time", first, again)
 	}
 	if EventID("a/b", "c") == EventID("a", "b/c") || EventID("a:b", "c") == EventID("a", "b:c") {
 		t.Errorf("EventID confuses keys and request ids joined at a separator")

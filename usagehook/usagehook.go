@@ -31,6 +31,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tokenbudget/tokenbudget/alert"
 	"github.com/tokenbudget/tokenbudget/budget"
 	"github.com/tokenbudget/tokenbudget/jsonview"
 )
@@ -215,14 +216,8 @@ func (d *Deliverer) RunOnce(ctx context.Context) (Result, error) {
 // reporting store errors to onErr (nil: ignored). A proxy ticks every
 // second, so a retry is late by at most a second.
 func (d *Deliverer) Run(ctx context.Context, tick <-chan time.Time, onErr func(error)) {
-	for {
-		if _, err := d.RunOnce(ctx); err != nil && onErr != nil && ctx.Err() == nil {
-			onErr(err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick:
-		}
-	}
+	alert.Every(ctx, tick, onErr, func(ctx context.Context) error {
+		_, err := d.RunOnce(ctx)
+		return err
+	})
 }
