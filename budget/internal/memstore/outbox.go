@@ -90,20 +90,38 @@ func (t *tx) destRows(dest string) []outboxRow {
 	return rs
 }
 
-func (t *tx) ClaimUsage(_ context.Context, dest, owner string, now, until time.Time, max int) ([]budget.OutboxItem, error) {
-	if err := t.write(); err != nil {
-		return nil, err
-	}
-	blocked := map[string]bool{} // keys with a row before, or at, this one that may not go now
-	var out []budget.OutboxItem
+// claimable are dest's rows a claim by owner at now may take, in order:
+// those of keys with no row so far that waits or that another owner's
+// live claim holds.
+func (t *tx) claimable(dest, owner string, now time.Time) []outboxRow {
+	blocked := map[string]bool{}
+	var out []outboxRow
 	for _, r := range t.destRows(dest) {
 		if r.next > ns(now) || (r.claimUntil > ns(now) && r.claimOwner != owner) {
 			blocked[r.key] = true
 		}
-		if blocked[r.key] || len(out) == max {
-			continue
+		if !blocked[r.key] {
+			out = append(out, r)
 		}
+	}
+	return out
+}
+
+func (t *tx) UsageDue(_ context.Context, dest, owner string, now time.Time) (bool, error) {
+	return len(t.claimable(dest, owner, now)) > 0, nil
+}
+
+func (t *tx) ClaimUsage(_ context.Context, dest, owner string, now, until time.Time, max int) ([]budget.OutboxItem, error) {
+	if err := t.write(); err != nil {
+		return nil, err
+	}
+	rs := t.claimable(dest, owner, now)
+	rs = rs[:min(len(rs), max)]
+	if len(rs) > 0 {
 		own(t.st, "outbox", &t.st.outbox)
+	}
+	out := make([]budget.OutboxItem, len(rs))
+	for i, r := range rs {
 		r.claimOwner, r.claimUntil = owner, ns(until)
 		t.st.outbox[r.seq] = r
 		it := budget.OutboxItem{Seq: r.seq, Dest: dest, QueuedAt: fromNs(r.queued), Attempts: r.attempts}
@@ -113,7 +131,7 @@ func (t *tx) ClaimUsage(_ context.Context, dest, owner string, now, until time.T
 		} else {
 			it.Event = budget.Usage{Key: r.key, RequestID: r.requestID, At: fromNs(r.at)}
 		}
-		out = append(out, it)
+		out[i] = it
 	}
 	return out, nil
 }

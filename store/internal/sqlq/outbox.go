@@ -25,6 +25,13 @@ import (
 // COMMITTED) sees the first's; the writers that queue rows never take
 // that lock.
 
+// claimable selects the seq of dest's rows a claim may take (arguments:
+// dest, now, now, owner): due, and no row of its key up to it waiting or
+// held by another owner's live claim.
+const claimable = `SELECT o.seq FROM usage_outbox o WHERE o.dest = ? AND NOT EXISTS (
+		SELECT 1 FROM usage_outbox p WHERE p.dest = o.dest AND p.key = o.key AND p.seq <= o.seq
+			AND (p.next_attempt > ? OR (p.claim_until > ? AND p.claim_owner <> ?)))`
+
 var (
 	qUsageHooks  = New(`SELECT name FROM usage_hooks ORDER BY name COLLATE "C"`)
 	qHasHook     = New(`SELECT COUNT(*) FROM usage_hooks WHERE name = ?`)
@@ -34,11 +41,9 @@ var (
 	qOutboxAhead = New(`SELECT COUNT(*) FROM usage_outbox WHERE at < ?`)
 	qLockHook    = New(`SELECT name FROM usage_hooks WHERE name = ? FOR UPDATE`)
 	qClaimUsage  = New(`UPDATE usage_outbox SET claim_owner = ?, claim_until = ?
-		WHERE seq IN (SELECT o.seq FROM usage_outbox o WHERE o.dest = ? AND NOT EXISTS (
-				SELECT 1 FROM usage_outbox p WHERE p.dest = o.dest AND p.key = o.key AND p.seq <= o.seq
-					AND (p.next_attempt > ? OR (p.claim_until > ? AND p.claim_owner <> ?)))
-			ORDER BY o.seq LIMIT ?)
+		WHERE seq IN (` + claimable + ` ORDER BY o.seq LIMIT ?)
 		RETURNING seq, key, request_id, at, queued_at, attempts`)
+	qUsageDue     = New(`SELECT COUNT(*) FROM (` + claimable + ` LIMIT 1) AS due`)
 	qUsageBacklog = New(`SELECT dest, COUNT(*) AS pending, MIN(queued_at) AS oldest, MAX(attempts) AS attempts,
 			COALESCE(MIN(CASE WHEN attempts > 0 THEN next_attempt END), 0) AS next_attempt,
 			COALESCE((SELECT l.last_error FROM usage_outbox l WHERE l.dest = o.dest AND l.attempts > 0
@@ -132,6 +137,14 @@ func (t Tx) ClaimUsage(ctx context.Context, dest, owner string, now, until time.
 		return nil, fmt.Errorf("claim usage for %s: %w", dest, err)
 	}
 	return out, nil
+}
+
+func (t Tx) UsageDue(ctx context.Context, dest, owner string, now time.Time) (bool, error) {
+	var n int64
+	if err := t.get(ctx, &n, &qUsageDue, dest, sqlrow.Ns(now), sqlrow.Ns(now), owner); err != nil {
+		return false, fmt.Errorf("read the usage outbox of %s: %w", dest, err)
+	}
+	return n > 0, nil
 }
 
 // eventsByID selects the events of rows by their primary key: on SQLite
