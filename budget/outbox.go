@@ -107,9 +107,10 @@ type OutboxTx interface {
 	// oldest one and none of a key that has a row not due at now or
 	// held by another owner's live claim. Each comes with its event.
 	ClaimUsage(ctx context.Context, dest, owner string, now, until time.Time, max int) ([]OutboxItem, error)
-	// UsageDue reports whether ClaimUsage would claim a row: a read, so
-	// that a deliverer with nothing to do writes nothing.
-	UsageDue(ctx context.Context, dest, owner string, now time.Time) (bool, error)
+	// UsageDue reports whether ClaimUsage would claim a row (due), and
+	// whether dest has any row at all (pending): a read, so that a
+	// deliverer with nothing to do writes nothing.
+	UsageDue(ctx context.Context, dest, owner string, now time.Time) (due, pending bool, err error)
 	// SettleUsage reports on the rows seqs of dest claimed by owner:
 	// delivered when next is zero (the rows go), else failed, to be tried
 	// again from next with lastErr kept (their attempts counted). Either
@@ -250,17 +251,29 @@ func (t *Tracker) ClaimUsage(ctx context.Context, dest, owner string, ttl time.D
 	if max <= 0 {
 		return nil, invalid("max", max, "must be positive")
 	}
-	now := t.now()
 	// A read first: a write transaction, even one that claims nothing,
 	// makes this process's writer re-read what it holds (Tx.Mark), and a
 	// deliverer asks every second.
-	due, err := inOutbox(ctx, t.store.View, func(_ Tx, o OutboxTx) (bool, error) { return o.UsageDue(ctx, dest, owner, now) })
-	if err != nil || !due {
+	if due, _, err := t.UsageDue(ctx, dest, owner); err != nil || !due {
 		return nil, err
 	}
+	now := t.now()
 	return inOutbox(ctx, t.store.Update, func(_ Tx, o OutboxTx) ([]OutboxItem, error) {
 		return o.ClaimUsage(ctx, dest, owner, now, now.Add(ttl), max)
 	})
+}
+
+// UsageDue reports whether a claim of dest by owner now would take a row
+// (due), and whether dest has any row queued (pending): all of them
+// waiting for a retry or held by other owners when pending but not due.
+// A read.
+func (t *Tracker) UsageDue(ctx context.Context, dest, owner string) (due, pending bool, err error) {
+	now := t.now()
+	err = t.store.View(ctx, inRole(outboxTx, func(_ Tx, o OutboxTx) error {
+		due, pending, err = o.UsageDue(ctx, dest, owner, now)
+		return err
+	}))
+	return due, pending, err
 }
 
 // UsageDelivered records that owner delivered the rows seqs of dest: they

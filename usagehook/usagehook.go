@@ -108,12 +108,21 @@ type Deliverer struct {
 	Batch int
 
 	mu sync.Mutex
-	// quietUntil: after a failed Send no claim is made before it (the
-	// failed batch's retry), so a receiver that is down costs one claim
-	// per retry delay, not one a tick: with every key waiting on a retry,
-	// a claim reads the whole backlog to find nothing due.
+	// quietUntil: no claim is made before it. After a failed Send it is
+	// the failed batch's retry, so a receiver that is down costs one claim
+	// per retry delay, not one a tick; after a round that found events
+	// queued but none due (each key waiting for a retry, or in another
+	// deliverer's batch) it backs off, idle doubling from a second to
+	// MaxIdle. Either way, a claim with every key waiting reads the whole
+	// backlog to find nothing due.
 	quietUntil time.Time
+	idle       time.Duration
 }
+
+// MaxIdle bounds how long a deliverer waits between looks at a backlog
+// it found entirely waiting: a key's new event then goes out at most
+// this late.
+const MaxIdle = 30 * time.Second
 
 // Result counts what one RunOnce did, in events.
 type Result struct {
@@ -161,6 +170,23 @@ func (d *Deliverer) RunOnce(ctx context.Context) (Result, error) {
 	quiet := d.Tracker.Now().Before(d.quietUntil)
 	d.mu.Unlock()
 	if quiet {
+		return res, nil
+	}
+	due, pending, err := d.Tracker.UsageDue(ctx, d.Dest, d.Owner)
+	d.mu.Lock()
+	switch {
+	case err != nil:
+	case !due && pending:
+		d.idle = min(max(2*d.idle, time.Second), MaxIdle)
+		d.quietUntil = d.Tracker.Now().Add(d.idle)
+	default:
+		d.idle = 0
+	}
+	d.mu.Unlock()
+	if err != nil {
+		return res, fmt.Errorf("usage hook %s: %w", d.Dest, err)
+	}
+	if !due {
 		return res, nil
 	}
 	for {

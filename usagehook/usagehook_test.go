@@ -162,3 +162,53 @@ func TestLabelHidesTokens(t *testing.T) {
 		t.Errorf("two URLs with different tokens share the label %q", a)
 	}
 }
+
+// A deliverer that finds events queued but none due (here all in another
+// deliverer's live claim) looks again a second later, not at once; a new
+// key's event waits that second; once the other claim expires, its
+// events go too.
+func TestDelivererBacksOffWhileEverythingWaits(t *testing.T) {
+	ctx := context.Background()
+	now := t0
+	cfg := budget.DefaultConfig()
+	cfg.Now = func() time.Time { return now }
+	db, err := tokenbudget.Open(ctx, filepath.Join(t.TempDir(), "b.db"), tokenbudget.Options{Create: true, Config: &cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(ctx)
+	var got []string
+	d := &usagehook.Deliverer{Tracker: db.Tracker, Dest: "ledger", Send: usagehook.SenderFunc(func(_ context.Context, b []usagehook.Event) error {
+		for _, e := range b {
+			got = append(got, e.Data.RequestID)
+		}
+		return nil
+	})}
+	if err := d.Register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	record := func(key, id string) {
+		if _, err := db.RecordSync(ctx, budget.Usage{Key: key, RequestID: id, Input: 1, At: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	record("a", "a1")
+	if held, err := db.ClaimUsage(ctx, "ledger", "other", time.Minute, 10); err != nil || len(held) != 1 {
+		t.Fatalf("the other deliverer's claim = %v, %v", held, err)
+	}
+	if res, err := d.RunOnce(ctx); err != nil || res != (usagehook.Result{}) {
+		t.Fatalf("round with all held elsewhere = %+v, %v; want nothing", res, err)
+	}
+	record("b", "b1")
+	if res, _ := d.RunOnce(ctx); res.Delivered != 0 {
+		t.Fatalf("round right after = %+v; want none: backing off", res)
+	}
+	now = now.Add(time.Second)
+	if res, err := d.RunOnce(ctx); err != nil || res.Delivered != 1 || fmt.Sprint(got) != "[b1]" {
+		t.Fatalf("round a second later = %+v, %v, got %v; want b1", res, err, got)
+	}
+	now = now.Add(time.Minute) // the other claim expires
+	if res, err := d.RunOnce(ctx); err != nil || res.Delivered != 1 || fmt.Sprint(got) != "[b1 a1]" {
+		t.Fatalf("round after the other claim expired = %+v, %v, got %v; want a1 too", res, err, got)
+	}
+}

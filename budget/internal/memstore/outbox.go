@@ -107,8 +107,8 @@ func (t *tx) claimable(dest, owner string, now time.Time) []outboxRow {
 	return out
 }
 
-func (t *tx) UsageDue(_ context.Context, dest, owner string, now time.Time) (bool, error) {
-	return len(t.claimable(dest, owner, now)) > 0, nil
+func (t *tx) UsageDue(_ context.Context, dest, owner string, now time.Time) (bool, bool, error) {
+	return len(t.claimable(dest, owner, now)) > 0, len(t.destRows(dest)) > 0, nil
 }
 
 func (t *tx) ClaimUsage(_ context.Context, dest, owner string, now, until time.Time, max int) ([]budget.OutboxItem, error) {

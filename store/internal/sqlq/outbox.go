@@ -43,7 +43,8 @@ var (
 	qClaimUsage  = New(`UPDATE usage_outbox SET claim_owner = ?, claim_until = ?
 		WHERE seq IN (` + claimable + ` ORDER BY o.seq LIMIT ?)
 		RETURNING seq, key, request_id, at, queued_at, attempts`)
-	qUsageDue     = New(`SELECT COUNT(*) FROM (` + claimable + ` LIMIT 1) AS due`)
+	qUsageDue = New(`SELECT (SELECT COUNT(*) FROM (` + claimable + ` LIMIT 1) AS d) AS due,
+		(SELECT COUNT(*) FROM (SELECT 1 FROM usage_outbox WHERE dest = ? LIMIT 1) AS p) AS pending`)
 	qUsageBacklog = New(`SELECT dest, COUNT(*) AS pending, MIN(queued_at) AS oldest, MAX(attempts) AS attempts,
 			COALESCE(MIN(CASE WHEN attempts > 0 THEN next_attempt END), 0) AS next_attempt,
 			COALESCE((SELECT l.last_error FROM usage_outbox l WHERE l.dest = o.dest AND l.attempts > 0
@@ -139,12 +140,15 @@ func (t Tx) ClaimUsage(ctx context.Context, dest, owner string, now, until time.
 	return out, nil
 }
 
-func (t Tx) UsageDue(ctx context.Context, dest, owner string, now time.Time) (bool, error) {
-	var n int64
-	if err := t.get(ctx, &n, &qUsageDue, dest, sqlrow.Ns(now), sqlrow.Ns(now), owner); err != nil {
-		return false, fmt.Errorf("read the usage outbox of %s: %w", dest, err)
+func (t Tx) UsageDue(ctx context.Context, dest, owner string, now time.Time) (bool, bool, error) {
+	var r struct {
+		Due     int64 `db:"due"`
+		Pending int64 `db:"pending"`
 	}
-	return n > 0, nil
+	if err := t.get(ctx, &r, &qUsageDue, dest, sqlrow.Ns(now), sqlrow.Ns(now), owner, dest); err != nil {
+		return false, false, fmt.Errorf("read the usage outbox of %s: %w", dest, err)
+	}
+	return r.Due > 0, r.Pending > 0, nil
 }
 
 // eventsByID selects the events of rows by their primary key: on SQLite
