@@ -235,6 +235,7 @@ type batch struct {
 	// from their journals; recoveredLeases those rows, whose journals go
 	// once the batch lands.
 	journals        map[string][]Usage
+	jfiles          []*journalFile // generations read, parsed once
 	recoveredLeases []string
 	maint           []*lease // the leases this look attends to
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,8 +66,9 @@ type lease struct {
 	from, until int64
 	ttl         time.Duration
 	lastUse     atomic.Int64 // Unix nanos of the tracker's clock
-	// j is its journal, set before it serves (nil without one).
-	j *os.File
+	// j is its journal's generation, set before it serves (nil without
+	// one).
+	j *journalGen
 
 	mu       sync.Mutex
 	free     []int64 // room not carved, per limit
@@ -108,6 +108,7 @@ type leaseTable struct {
 	routes  map[routeKey]*lease
 	retired []*lease // replaced on their route, their rows not yet ended
 	shards  [16]resShard
+	journals *journals // nil without a journal directory
 	lost    atomic.Int64 // leases found recovered by another process
 	carved  atomic.Int64 // reservations answered in memory
 	late    atomic.Int64 // commits after a recovery that recorded an excess

@@ -70,22 +70,14 @@ func (b *batch) loseLease(l *lease) {
 		b.t.leases.lost.Add(1)
 	}
 	// Its recovery read (or will read) the journal: the records this
-	// process still appends to it change nothing.
-	l.closeJournal("", false)
+	// process still appends to it change nothing. It stays open for them.
 }
 
-// closeJournal closes l's journal, removing it when its row ended here
-// (every reservation of it settled and written).
-func (l *lease) closeJournal(dir string, remove bool) {
-	l.mu.Lock()
-	f := l.j
-	l.mu.Unlock()
-	if f == nil {
-		return
-	}
-	if remove {
-		_ = f.Close()
-		removeJournal(dir, l.id)
+// endJournal gives up l's journal: its row ended here, every reservation
+// of it settled and written, so nothing will read it.
+func (t *Tracker) endJournal(l *lease) {
+	if l.j != nil {
+		removeJournal(t.cfg.LeaseJournal, l.id)
 	}
 }
 
@@ -350,7 +342,9 @@ func (b *batch) grantLease(o *op, old *lease, statuses []Status, who *Who, at ti
 	}
 	extra := min(want, n/2, leaseMaxEstimates)
 	l := old
-	if l == nil || !l.matches(statuses) {
+	// A lease of a rotated generation is replaced, so that old generations
+	// go with their leases.
+	if l == nil || !l.matches(statuses) || l.j != nil && l.j.rotated.Load() {
 		if l != nil {
 			b.retire(l)
 		}

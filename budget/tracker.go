@@ -209,6 +209,9 @@ func New(ctx context.Context, store Store, cfg Config) (*Tracker, error) {
 	}
 	t.w.init()
 	t.leases.init()
+	if cfg.LeaseJournal != "" {
+		t.leases.journals = newJournals(cfg.LeaseJournal, cfg.Durable)
+	}
 	t.startRetention()
 	go t.writeLoop() // recovery runs on the writer
 	// Record refuses events before the prune horizon from the start; if the
