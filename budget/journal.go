@@ -2,11 +2,11 @@ package budget
 
 import (
 	"context"
-	"io"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"

@@ -104,14 +104,14 @@ type leasedRes struct {
 // leaseTable is a Tracker's leases by route and its carved reservations by
 // id.
 type leaseTable struct {
-	mu      sync.RWMutex
-	routes  map[routeKey]*lease
-	retired []*lease // replaced on their route, their rows not yet ended
-	shards  [16]resShard
-	journals *journals // nil without a journal directory
-	lost    atomic.Int64 // leases found recovered by another process
-	carved  atomic.Int64 // reservations answered in memory
-	late    atomic.Int64 // commits after a recovery that recorded an excess
+	mu       sync.RWMutex
+	routes   map[routeKey]*lease
+	retired  []*lease // replaced on their route, their rows not yet ended
+	shards   [16]resShard
+	journals *journals    // nil without a journal directory
+	lost     atomic.Int64 // leases found recovered by another process
+	carved   atomic.Int64 // reservations answered in memory
+	late     atomic.Int64 // commits after a recovery that recorded an excess
 }
 
 type resShard struct {
