@@ -236,6 +236,7 @@ type batch struct {
 	// once the batch lands.
 	journals        map[string][]Usage
 	jfiles          []*journalFile // generations read, parsed once
+	reserves        int8           // contended's answer: 0 not known, -1 no, 1 yes
 	recoveredLeases []string
 	maint           []*lease // the leases this look attends to
 }

@@ -328,7 +328,7 @@ func (b *batch) grantLease(o *op, old *lease, statuses []Status, who *Who, at ti
 			n = f
 		}
 	}
-	if n < leaseMinRoom || old == nil && !b.t.w.routeWarm(routeKey{o.req.Key, o.req.User, o.req.Provider, o.req.Model}, at) {
+	if n < leaseMinRoom || old == nil && !b.contended() && !b.t.w.routeWarm(routeKey{o.req.Key, o.req.User, o.req.Provider, o.req.Model}, at) {
 		return false
 	}
 	// Sized to the demand: what the lease served since its last refill,
@@ -364,6 +364,28 @@ func (b *batch) grantLease(o *op, old *lease, statuses []Status, who *Who, at ti
 	b.syncLease(l, p)
 	b.answerCarve(o, l, p, lr, at)
 	return true
+}
+
+// contended reports whether this batch carries reservations of several
+// callers: under concurrent load a route takes its lease on its first
+// request. Waiting for its second within LeaseIdle made leases depend on
+// the writer's speed: when the store's path was slow, a cycle over many
+// routes outlasted LeaseIdle, no route ever looked warm, and they all
+// stayed on the slow path.
+func (b *batch) contended() bool {
+	if b.reserves == 0 {
+		b.reserves = -1
+		n := 0
+		for _, o := range b.ops {
+			if o.kind == opReserve {
+				if n++; n > 1 {
+					b.reserves = 1
+					break
+				}
+			}
+		}
+	}
+	return b.reserves > 0
 }
 
 // matches reports whether l holds on exactly the counters of statuses.
