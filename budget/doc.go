@@ -95,13 +95,18 @@
 // definitions retires every lease. A check in the same process counts
 // what its leases admitted but not the room it may still carve; other
 // processes, inspect and verify see the whole lease as reserved. Routes
-// with a concurrent or a dollar limit, reservations with NoLease (the
-// CLI's reserve), and Durable trackers take the store path.
+// with a concurrent or a dollar limit and reservations with NoLease (the
+// CLI's reserve) take the store path.
 //
 // The journal. Every admission, commit and release carved from a lease is
-// appended to the lease's journal (Config.LeaseJournal, one file named by
-// the lease row) as one checksummed record with one write() before the
-// call returns, so it survives the process in the page cache. Recovery of
+// appended to the lease's journal (Config.LeaseJournal, a name per lease
+// row) as one checksummed record with one write() before the call
+// returns, so it survives the process in the page cache; in Durable mode
+// the record is on disk (fdatasync) before the call returns, one sync
+// serving every caller waiting on it. A lease's journal name is a hard
+// link to the file all of its Tracker's leases append to (its
+// generation, rotated at 32 MiB): a link costs a fraction of a new file,
+// and the file goes when its last name does (journal_gen.go). Recovery of
 // an expired lease row, by any process's sweep on the machine (the
 // owner's restart included), reads it: a committed reservation is charged
 // its actual usage, one in flight its estimate under ExpireCharge

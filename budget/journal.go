@@ -68,17 +68,19 @@ func (j *jbuf) i64(v int64) {
 
 func (j *jbuf) u8(v byte) { j.b[j.n] = v; j.n++ }
 
-// write frames the record and appends it with one write().
-func (j *jbuf) write(g *journalGen) error {
+// write frames the record and appends it with one write(), on disk before
+// it returns in Durable mode unless the caller syncs later (nosync).
+func (j *jbuf) write(g *journalGen, nosync bool) error {
 	binary.LittleEndian.PutUint32(j.b[0:], uint32(j.n-8))
 	binary.LittleEndian.PutUint32(j.b[4:], crc32.Checksum(j.b[8:j.n], crcTable))
-	err := g.append(j.b[:j.n])
+	err := g.append(j.b[:j.n], nosync)
 	jbufs.Put(j)
 	return err
 }
 
-// journalAdmit records lr's admission.
-func journalAdmit(f *journalGen, lr *leasedRes) error {
+// journalAdmit records lr's admission; nosync: the caller syncs f before
+// answering (a batch's carves, one sync for all).
+func journalAdmit(f *journalGen, lr *leasedRes, nosync bool) error {
 	if f == nil {
 		return nil
 	}
@@ -98,7 +100,7 @@ func journalAdmit(f *journalGen, lr *leasedRes) error {
 	j.i64(r.Estimate.Tokens)
 	j.i64(r.Estimate.Input)
 	j.i64(r.Estimate.Output)
-	return j.write(f)
+	return j.write(f, nosync)
 }
 
 // journalCommit records the actual usage of reservation id.
@@ -120,7 +122,7 @@ func journalCommit(f *journalGen, id string, u *Usage) error {
 	}
 	j.u8(flags)
 	j.str(u.ServiceTier)
-	return j.write(f)
+	return j.write(f, false)
 }
 
 // journalRelease records that reservation id was released.
@@ -133,7 +135,7 @@ func journalRelease(f *journalGen, id string) error {
 	if !j.str(id) {
 		return errors.New("budget: lease journal: id too long")
 	}
-	return j.write(f)
+	return j.write(f, false)
 }
 
 // jreader reads one record's fields.

@@ -57,8 +57,8 @@ type journalGen struct {
 }
 
 // append writes one record with one write(); durable, it returns once the
-// record is on disk.
-func (g *journalGen) append(p []byte) error {
+// record is on disk, unless nosync (the caller syncs: sync).
+func (g *journalGen) append(p []byte, nosync bool) error {
 	if !g.durable {
 		n, err := g.f.Write(p)
 		g.size.Add(int64(n))
@@ -68,10 +68,18 @@ func (g *journalGen) append(p []byte) error {
 	n, err := g.f.Write(p)
 	end := g.size.Add(int64(n))
 	g.mu.Unlock()
-	if err != nil {
+	if err != nil || nosync {
 		return err
 	}
 	return g.syncTo(end)
+}
+
+// sync puts everything appended to g so far on disk (durable only).
+func (g *journalGen) sync() error {
+	if g == nil || !g.durable {
+		return nil
+	}
+	return g.syncTo(g.size.Load())
 }
 
 // syncTo returns once the first end bytes are on disk: a sync already

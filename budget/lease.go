@@ -190,8 +190,10 @@ func (t *Tracker) reportErr(err error) {
 	}
 }
 
-// leasesOn reports whether reservations may be carved from leases.
-func (t *Tracker) leasesOn() bool { return t.cfg.Leases && !t.cfg.Durable }
+// leasesOn reports whether reservations may be carved from leases. In
+// Durable mode too: there every journal record is on disk (fdatasync)
+// before its call returns.
+func (t *Tracker) leasesOn() bool { return t.cfg.Leases }
 
 // reserveLeased carves req from its route's lease, or returns nil when the
 // lease cannot answer alone (none, out of room, stale, or the provider
@@ -232,7 +234,7 @@ func (t *Tracker) reserveLeased(ctx context.Context, req *Request, ttl time.Dura
 	l.mu.Unlock()
 	l.lastUse.Store(ns)
 	t.fillLeased(lr, req, l, now, ttl, policy, newLeasedID(now))
-	if err := journalAdmit(l.j, lr); err != nil {
+	if err := journalAdmit(l.j, lr, false); err != nil {
 		// Not journaled, not admitted here: the store's path decides it.
 		l.mu.Lock()
 		for i := range l.limits {

@@ -67,3 +67,44 @@ func TestLeaseTakenOnFirstRequestUnderLoad(t *testing.T) {
 		}
 	})
 }
+
+// In Durable mode leases are on, and every record a leased Reserve or
+// Commit journals is on disk (fdatasync) before the call returns: each
+// call made a sync, and nothing appended is left unsynced.
+func TestDurableLeaseJournalSyncedBeforeReturn(t *testing.T) {
+	_, tr := faultTracker(t, func(c *budget.Config) { c.Leases, c.LeaseJournal, c.Durable = true, t.TempDir(), true })
+	defer tr.Close(ctx)
+	max := int64(1 << 40)
+	if _, _, err := tr.SetLimit(ctx, budget.LimitSpec{Key: "k", Window: "daily", Max: &max}); err != nil {
+		t.Fatal(err)
+	}
+	req := budget.Request{Key: "k", Estimate: budget.Estimate{Input: 10, Output: 10}}
+	// The route's first request holds its own reservation, its second
+	// takes the lease (journaled in the batch that creates it).
+	for range 2 {
+		if _, err := tr.Reserve(ctx, req, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 5 {
+		before, _ := budget.JournalSync(tr)
+		r, err := tr.Reserve(ctx, req, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		syncs, synced := budget.JournalSync(tr)
+		if syncs <= before || !synced {
+			t.Fatalf("leased Reserve %d returned with %d syncs made (%d before), all synced %v; want its record on disk", i, syncs, before, synced)
+		}
+		if _, err := tr.Commit(ctx, r.ID, budget.Usage{Input: 5, Output: 5}); err != nil {
+			t.Fatal(err)
+		}
+		after, synced := budget.JournalSync(tr)
+		if after <= syncs || !synced {
+			t.Fatalf("leased Commit %d returned with %d syncs made (%d before), all synced %v; want its record on disk", i, after, syncs, synced)
+		}
+	}
+	if n := tr.Stats().Leased; n < 5 {
+		t.Fatalf("Durable tracker answered %d reservations from a lease; want leases on (at least 5)", n)
+	}
+}

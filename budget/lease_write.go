@@ -89,10 +89,15 @@ func (b *batch) landedLeases() {
 			l.j = f
 		}
 		for _, lr := range p.carves {
-			if err := journalAdmit(l.j, lr); err != nil {
+			if err := journalAdmit(l.j, lr, true); err != nil {
 				b.t.reportErr(err)
 			}
 			lt.put(lr.r.ID, lr)
+		}
+		if len(p.carves) > 0 {
+			if err := l.j.sync(); err != nil { // Durable: one sync for the batch's carves
+				b.t.reportErr(err)
+			}
 		}
 		l.lastUse.Store(b.now.UnixNano())
 		switch {
