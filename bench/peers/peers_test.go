@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -74,9 +75,10 @@ func startRedis() (func(), error) {
 	return func() { cmd.Process.Kill(); cmd.Wait() }, nil
 }
 
-// parallel runs b.N calls of fn from goroutines goroutines (1: a loop) and
-// reports them per second as pairs/s.
-func parallel(b *testing.B, goroutines int, fn func(i int64) error) {
+// parallel runs b.N calls of fn from goroutines goroutines (1: a loop),
+// then each of after (timed too), and reports the calls per second as
+// pairs/s.
+func parallel(b *testing.B, goroutines int, fn func(i int64) error, after ...func() error) {
 	b.ResetTimer()
 	start := time.Now()
 	if goroutines <= 1 {
@@ -98,6 +100,11 @@ func parallel(b *testing.B, goroutines int, fn func(i int64) error) {
 				}
 			}
 		})
+	}
+	for _, f := range after {
+		if err := f(); err != nil {
+			b.Fatal(err)
+		}
 	}
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "pairs/s")
 }
@@ -163,14 +170,51 @@ func benchLeases(b *testing.B, goroutines int) {
 		_, err = db.Commit(ctx, r.ID, budget.Usage{Input: 400, Output: 100})
 		return err
 	}
-	for i := range 2 * keys { // every key's limits cached, its route warm
+	for i := range keys { // every key's limits cached, its counters written
 		if err := pair(int64(i)); err != nil {
 			b.Fatal(err)
 		}
 	}
-	parallel(b, goroutines, pair)
+	warmLeases(b, db.Tracker, goroutines, pair)
+	before := db.Stats().Leased
+	// Sustained, not queued: the last commits' events are still the
+	// writer's to write when the last Commit returns.
+	parallel(b, goroutines, pair, func() error { _, err := db.Flush(ctx); return err })
 	b.StopTimer()
-	b.ReportMetric(float64(db.Stats().Leased)/float64(b.N+2*keys), "leased/pair")
+	b.ReportMetric(float64(db.Stats().Leased-before)/float64(b.N), "leased/pair")
+}
+
+// warmLeases runs cycles of one pair per key from goroutines goroutines
+// until a whole cycle is answered from leases, as the root package's
+// benchmarks do: the timed pairs measure the steady state, not the
+// routes taking their leases. A route's first pair of the first cycle is
+// doubled, so it takes its lease however slow the store's path is.
+func warmLeases(b *testing.B, t *budget.Tracker, goroutines int, pair func(int64) error) {
+	b.Helper()
+	for i := range int64(keys) {
+		if err := pair(i); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for range 5 {
+		before := t.Stats().Leased
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range goroutines {
+			wg.Go(func() {
+				for i := next.Add(1) - 1; i < keys; i = next.Add(1) - 1 {
+					if err := pair(i); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if t.Stats().Leased-before >= keys*9/10 {
+			return
+		}
+	}
 }
 
 func BenchmarkPairs1(b *testing.B) {
