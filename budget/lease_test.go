@@ -1,12 +1,17 @@
 package budget_test
 
 import (
+	"os"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/budget/internal/faultstore"
+	"github.com/tokenbudget/tokenbudget/budget/internal/memstore"
 )
 
 // Under concurrent load a route takes its lease on its first request: 8
@@ -106,5 +111,104 @@ func TestDurableLeaseJournalSyncedBeforeReturn(t *testing.T) {
 	}
 	if n := tr.Stats().Leased; n < 5 {
 		t.Fatalf("Durable tracker answered %d reservations from a lease; want leases on (at least 5)", n)
+	}
+}
+
+// testClock is a clock a test moves.
+type testClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *testClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+
+func (c *testClock) Advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+// usedReserved is key k's first limit's usage and holds as tr inspects
+// them.
+func usedReserved(t *testing.T, tr *budget.Tracker) (int64, int64) {
+	t.Helper()
+	rep, err := tr.Inspect(ctx, "k", tr.Now(), 0)
+	if err != nil || len(rep.Limits) == 0 {
+		t.Fatalf("Inspect = %+v, %v", rep, err)
+	}
+	return rep.Limits[0].Used, rep.Limits[0].Reserved
+}
+
+// A lease whose owner died on one machine and which a replica on another
+// machine charged whole (it could not read the journal) leaves the
+// owner's journal name behind. A tracker on the owner's machine finds it
+// at its next Recover: the commit the journal holds but the history does
+// not adds what it exceeds its estimate by, as <id>:late (the whole
+// charge covered it at its estimate), and the name is removed. Each
+// request is charged once: the owner's own late write, when it resumes,
+// adds nothing more.
+func TestStaleJournalSettledAndRemoved(t *testing.T) {
+	mem := memstore.New()
+	f := faultstore.New(mem)
+	c := &testClock{t: time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)}
+	dirA, dirB := t.TempDir(), t.TempDir()
+	a := storeTracker(t, f, func(cfg *budget.Config) { cfg.Now, cfg.Leases, cfg.LeaseJournal = c.Now, true, dirA })
+	b := storeTracker(t, mem, func(cfg *budget.Config) { cfg.Now, cfg.LeaseJournal = c.Now, dirB }) // another machine
+	max := int64(100_000)
+	if _, _, err := b.SetLimit(ctx, budget.LimitSpec{Key: "k", Window: "daily", Max: &max}); err != nil {
+		t.Fatal(err)
+	}
+	req := budget.Request{Key: "k", Provider: "p", Model: "m", Estimate: budget.Estimate{Input: 50, Output: 50}}
+	var ids []string
+	for range 3 { // the first on the store's path, then a lease
+		r, err := a.Reserve(ctx, req, 20*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.ID)
+	}
+	_, reserved := usedReserved(t, b)
+	lease := reserved - 100 // the first request's own reservation aside
+	// A's writer is held: its commit is journaled and answered, its event
+	// never written. Then A is as good as dead.
+	g := f.Gate()
+	t.Cleanup(g.Release) // before A's Close, should the test stop early
+	if _, err := a.Commit(ctx, ids[2], budget.Usage{Input: 100, Output: 70}); err != nil {
+		t.Fatal(err)
+	}
+	<-g.Reached()
+	c.Advance(30 * time.Second)
+	if _, err := b.Recover(ctx, c.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if used, reserved := usedReserved(t, b); used != lease || reserved != 0 {
+		t.Fatalf("after B charged A's lease whole: used %d, reserved %d; want %d (the rest of the lease), 0", used, reserved, lease)
+	}
+	names := func() (journals []string) {
+		entries, _ := os.ReadDir(dirA)
+		for _, e := range entries {
+			if strings.HasSuffix(e.Name(), ".journal") {
+				journals = append(journals, e.Name())
+			}
+		}
+		return journals
+	}
+	if n := names(); len(n) != 1 {
+		t.Fatalf("A's journal names before the sweep on its machine: %v; want its lease's", n)
+	}
+	// A tracker on A's machine (A restarting) sweeps.
+	c2 := storeTracker(t, mem, func(cfg *budget.Config) { cfg.Now, cfg.LeaseJournal = c.Now, dirA })
+	if _, err := c2.Recover(ctx, c.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if n := names(); len(n) != 0 {
+		t.Fatalf("journal names left after the sweep: %v; want none", n)
+	}
+	if used, _ := usedReserved(t, b); used != lease+70 {
+		t.Fatalf("after the sweep: used %d; want %d (the whole charge and the commit's 70 over its estimate)", used, lease+70)
+	}
+	// A wakes: its commit's late event is the one the sweep wrote.
+	g.Release()
+	if _, err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if used, _ := usedReserved(t, b); used != lease+70 {
+		t.Fatalf("after A's own late write: used %d; want still %d (charged once)", used, lease+70)
 	}
 }
