@@ -23,6 +23,7 @@ func init() {
 		suiteCase{"BudgetLeaseFencedCommitsRecordOnlyTheExcess", testBudgetLeaseLate},
 		suiteCase{"BudgetLeaseCarvedExpiryAndRenew", testBudgetLeaseExpiry},
 		suiteCase{"BudgetLeaseWithoutItsJournalChargedTheRest", testBudgetLeaseUnjournaled},
+		suiteCase{"BudgetLeaseRoomReadAsReserved", testBudgetLeaseReads},
 	)
 }
 
@@ -410,4 +411,62 @@ func testBudgetLeaseUnjournaled(t *testing.T, newDB NewDB) {
 		t.Fatalf("after the returning tracker's commit of 170 (estimate 100): used %d; want %d", used, 60+lease+70)
 	}
 	noDrift(t, b)
+}
+
+// What each read counts of a lease. Inspect (the CLI's inspect, GET
+// /v1/budget and the dashboard all read through it) counts a lease's
+// whole hold as reserved, in the leasing process as in any other: the
+// exact, conservative view, what every other process decides against. A
+// check counts as its Reserve would decide: the free room of its own
+// route's lease is its own to carve, so not reserved; another route's
+// lease's free room is not (a Reserve cannot carve it), so reserved.
+func testBudgetLeaseReads(t *testing.T, newDB NewDB) {
+	open := newDB(t)
+	c := NewClock(T0)
+	dir := t.TempDir()
+	a := NewLeaseTracker(t, open(), c, time.Second, dir, true)
+	b := NewLeaseTracker(t, open(), c, 0, dir, false)
+	const est = 100
+	l := SetLimit(t, b, budget.LimitSpec{Key: "k", Window: "daily"}, 100_000)
+	ctx := context.Background()
+	for range 3 { // the first holds its own reservation, then the lease
+		if _, err := a.Reserve(ctx, leaseReq(est), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	inspected := func(tr *budget.Tracker) int64 {
+		t.Helper()
+		rep, err := tr.Inspect(ctx, "k", c.Now(), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range rep.Limits {
+			if st.Limit.ID == l.ID {
+				return st.Reserved
+			}
+		}
+		t.Fatalf("inspect of k has no limit %s: %+v", l.ID, rep.Limits)
+		return 0
+	}
+	whole := inspected(b)
+	if whole <= 3*est {
+		t.Fatalf("B inspects %d reserved; want A's reservation, its two carved ones and the lease's free room (over %d)", whole, 3*est)
+	}
+	if got := inspected(a); got != whole {
+		t.Fatalf("A inspects %d reserved, B %d; want the same: inspect shows the whole lease in the leasing process too", got, whole)
+	}
+	if _, reserved := Used(t, b, leaseReq(est), c.Now(), l.ID); reserved != whole {
+		t.Fatalf("B's check: reserved %d; want %d, the whole lease", reserved, whole)
+	}
+	if _, reserved := Used(t, a, leaseReq(est), c.Now(), l.ID); reserved != 3*est {
+		t.Fatalf("A's check on the leased route: reserved %d; want %d (what it admitted, not its lease's free room)", reserved, 3*est)
+	}
+	other := leaseReq(est)
+	other.Model = "m2" // another route, on the same key's limit
+	if _, reserved := Used(t, a, other, c.Now(), l.ID); reserved != whole {
+		t.Fatalf("A's check on another route: reserved %d; want %d (the other route's free room is not its to carve)", reserved, whole)
+	}
 }
