@@ -85,16 +85,23 @@
 // requests waiting) but never more than half the room left, and the
 // request is carved from it. Below that it holds a reservation of its own:
 // the last tokens go to whoever asks first, in any process. A route with
-// no lease takes one only on its second request within LeaseIdle: one
-// that asks less often than that gains nothing from a lease (it would be
-// given back before its next request) and keeps the store's path. The writer
+// no lease takes one on its second request within LeaseIdle, or on its
+// first when its batch carries other callers' reservations (concurrent
+// load): one that asks less often than that gains nothing from a lease
+// (it would be given back before its next request) and keeps the store's
+// path. The writer
 // looks after its leases every 250ms and at every Flush: an idle one
 // (unused for LeaseIdle, 1 s of the tracker's clock) gives its free room
 // back and ends, an expiring one is renewed, carved reservations past
 // their TTL are settled by their policy, and a change of limit
-// definitions retires every lease. A check in the same process counts
-// what its leases admitted but not the room it may still carve; other
-// processes, inspect and verify see the whole lease as reserved. Routes
+// definitions retires every lease. Reads: Inspect (the CLI's inspect, GET
+// /v1/budget, the dashboard) and verify count a lease's whole hold as
+// reserved, in every process: the exact, conservative view every other
+// process decides against. A check counts as its Reserve would decide:
+// what its route's lease admitted is reserved, the room that lease may
+// still carve is not (it is the route's own), and another route's lease's
+// free room is (a Reserve cannot carve it; its owner gives it back once
+// idle). Routes
 // with a concurrent or a dollar limit and reservations with NoLease (the
 // CLI's reserve) take the store path.
 //
@@ -128,7 +135,11 @@
 // journal: a lease whose journal recovery cannot find is charged the rest
 // of the lease, its holds as last written (never less than it served; the
 // one overcharge, bounded by the lease's unused room), as events
-// "<lease id>:N"; see the README's crash costs.
+// "<lease id>:N"; see the README's crash costs. The journal name it left
+// on its own machine is settled by the next Recover of any tracker there
+// (its own restart included): the commits it holds that the history does
+// not add what they exceed their estimates by, as <id>:late, and the name
+// goes (journal_stale.go).
 //
 // Where it lives: the domain types in limit.go, window.go, usage.go,
 // price.go and model.go; decisions in decide.go; statuses in status.go;
