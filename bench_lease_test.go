@@ -4,8 +4,6 @@ import (
 	"context"
 	"path/filepath"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -87,43 +85,18 @@ func benchLeasedPairs(b *testing.B, goroutines int) {
 	b.ReportMetric(float64(b.N)/float64(max(after.Batches-before.Batches, 1)), "pairs/batch")
 }
 
-// warmLeases runs cycles of one pair per key from goroutines goroutines
-// (a route's first pair back to back with a second, so that it takes its
-// lease however slow the store's path is), until a whole cycle is
-// answered from leases: the timed pairs then measure the steady state,
-// not the routes taking their leases (about 1,000 writer round trips,
-// which dominated a short run and made the result depend on b.N).
+// warmLeases is storetest.WarmLeases over the pairKeys keys.
 func warmLeases(b *testing.B, t *budget.Tracker, goroutines int) {
 	b.Helper()
 	ctx := context.Background()
-	pair := func(req budget.Request) {
-		r, err := t.Reserve(ctx, req, time.Minute)
+	storetest.WarmLeases(b, t, pairKeys, goroutines, func(k int) error {
+		r, err := t.Reserve(ctx, pairReqs[k], time.Minute)
 		if err != nil {
-			b.Fatal(err)
+			return err
 		}
-		if _, err := t.Commit(ctx, r.ID, budget.Usage{Input: 400, Output: 100}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	for _, req := range pairReqs {
-		pair(req)
-	}
-	for range 5 {
-		before := t.Stats().Leased
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		for range goroutines {
-			wg.Go(func() {
-				for i := next.Add(1) - 1; i < pairKeys; i = next.Add(1) - 1 {
-					pair(pairReqs[i])
-				}
-			})
-		}
-		wg.Wait()
-		if t.Stats().Leased-before >= pairKeys*9/10 {
-			return
-		}
-	}
+		_, err = t.Commit(ctx, r.ID, budget.Usage{Input: 400, Output: 100})
+		return err
+	})
 }
 
 // BenchmarkReserveLeased is one Reserve answered from a lease (with its

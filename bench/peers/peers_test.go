@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -175,46 +174,13 @@ func benchLeases(b *testing.B, goroutines int) {
 			b.Fatal(err)
 		}
 	}
-	warmLeases(b, db.Tracker, goroutines, pair)
+	storetest.WarmLeases(b, db.Tracker, keys, goroutines, func(k int) error { return pair(int64(k)) })
 	before := db.Stats().Leased
 	// Sustained, not queued: the last commits' events are still the
 	// writer's to write when the last Commit returns.
 	parallel(b, goroutines, pair, func() error { _, err := db.Flush(ctx); return err })
 	b.StopTimer()
 	b.ReportMetric(float64(db.Stats().Leased-before)/float64(b.N), "leased/pair")
-}
-
-// warmLeases runs cycles of one pair per key from goroutines goroutines
-// until a whole cycle is answered from leases, as the root package's
-// benchmarks do: the timed pairs measure the steady state, not the
-// routes taking their leases. A route's first pair of the first cycle is
-// doubled, so it takes its lease however slow the store's path is.
-func warmLeases(b *testing.B, t *budget.Tracker, goroutines int, pair func(int64) error) {
-	b.Helper()
-	for i := range int64(keys) {
-		if err := pair(i); err != nil {
-			b.Fatal(err)
-		}
-	}
-	for range 5 {
-		before := t.Stats().Leased
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		for range goroutines {
-			wg.Go(func() {
-				for i := next.Add(1) - 1; i < keys; i = next.Add(1) - 1 {
-					if err := pair(i); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		if t.Stats().Leased-before >= keys*9/10 {
-			return
-		}
-	}
 }
 
 func BenchmarkPairs1(b *testing.B) {

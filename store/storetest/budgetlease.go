@@ -165,17 +165,25 @@ func testBudgetLeaseIdle(t *testing.T, newDB NewDB) {
 	}
 }
 
+// leasingAndReading is tracker a with leases and b, which reads with no
+// cache (refresh 0), on one database, clock and journal directory, with a
+// daily limit of 100,000 tokens on key k.
+func leasingAndReading(t *testing.T, newDB NewDB) (a, b *budget.Tracker, c *Clock, l budget.Limit) {
+	t.Helper()
+	open := newDB(t)
+	c = NewClock(T0)
+	dir := t.TempDir()
+	a = NewLeaseTracker(t, open(), c, time.Second, dir, true)
+	b = NewLeaseTracker(t, open(), c, 0, dir, false)
+	return a, b, c, SetLimit(t, b, budget.LimitSpec{Key: "k", Window: "daily"}, 100_000)
+}
+
 // A check in the leasing process counts what its leases admitted (in
 // flight) but not the room it may still carve; another process's check
 // counts the whole lease as reserved.
 func testBudgetLeaseCheck(t *testing.T, newDB NewDB) {
-	open := newDB(t)
-	c := NewClock(T0)
-	dir := t.TempDir()
-	a := NewLeaseTracker(t, open(), c, time.Second, dir, true)
-	b := NewLeaseTracker(t, open(), c, 0, dir, false)
-	const limit, est = 100_000, 100
-	l := SetLimit(t, b, budget.LimitSpec{Key: "k", Window: "daily"}, limit)
+	a, b, c, l := leasingAndReading(t, newDB)
+	const est = 100
 	ctx := context.Background()
 	var ids []string
 	for range 5 {
@@ -308,12 +316,7 @@ func testBudgetLeaseLate(t *testing.T, newDB NewDB) {
 // the first on the store's path and two carved from a lease.
 func leasedThree(t *testing.T, newDB NewDB, policy budget.ExpiryPolicy) (a, b *budget.Tracker, c *Clock, l budget.Limit, ids []string) {
 	t.Helper()
-	open := newDB(t)
-	c = NewClock(T0)
-	dir := t.TempDir()
-	a = NewLeaseTracker(t, open(), c, time.Second, dir, true)
-	b = NewLeaseTracker(t, open(), c, 0, dir, false)
-	l = SetLimit(t, b, budget.LimitSpec{Key: "k", Window: "daily"}, 100_000)
+	a, b, c, l = leasingAndReading(t, newDB)
 	for range 3 {
 		r, err := a.ReserveWith(context.Background(), leaseReq(100), budget.ReserveOptions{TTL: 20 * time.Second, OnExpiry: policy})
 		if err != nil {
@@ -421,13 +424,8 @@ func testBudgetLeaseUnjournaled(t *testing.T, newDB NewDB) {
 // route's lease is its own to carve, so not reserved; another route's
 // lease's free room is not (a Reserve cannot carve it), so reserved.
 func testBudgetLeaseReads(t *testing.T, newDB NewDB) {
-	open := newDB(t)
-	c := NewClock(T0)
-	dir := t.TempDir()
-	a := NewLeaseTracker(t, open(), c, time.Second, dir, true)
-	b := NewLeaseTracker(t, open(), c, 0, dir, false)
+	a, b, c, l := leasingAndReading(t, newDB)
 	const est = 100
-	l := SetLimit(t, b, budget.LimitSpec{Key: "k", Window: "daily"}, 100_000)
 	ctx := context.Background()
 	for range 3 { // the first holds its own reservation, then the lease
 		if _, err := a.Reserve(ctx, leaseReq(est), time.Minute); err != nil {
