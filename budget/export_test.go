@@ -13,3 +13,14 @@ func JournalSync(t *Tracker) (syncs int64, synced bool) {
 	defer g.syncMu.Unlock()
 	return js.fsyncs(), g.synced == g.size.Load()
 }
+
+// SetGenMax sets the size at which journal generations rotate, for a
+// test, and returns the old one.
+func SetGenMax(n int64) int64 {
+	old := genMax
+	genMax = n
+	return old
+}
+
+// JournalGens is how many journal generations t has started.
+func JournalGens(t *Tracker) int { return t.leases.journals.n }

@@ -34,8 +34,9 @@ import (
 // with flock while its Tracker lives: a process that finds such a name
 // unlocked knows its owner is gone and removes it (sweepJournals).
 
-// genMax is the size at which a generation is rotated.
-const genMax = 32 << 20
+// genMax is the size at which a generation is rotated (a variable for
+// tests).
+var genMax int64 = 32 << 20
 
 // genSuffix ends a generation's own name.
 const genSuffix = ".gen"

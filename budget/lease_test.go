@@ -212,3 +212,72 @@ func TestStaleJournalSettledAndRemoved(t *testing.T) {
 		t.Fatalf("after A's own late write: used %d; want still %d (charged once)", used, lease+70)
 	}
 }
+
+// Journal generations rotate: a lease of a full generation keeps
+// appending to it (its name links it) and is replaced at its next refill;
+// the old generation's own name goes at once, and once every lease has
+// ended (Close) no name is left in the directory.
+func TestJournalGenerationsRotate(t *testing.T) {
+	defer budget.SetGenMax(budget.SetGenMax(1)) // every new lease rotates
+	dir := t.TempDir()
+	_, tr := faultTracker(t, func(c *budget.Config) { c.Leases, c.LeaseJournal = true, dir })
+	max := int64(1 << 40)
+	for _, k := range []string{"a", "b"} {
+		if _, _, err := tr.SetLimit(ctx, budget.LimitSpec{Key: k, Window: "daily", Max: &max}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gens := func() (n int, journals int) {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			switch {
+			case strings.HasSuffix(e.Name(), ".gen"):
+				n++
+			case strings.HasSuffix(e.Name(), ".journal"):
+				journals++
+			}
+		}
+		return n, journals
+	}
+	for _, k := range []string{"a", "b"} { // each route's second request takes a lease
+		for range 2 {
+			r, err := tr.Reserve(ctx, budget.Request{Key: k, Estimate: budget.Estimate{Input: 10}}, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tr.Commit(ctx, r.ID, budget.Usage{Input: 5}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if n, j := gens(); n != 1 || j != 2 {
+		t.Fatalf("after two leases in generations of one byte: %d generation names, %d journal names; want 1 (the current) and 2", n, j)
+	}
+	// Route a's lease is of a rotated generation: its carves still land
+	// in it, and its refill replaces it.
+	before := tr.Stats().Leased
+	for range 100 {
+		r, err := tr.Reserve(ctx, budget.Request{Key: "a", Estimate: budget.Estimate{Input: 10}}, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tr.Commit(ctx, r.ID, budget.Usage{Input: 5}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := tr.Stats().Leased - before; got < 90 {
+		t.Fatalf("leased after rotation: %d of 100; want nearly all", got)
+	}
+	if n := budget.JournalGens(tr); n < 3 {
+		t.Fatalf("generations started: %d; want a third: route a's lease replaced at a refill, in a new generation", n)
+	}
+	if err := tr.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, j := gens(); n != 0 || j != 0 {
+		t.Fatalf("after Close: %d generation names, %d journal names; want none", n, j)
+	}
+}
