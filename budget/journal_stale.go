@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 )
 
 // Stale journals: lease names in the journal directory whose rows are no
@@ -21,6 +22,15 @@ import (
 // is gone altogether (past SettledRetention) goes with nothing charged:
 // nothing is left to tell its key. A live row's name is its owner's (or a
 // later sweep's, once it expires).
+
+const (
+	// staleRecheck is how often a lease name found with a live row is
+	// looked at again: settling a stale journal is never urgent (its
+	// lease was charged at least what it served).
+	staleRecheck = time.Minute
+	// maxStaleChecked bounds the names remembered.
+	maxStaleChecked = 100_000
+)
 
 // staleOf appends the lease names in the journal directory that are not
 // this Tracker's leases (at most maxRecover), to be read with o's expired
@@ -41,6 +51,11 @@ func (b *batch) staleOf(o *op, ids []string) []string {
 	for _, l := range b.t.leases.all() {
 		own[l.id] = true
 	}
+	lt := &b.t.leases
+	if lt.staleChecked == nil || len(lt.staleChecked) > maxStaleChecked {
+		lt.staleChecked = make(map[string]int64)
+	}
+	now := o.at.UnixNano()
 	if b.stale == nil {
 		b.stale = make(map[*op][]string)
 	}
@@ -49,9 +64,15 @@ func (b *batch) staleOf(o *op, ids []string) []string {
 		if !ok || !isLease(id) || own[id] {
 			continue
 		}
+		// Another live process's lease is read (and its row locked) once
+		// per staleRecheck, not at every sweep.
+		if at, seen := lt.staleChecked[id]; seen && now-at < int64(staleRecheck) && now >= at {
+			continue
+		}
 		if len(b.stale[o]) >= maxRecover {
 			break
 		}
+		lt.staleChecked[id] = now
 		ids = append(ids, id)
 		b.stale[o] = append(b.stale[o], id)
 	}

@@ -108,10 +108,13 @@ type leaseTable struct {
 	routes   map[routeKey]*lease
 	retired  []*lease // replaced on their route, their rows not yet ended
 	shards   [16]resShard
-	journals *journals    // nil without a journal directory
-	lost     atomic.Int64 // leases found recovered by another process
-	carved   atomic.Int64 // reservations answered in memory
-	late     atomic.Int64 // commits after a recovery that recorded an excess
+	journals *journals // nil without a journal directory
+	// staleChecked is when Recover last looked at other processes' lease
+	// names (writer-owned; journal_stale.go).
+	staleChecked map[string]int64
+	lost         atomic.Int64 // leases found recovered by another process
+	carved       atomic.Int64 // reservations answered in memory
+	late         atomic.Int64 // commits after a recovery that recorded an excess
 }
 
 type resShard struct {
