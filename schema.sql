@@ -10,7 +10,7 @@ CREATE TABLE IF NOT EXISTS limits (
     key            TEXT    NOT NULL,
     team           TEXT    NOT NULL DEFAULT '',
     org            TEXT    NOT NULL DEFAULT '',
-    scope          TEXT    NOT NULL CHECK (scope IN ('global', 'provider', 'model', 'user')),
+    scope          TEXT    NOT NULL CHECK (scope IN ('global', 'provider', 'model', 'user', 'tag')),
     scope_value    TEXT    NOT NULL DEFAULT '',
     metric         TEXT    NOT NULL CHECK (metric IN ('tokens', 'input', 'output', 'requests', 'concurrent', 'usd')),
     max            INTEGER NOT NULL CHECK (max > 0),
@@ -54,6 +54,32 @@ CREATE TABLE IF NOT EXISTS alerts (
 );
 CREATE INDEX IF NOT EXISTS alerts_pending ON alerts (next_attempt, at) WHERE delivered_at = 0;
 CREATE INDEX IF NOT EXISTS alerts_at ON alerts (at);
+
+-- usage_hooks: where every recorded usage event is delivered (budget
+-- outbox): a webhook's URL or a library hook's name. While one is here,
+-- every transaction that inserts events queues them for it in usage_outbox.
+CREATE TABLE IF NOT EXISTS usage_hooks (
+    name       TEXT    PRIMARY KEY,
+    created_at INTEGER NOT NULL
+) WITHOUT ROWID;
+-- usage_outbox: the events not yet delivered, one row per (hook, event),
+-- queued in the event's own transaction, in order (seq); a row goes once
+-- delivered. The payload is read from usage at delivery.
+CREATE TABLE IF NOT EXISTS usage_outbox (
+    seq          INTEGER PRIMARY KEY,
+    dest         TEXT    NOT NULL,
+    key          TEXT    NOT NULL,
+    request_id   TEXT    NOT NULL,
+    at           INTEGER NOT NULL,            -- the event's instant: prune keeps what is queued
+    queued_at    INTEGER NOT NULL,
+    attempts     INTEGER NOT NULL DEFAULT 0,  -- failed deliveries
+    next_attempt INTEGER NOT NULL DEFAULT 0,
+    claim_owner  TEXT    NOT NULL DEFAULT '',
+    claim_until  INTEGER NOT NULL DEFAULT 0,
+    last_error   TEXT    NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS usage_outbox_key ON usage_outbox (dest, key, seq);
+CREATE INDEX IF NOT EXISTS usage_outbox_dest ON usage_outbox (dest, seq);
 
 -- raises: temporary (until > 0) or lasting additions to a limit.
 CREATE TABLE IF NOT EXISTS raises (
@@ -101,6 +127,7 @@ CREATE TABLE IF NOT EXISTS usage (
     org         TEXT    NOT NULL DEFAULT '',
     end_user    TEXT    NOT NULL DEFAULT '',  -- the end user of the request, '' when unknown
     no_price    INTEGER NOT NULL DEFAULT 0,   -- 1: no price matched (cost 0 and unknown), usd limit or not
+    tags        TEXT    NOT NULL DEFAULT '',  -- the request's tags, normalized: "name=value,..." sorted by name
     PRIMARY KEY (key, request_id)
 ) WITHOUT ROWID;
 -- Covering indexes: seeding a cold window reads only an index, never the table.
@@ -109,7 +136,7 @@ CREATE INDEX IF NOT EXISTS usage_team ON usage (team, at, provider, model_norm, 
 CREATE INDEX IF NOT EXISTS usage_org ON usage (org, at, provider, model_norm, end_user, input, output, reasoning, cost) WHERE org <> '';
 
 -- rollups: the history summed per UTC day and (key, team, org, end_user,
--- provider, model), written in the same transaction as the events; all that
+-- provider, model, tags), written in the same transaction as the events; all that
 -- remains of days before the prune horizon (meta pruned_before).
 CREATE TABLE IF NOT EXISTS rollups (
     day         INTEGER NOT NULL,  -- the UTC midnight starting the day, Unix ns
@@ -119,6 +146,7 @@ CREATE TABLE IF NOT EXISTS rollups (
     end_user    TEXT    NOT NULL DEFAULT '',
     provider    TEXT    NOT NULL DEFAULT '',
     model       TEXT    NOT NULL DEFAULT '',  -- as recorded
+    tags        TEXT    NOT NULL DEFAULT '',  -- as usage.tags
     model_norm  TEXT    NOT NULL DEFAULT '',  -- normalised: what model limits match
     requests    INTEGER NOT NULL DEFAULT 0,   -- events, late commits' excess not counted
     input       INTEGER NOT NULL DEFAULT 0,
@@ -128,7 +156,7 @@ CREATE TABLE IF NOT EXISTS rollups (
     cache_write INTEGER NOT NULL DEFAULT 0,
     cost        INTEGER NOT NULL DEFAULT 0,   -- micro-dollars
     no_price    INTEGER NOT NULL DEFAULT 0,   -- events no price matched
-    PRIMARY KEY (day, key, team, org, end_user, provider, model)
+    PRIMARY KEY (day, key, team, org, end_user, provider, model, tags)
 ) WITHOUT ROWID;
 
 -- prices: USD per million tokens, in micro-dollars, per (provider, model,
@@ -193,7 +221,8 @@ CREATE TABLE IF NOT EXISTS reservations (
     -- a copy of its holds while live, one per line: limit_id, subject,
     -- window_start, amount, and R (expires with the reservation) or N (never):
     -- settling and renewing find the hold rows without an index of their own
-    holds       TEXT    NOT NULL DEFAULT ''
+    holds       TEXT    NOT NULL DEFAULT '',
+    tags        TEXT    NOT NULL DEFAULT ''  -- the request's, charged at commit (as usage.tags)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS reservations_live ON reservations (expires_at) WHERE state = 'live';
 CREATE INDEX IF NOT EXISTS reservations_settled ON reservations (settled_at) WHERE state <> 'live';
@@ -270,9 +299,9 @@ CREATE TABLE IF NOT EXISTS audit (
 CREATE INDEX IF NOT EXISTS audit_at ON audit (at);
 CREATE INDEX IF NOT EXISTS gateway_keys_prev ON gateway_keys (prev_hash) WHERE prev_hash <> '';
 
--- meta: limits_version moves on every change to limits, raises, teams, orgs
--- and key placements, so a writer can confirm inside its transaction that the
--- definitions it holds are current.
+-- meta: limits_version moves on every change to limits, raises, teams, orgs,
+-- key placements and usage hooks, so a writer can confirm inside its
+-- transaction that the definitions it holds are current.
 CREATE TABLE IF NOT EXISTS meta (
     name  TEXT    PRIMARY KEY,
     value INTEGER NOT NULL
@@ -301,4 +330,8 @@ BEGIN UPDATE meta SET value = value + 1 WHERE name = 'limits_version'; END;
 CREATE TRIGGER IF NOT EXISTS key_teams_upd AFTER UPDATE ON key_teams
 BEGIN UPDATE meta SET value = value + 1 WHERE name = 'limits_version'; END;
 CREATE TRIGGER IF NOT EXISTS key_teams_del AFTER DELETE ON key_teams
+BEGIN UPDATE meta SET value = value + 1 WHERE name = 'limits_version'; END;
+CREATE TRIGGER IF NOT EXISTS usage_hooks_ins AFTER INSERT ON usage_hooks
+BEGIN UPDATE meta SET value = value + 1 WHERE name = 'limits_version'; END;
+CREATE TRIGGER IF NOT EXISTS usage_hooks_del AFTER DELETE ON usage_hooks
 BEGIN UPDATE meta SET value = value + 1 WHERE name = 'limits_version'; END;

@@ -144,7 +144,8 @@ func (t *Tracker) routeFor(kl *keyLimits, provider, model string) (*route, error
 	var idx []int32
 	usd := false
 	// Every user-scope limit stays a candidate: Applies then sees a user
-	// that matches it.
+	// that matches it; every tag-scope limit too, decided by the request's
+	// tags per check.
 	who := Who{Key: kl.key, Team: kl.team(), Org: kl.org()}
 	var l Limit
 	for i := range kl.lims {
@@ -158,7 +159,7 @@ func (t *Tracker) routeFor(kl *keyLimits, provider, model string) (*route, error
 				who.User = "-"
 			}
 		}
-		if l.Applies(&who, names.provider, names.norm) {
+		if l.Scope == ScopeTag || l.Applies(&who, names.provider, names.norm) { // tag limits too, as user ones
 			idx = append(idx, int32(i))
 			usd = usd || l.Metric == MetricUSD
 		}

@@ -37,7 +37,7 @@ const proxyHelp = `usage: budget proxy (--upstream URL | --upstream NAME=URL ...
 	[--max-inflight-bytes N] [--max-inflight-bytes-per-key N] [--min-body-rate N]
 	[--retain D] [--log-format text|json]
 	[--admin-listen ADDR [--admin-token-env VAR]]
-	[--alert-webhook URL [--alert-secret-env VAR]] [--metrics-limits ID,...] [--config FILE]
+	[--alert-webhook URL] [--usage-webhook URL] [--alert-secret-env VAR] [--metrics-limits ID,...] [--config FILE]
 
 Serves POST /v1/chat/completions, /v1/responses, /v1/embeddings,
 /v1/images/generations, /v1/messages, Gemini's
@@ -157,6 +157,7 @@ carries X-Budget-Signature: sha256=<hex HMAC-SHA256 of the body keyed with
 $VAR> (a missing or empty VAR is exit 2). A failing webhook or store is
 logged on stderr and never stops the proxy.
 
+` + usageWebhookHelp + `
 Config: with --config FILE the proxy applies FILE ('budget config apply
 FILE': limits, teams, prices and gateway keys, JSON or YAML, without
 pruning) before it serves, and again on every SIGHUP, logging each change
@@ -174,6 +175,14 @@ name, provider, model, status, outcome, estimate, tokens charged, latency;
 never a secret or a prompt.
 
 ` + adminHelp + `
+OpenTelemetry: with OTEL_EXPORTER_OTLP_ENDPOINT (or a signal's own
+endpoint) set, the proxy exports a span per request (GenAI semantic
+conventions and tokenbudget.* attributes; W3C trace context taken from
+the client and passed upstream) and the /metrics series as OTel metrics,
+over OTLP (OTEL_EXPORTER_OTLP_PROTOCOL: http/protobuf or grpc); the SDK
+reads the other OTEL_* variables (service name, headers, sampler). Off
+without an endpoint.
+
 Also serves GET /healthz (200 "ok", or 503 with the reason while the
 database cannot be written, was deleted or replaced, or cannot be read)
 and GET /metrics (Prometheus), which includes tokenbudget_limit_used,
@@ -239,6 +248,11 @@ type proxyOptions struct {
 	// alertTicks replaces the deliverer's ticker of alertInterval.
 	// (Optional; tests.)
 	alertTicks <-chan time.Time
+	// usageWebhook receives every usage event, signed with alertSecret
+	// when set ("": no delivery; proxy_usagehook.go); usageTicks
+	// replaces its ticker. (Optional; tests.)
+	usageWebhook string
+	usageTicks   <-chan time.Time
 	// metricsLimits are ids of limits the per-limit gauges report besides
 	// those with alert thresholds.
 	metricsLimits []string
@@ -274,7 +288,8 @@ func (m *Main) runProxy(ctx context.Context, args []string) (err error) {
 	logFormat := fs.String("log-format", "text", "stderr log lines as text or json")
 	o.admin.flags(fs)
 	fs.StringVar(&o.alertWebhook, "alert-webhook", "", "POST every alert to this `URL`, at least once (retried until a 2xx)")
-	secretEnv := fs.String("alert-secret-env", "", "environment `variable` holding the secret that signs each alert (X-Budget-Signature)")
+	fs.StringVar(&o.usageWebhook, "usage-webhook", "", "POST every recorded usage event to this `URL` as CloudEvents batches, at least once, in order per key")
+	secretEnv := fs.String("alert-secret-env", "", "environment `variable` holding the secret that signs each alert and usage batch (X-Budget-Signature)")
 	metricsLimits := fs.String("metrics-limits", "", "comma-separated limit `ids` the per-limit gauges report besides those with alerts")
 	fs.StringVar(&o.config, "config", "", "apply this config `file` (JSON or YAML) at start and on every SIGHUP")
 	pos, err := m.parseArgs(fs, proxyHelp, args)
@@ -429,9 +444,15 @@ type runningProxy struct {
 	stopRetention func()
 	// stopAlerts stops the alert deliverer and waits for it (nil without --alert-webhook).
 	stopAlerts func()
+	// stopUsage stops the usage deliverer and waits for it (nil without --usage-webhook).
+	stopUsage func()
 	// stopConfig stops the SIGHUP reloads of --config (nil without it).
 	stopConfig func()
 	admin      adminServer // the dashboard (admin_listen.go)
+
+	// stopTelemetry exports the last spans and metrics (nil without an
+	// OTLP endpoint; proxy_otel.go).
+	stopTelemetry func(context.Context)
 }
 
 // startProxy opens the database (creating it), starts the mock upstream if
@@ -484,6 +505,9 @@ func (m *Main) startProxy(ctx context.Context, o proxyOptions) (_ *runningProxy,
 	if o.alertWebhook != "" {
 		p.startAlerts(ctx, o)
 	}
+	if err := p.startUsageHook(ctx, o, reg); err != nil {
+		return nil, err
+	}
 
 	routes, up, err := m.buildUpstreams(ctx, o, p)
 	if err != nil {
@@ -509,6 +533,9 @@ func (m *Main) startProxy(ctx context.Context, o proxyOptions) (_ *runningProxy,
 	}
 	if o.accessLog {
 		pc.AccessLog = o.log
+	}
+	if err := p.startTelemetry(ctx, o.log, reg, &pc); err != nil {
+		return nil, err
 	}
 	mw, err := proxy.New(p.tracker, pc)
 	if err != nil {
@@ -698,6 +725,9 @@ func (p *runningProxy) stop(ctx context.Context) error {
 		p.inflight.Wait() // handlers settle their usage before returning
 	}
 	p.stopAdmin(dctx)
+	if p.stopTelemetry != nil {
+		p.stopTelemetry(ctx)
+	}
 	if p.mock != nil {
 		p.mock.Close()
 	}
@@ -709,6 +739,9 @@ func (p *runningProxy) stop(ctx context.Context) error {
 	}
 	if p.stopAlerts != nil {
 		p.stopAlerts()
+	}
+	if p.stopUsage != nil {
+		p.stopUsage()
 	}
 	if p.stopConfig != nil {
 		p.stopConfig()
