@@ -290,7 +290,7 @@ func (t *Tracker) addPendingEvent(o *op, ev *Usage) {
 		o.contribs = make([]contrib, 0, len(kl.limits))
 	}
 	model := NormalizeModel(ev.Model)
-	if hasUSD(kl.limits) {
+	if hasUSD(kl.limits) && !ev.CostKnown {
 		// The overlay's cost comes from the cached table (no I/O here); the
 		// writer prices the event again when it stores it.
 		if s := t.prices.Load(); s != nil {

@@ -220,6 +220,9 @@ func lateUsage(actual Usage, est Estimate) Usage {
 	late := actual
 	late.RequestID += LateSuffix
 	late.CacheRead, late.CacheWrite, late.CacheWrite1h = 0, 0, 0
+	// A cost the caller priced (PriceUsage) is the whole usage's: the
+	// excess is priced again when it is written.
+	late.Cost, late.CostKnown, late.NoPrice = 0, false, false
 	shared := est.Tokens
 	over := func(v, allowance int64) int64 {
 		v -= min(v, allowance)

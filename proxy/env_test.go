@@ -118,6 +118,13 @@ func newEnv(t testing.TB, o envOptions, upstream http.HandlerFunc) *env {
 	if e.mw, err = proxy.New(db.Tracker, pc); err != nil {
 		t.Fatal(err)
 	}
+	// After the server's close (registered later, run earlier), before the
+	// database's: no settlement is dropped.
+	t.Cleanup(func() {
+		if err := e.mw.Close(context.Background()); err != nil {
+			t.Errorf("close the middleware: %v", err)
+		}
+	})
 	u, _ := url.Parse(e.upstream.URL)
 	uc := proxy.UpstreamConfig{URL: u, OpenAIKey: upstreamOpenAIKey, AnthropicKey: upstreamAnthropicKey, Logger: pc.Logger}
 	if o.up != nil {
@@ -132,7 +139,15 @@ func newEnv(t testing.TB, o envOptions, upstream http.HandlerFunc) *env {
 		t.Fatal(err)
 	}
 	e.proxy = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer func() { e.served <- struct{}{} }()
+		// Its store write follows the response, which must not wait for
+		// it: a test reads the store once the request is over, write
+		// included. (Deferred: an aborted handler panics.)
+		defer func() {
+			go func() {
+				e.mw.WaitSettled()
+				e.served <- struct{}{}
+			}()
+		}()
 		h.ServeHTTP(w, r)
 	}))
 	t.Cleanup(e.proxy.Close)

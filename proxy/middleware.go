@@ -310,6 +310,12 @@ type Config struct {
 	// refusal's limit, level and code with it), the estimate, the tokens
 	// charged and the latency; never a secret, never a prompt. (Optional; nil: no access log.)
 	AccessLog *slog.Logger
+	// OnSettled, when set, is called once per request the middleware
+	// forwarded, after its response was sent and its settlement written
+	// (Settled.Err says how that went), before its access log line, on the
+	// goroutine that wrote it. It must not keep s past its return.
+	// (Optional.)
+	OnSettled func(s *Settled)
 }
 
 // Middleware enforces token budgets around an upstream handler; see Wrap.
@@ -326,6 +332,8 @@ type Middleware struct {
 	inflightMu  sync.Mutex
 	inflight    int64            // request body bytes held (MaxInflightBytes)
 	inflightKey map[string]int64 // by key (MaxInflightBytesPerKey); no zero entries
+
+	settling settling // the store writes that follow their responses
 }
 
 // providerState is what the middleware remembers of a provider's answers.
@@ -470,13 +478,39 @@ func InfoFrom(ctx context.Context) (*Info, bool) {
 // it is. GET /v1/budget (BudgetPath) needs a valid key, costs no budget
 // and is answered here: the key's limits (see Budget). Every request gets
 // one AccessLog line.
+//
+// The settlement (the usage charged and its cost) is decided in memory
+// before the response's last bytes go out: a non-streamed answer carries
+// it in X-Tokenbudget-Cost and X-Tokenbudget-Charged-Tokens, a stream in
+// trailers of those names. Its store write (the commit, release or
+// record), Config.OnSettled and the access log line follow once the
+// handler returned, on a goroutine Close waits for: the client never
+// waits for the store.
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		x := &exchange{ResponseWriter: w, start: time.Now()}
-		if m.cfg.AccessLog != nil {
-			defer m.logExchange(x, r)
-		}
+		defer m.done(x, r)
 		m.serve(x, r, next)
+	})
+}
+
+// done ends a request once its handler is over (returned or panicked):
+// what is left to write and log goes to a goroutine of its own, so that
+// net/http completes the response (flushed, its last chunk sent) without
+// waiting for the store.
+func (m *Middleware) done(x *exchange, r *http.Request) {
+	x.end = time.Now()
+	if x.write == nil {
+		if m.cfg.AccessLog != nil {
+			m.logExchange(x, r)
+		}
+		return
+	}
+	m.settling.run(func() {
+		x.write()
+		if m.cfg.AccessLog != nil {
+			m.logExchange(x, r)
+		}
 	})
 }
 
@@ -612,7 +646,7 @@ func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 		if renew != nil {
 			renew.stop()
 		}
-		m.settle(r, rec, info, route, res, p != nil)
+		m.settle(x, r, rec, info, route, res, p != nil)
 		if p != nil {
 			panic(p)
 		}
