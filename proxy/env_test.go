@@ -54,6 +54,9 @@ func (e *env) advance(d time.Duration) { e.now.Add(int64(d)) }
 type envOptions struct {
 	mode  proxy.Mode
 	clock bool // the tracker's clock starts at testNow and moves by advance
+	// leases decides reservations in memory (budget.Config.Leases, the
+	// journal beside the database): budget proxy --leases.
+	leases bool
 	cfg   func(*proxy.Config)
 	up    func(*proxy.UpstreamConfig)
 }
@@ -86,6 +89,7 @@ func newEnv(t testing.TB, o envOptions, upstream http.HandlerFunc) *env {
 		e.now.Store(testNow.UnixNano())
 		cfg.Now = func() time.Time { return time.Unix(0, e.now.Load()).UTC() }
 	}
+	cfg.Leases = o.leases
 	e.path = filepath.Join(t.TempDir(), "budget.db")
 	db, err := tokenbudget.Open(ctx, e.path, tokenbudget.Options{Create: true, Config: &cfg})
 	if err != nil {

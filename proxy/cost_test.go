@@ -1,0 +1,244 @@
+package proxy_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/proxy"
+)
+
+// costModes are the admission modes the cost tests run in: check, reserve
+// on the store's path, and reserve from leases (budget proxy --leases).
+var costModes = []struct {
+	name   string
+	mode   proxy.Mode
+	leases bool
+}{{"check", proxy.ModeCheck, false}, {"reserve", proxy.ModeReserve, false}, {"reserve-leases", proxy.ModeReserve, true}}
+
+// fullResponse is a client's answer with its trailers.
+type fullResponse struct {
+	status          int
+	header, trailer http.Header
+	body            string
+}
+
+// sendFull posts body to path with the gateway key in header k, reads the
+// whole answer (trailers arrive after the body), and waits for the proxy
+// to finish the request, store write included.
+func (e *env) sendFull(path, body, k string) fullResponse {
+	e.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, e.proxy.URL+path, strings.NewReader(body))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if k == "Authorization" {
+		req.Header.Set(k, "Bearer "+e.secret)
+	} else {
+		req.Header.Set(k, e.secret)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.wait(1)
+	return fullResponse{resp.StatusCode, resp.Header, resp.Trailer, string(b)}
+}
+
+// events are the events stored for key "team".
+func (e *env) events() []budget.Usage {
+	e.t.Helper()
+	ctx := context.Background()
+	if _, err := e.db.Flush(ctx); err != nil {
+		e.t.Fatal(err)
+	}
+	var evs []budget.Usage
+	if _, err := e.db.Export(ctx, time.Unix(0, 0), time.Now().Add(time.Hour), "team", func(u budget.Usage) error {
+		evs = append(evs, u)
+		return nil
+	}); err != nil {
+		e.t.Fatal(err)
+	}
+	return evs
+}
+
+// setCostPrices prices the models the cost tests request.
+func (e *env) setCostPrices() {
+	e.t.Helper()
+	cacheRead, write5m, write1h := "1.25", "3.75", "6"
+	if _, err := e.db.SetPrices(context.Background(),
+		budget.PriceSpec{Provider: "openai", Model: "gpt-4o", Input: "2.5", Output: "10", CacheRead: &cacheRead},
+		budget.PriceSpec{Provider: "anthropic", Model: "claude-sonnet-4-5", Input: "3", Output: "15", CacheWrite: &write5m, CacheWrite1h: &write1h},
+	); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// TestCostOnTheResponse: a response carries what its settlement charged,
+// the cost and the billable tokens of the event stored for it: a whole
+// answer in its headers (X-Tokenbudget-Cost in dollars with six places,
+// X-Tokenbudget-Charged-Tokens), a stream in trailers (and the access log
+// line says the same), for OpenAI's and Anthropic's shapes, in
+// check mode, reserve mode and reserve mode from leases. The captures'
+// usage includes cache reads (OpenAI's cached_tokens) and 5-minute and
+// 1-hour cache writes, each priced at its own rate; the expected dollars
+// are worked out by hand from the capture's counts.
+func TestCostOnTheResponse(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		file, path, model string
+		stream            bool
+		tokens            int64
+		cost              string
+	}{
+		// 120 uncached at $2.5, 1024 cached at $1.25, 2 out at $10.
+		{"openai-chat-json-1.json", "/v1/chat/completions", "gpt-4o", false, 1146, "0.001600"},
+		{"openai-chat-stream-1.txt", "/v1/chat/completions", "gpt-4o", true, 1146, "0.001600"},
+		// 4 uncached at $3, 1163 5-minute writes at $3.75, 187 out at $15:
+		// 7178.25 micro-dollars, rounded half up.
+		{"anthropic-messages-json-1.json", "/v1/messages", "claude-sonnet-4-5", false, 1354, "0.007178"},
+		// 17 at $3, 1500 5-minute writes at $3.75, 1000 1-hour writes at
+		// $6, 10 out at $15.
+		{"anthropic-messages-json-1h.json", "/v1/messages", "claude-sonnet-4-5", false, 2527, "0.011826"},
+		{"anthropic-messages-stream-1h.txt", "/v1/messages", "claude-sonnet-4-5", true, 2527, "0.011826"},
+	}
+	for _, m := range costModes {
+		for _, c := range cases {
+			t.Run(m.name+"/"+c.file, func(t *testing.T) {
+				t.Parallel()
+				data, err := os.ReadFile(filepath.Join(capturesDir, c.file))
+				if err != nil {
+					t.Fatal(err)
+				}
+				access := &syncBuffer{}
+				e := newEnv(t, envOptions{mode: m.mode, leases: m.leases, cfg: func(pc *proxy.Config) {
+					pc.AccessLog = slog.New(slog.NewJSONHandler(access, nil))
+				}}, func(w http.ResponseWriter, r *http.Request) {
+					w.Header().Set("Content-Type", "application/json")
+					if c.stream {
+						w.Header().Set("Content-Type", "text/event-stream")
+					}
+					w.WriteHeader(http.StatusOK)
+					writeChunked(w, data)
+				})
+				e.limit("", "", "tokens", "1h", 1_000_000)
+				e.setCostPrices()
+				body, _ := json.Marshal(map[string]any{"model": c.model, "max_tokens": 300, "stream": c.stream,
+					"messages": []any{map[string]any{"role": "user", "content": "hi"}}})
+				k := "Authorization"
+				if c.path == "/v1/messages" {
+					k = "X-Api-Key"
+				}
+				r := e.sendFull(c.path, string(body), k)
+				if r.status != http.StatusOK {
+					t.Fatalf("status %d: %s", r.status, r.body)
+				}
+				got, other := r.header, r.trailer
+				if c.stream {
+					got, other = r.trailer, r.header
+				}
+				if other.Get("X-Tokenbudget-Cost") != "" || other.Get("X-Tokenbudget-Charged-Tokens") != "" {
+					t.Errorf("cost in the wrong place (stream %v): header %v trailer %v", c.stream, r.header, r.trailer)
+				}
+				evs := e.events()
+				if len(evs) != 1 {
+					t.Fatalf("%d events stored; want 1: %+v", len(evs), evs)
+				}
+				ev := evs[0]
+				if got.Get("X-Tokenbudget-Cost") != c.cost || proxy.FormatCost(ev.Cost) != c.cost {
+					t.Errorf("cost: response %q, stored %d micro-dollars; want %s both", got.Get("X-Tokenbudget-Cost"), ev.Cost, c.cost)
+				}
+				if n := got.Get("X-Tokenbudget-Charged-Tokens"); n != strconv.FormatInt(c.tokens, 10) || ev.Billable() != c.tokens {
+					t.Errorf("charged tokens: response %q, stored %d; want %d both", n, ev.Billable(), c.tokens)
+				}
+				if ev.RequestID != r.header.Get("X-Tokenbudget-Request-Id") || ev.NoPrice {
+					t.Errorf("event %+v; want request id %s, priced", ev, r.header.Get("X-Tokenbudget-Request-Id"))
+				}
+				var line struct {
+					Cost    string `json:"cost"`
+					Charged int64  `json:"charged_tokens"`
+				}
+				if err := json.Unmarshal([]byte(access.String()), &line); err != nil || line.Cost != c.cost || line.Charged != c.tokens {
+					t.Errorf("access log line %s (%v); want cost %s, charged_tokens %d", access, err, c.cost, c.tokens)
+				}
+			})
+		}
+	}
+}
+
+// TestCostOfUnpricedAndFailedAnswers: a model no price matches is charged
+// its tokens and no dollars, and the answer says so by leaving
+// X-Tokenbudget-Cost out (an unknown cost is not $0) while it still
+// carries the tokens; an upstream error is charged nothing and says
+// $0.000000 and 0 tokens; a compressed body (whose usage the proxy cannot
+// read) passes through as it came, without the cost headers, charged at
+// the estimate.
+func TestCostOfUnpricedAndFailedAnswers(t *testing.T) {
+	t.Parallel()
+	for _, m := range costModes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			var answer func(w http.ResponseWriter)
+			e := newEnv(t, envOptions{mode: m.mode, leases: m.leases}, func(w http.ResponseWriter, r *http.Request) {
+				answer(w)
+			})
+			e.limit("", "", "tokens", "1h", 1_000_000)
+			e.setCostPrices()
+
+			answer = func(w http.ResponseWriter) { writeJSON(w, http.StatusOK, chatUsageJSON(30, 12)) }
+			r := e.sendFull("/v1/chat/completions", chatBody("mystery-model", 50, false), "Authorization")
+			if r.status != http.StatusOK || r.header.Values("X-Tokenbudget-Cost") != nil || r.header.Get("X-Tokenbudget-Charged-Tokens") != "42" {
+				t.Errorf("unpriced: %d, cost %q, tokens %q; want 200, no cost header, 42 tokens", r.status,
+					r.header.Values("X-Tokenbudget-Cost"), r.header.Get("X-Tokenbudget-Charged-Tokens"))
+			}
+			if evs := e.events(); len(evs) != 1 || !evs[0].NoPrice || evs[0].Cost != 0 || evs[0].Billable() != 42 {
+				t.Errorf("unpriced events %+v; want one of 42 tokens, no price", evs)
+			}
+
+			answer = func(w http.ResponseWriter) {
+				writeJSON(w, http.StatusInternalServerError, `{"error":{"message":"boom","type":"server_error"}}`)
+			}
+			r = e.sendFull("/v1/chat/completions", chatBody("gpt-4o", 50, false), "Authorization")
+			if r.status != http.StatusInternalServerError || r.header.Get("X-Tokenbudget-Cost") != "0.000000" || r.header.Get("X-Tokenbudget-Charged-Tokens") != "0" {
+				t.Errorf("upstream error: %d, cost %q, tokens %q; want 500, 0.000000, 0", r.status,
+					r.header.Get("X-Tokenbudget-Cost"), r.header.Get("X-Tokenbudget-Charged-Tokens"))
+			}
+
+			answer = func(w http.ResponseWriter) {
+				// Brotli: the upstream transport decodes only the gzip it asked for.
+				w.Header().Set("Content-Encoding", "br")
+				writeJSON(w, http.StatusOK, "brotli bytes")
+			}
+			req, _ := http.NewRequest(http.MethodPost, e.proxy.URL+"/v1/chat/completions", strings.NewReader(chatBody("gpt-4o", 50, false)))
+			req.Header.Set("Authorization", "Bearer "+e.secret)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			e.wait(1)
+			if string(b) != "brotli bytes" || resp.Header.Values("X-Tokenbudget-Cost") != nil || resp.Header.Values("X-Tokenbudget-Charged-Tokens") != nil {
+				t.Errorf("compressed: %q, headers %v; want the body as it came, no cost headers", b, resp.Header)
+			}
+			if evs := e.events(); len(evs) != 2 || evs[1].Billable() == 0 {
+				t.Errorf("events %+v; want the unpriced one and the compressed one at its estimate", evs)
+			}
+		})
+	}
+}
