@@ -57,8 +57,8 @@ type envOptions struct {
 	// leases decides reservations in memory (budget.Config.Leases, the
 	// journal beside the database): budget proxy --leases.
 	leases bool
-	cfg   func(*proxy.Config)
-	up    func(*proxy.UpstreamConfig)
+	cfg    func(*proxy.Config)
+	up     func(*proxy.UpstreamConfig)
 }
 
 // syncBuffer is a bytes.Buffer safe for concurrent writes (the log).
