@@ -242,3 +242,40 @@ func TestCostOfUnpricedAndFailedAnswers(t *testing.T) {
 		})
 	}
 }
+
+// TestBodyOverTheParseCapPassesThrough: a non-streamed answer larger than
+// MaxResponseBody is not held: it reaches the client whole, as it came,
+// without the cost headers, and is charged at the estimate, whether its
+// Content-Length declares the size (it is never held) or it is chunked
+// (held up to the cap, then let through).
+func TestBodyOverTheParseCapPassesThrough(t *testing.T) {
+	t.Parallel()
+	reply := chatUsageJSON(30, 12) // 300-odd bytes
+	for _, chunked := range []bool{false, true} {
+		t.Run("chunked="+strconv.FormatBool(chunked), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, envOptions{mode: proxy.ModeReserve, cfg: func(pc *proxy.Config) { pc.MaxResponseBody = 100 }},
+				func(w http.ResponseWriter, r *http.Request) {
+					w.Header().Set("Content-Type", "application/json")
+					if !chunked {
+						w.Header().Set("Content-Length", strconv.Itoa(len(reply)))
+						io.WriteString(w, reply)
+						return
+					}
+					writeChunked(w, []byte(reply))
+				})
+			id := e.limit("", "", "tokens", "1h", 1_000_000)
+			r := e.sendFull("/v1/chat/completions", chatBody("gpt-4o", 50, false), "Authorization")
+			if r.status != http.StatusOK || r.body != reply {
+				t.Fatalf("got %d %q; want 200 and the upstream's body", r.status, r.body)
+			}
+			if r.header.Values("X-Tokenbudget-Cost") != nil || r.header.Values("X-Tokenbudget-Charged-Tokens") != nil {
+				t.Errorf("headers %v; want no cost headers on a body over the parse cap", r.header)
+			}
+			// The estimate: the prompt's and max_tokens' 50, not the 42 reported.
+			if used, _ := e.used(id); used == 42 || used < 50 {
+				t.Errorf("charged %d; want the estimate (at least the 50 of max_tokens), not the reported 42", used)
+			}
+		})
+	}
+}

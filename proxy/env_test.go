@@ -57,8 +57,11 @@ type envOptions struct {
 	// leases decides reservations in memory (budget.Config.Leases, the
 	// journal beside the database): budget proxy --leases.
 	leases bool
-	cfg    func(*proxy.Config)
-	up     func(*proxy.UpstreamConfig)
+	// unsignalled: the proxy does not count its requests on served
+	// (benchmarks, which wait for no request).
+	unsignalled bool
+	cfg         func(*proxy.Config)
+	up          func(*proxy.UpstreamConfig)
 }
 
 // syncBuffer is a bytes.Buffer safe for concurrent writes (the log).
@@ -143,6 +146,10 @@ func newEnv(t testing.TB, o envOptions, upstream http.HandlerFunc) *env {
 		t.Fatal(err)
 	}
 	e.proxy = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if o.unsignalled {
+			h.ServeHTTP(w, r)
+			return
+		}
 		// Its store write follows the response, which must not wait for
 		// it: a test reads the store once the request is over, write
 		// included. (Deferred: an aborted handler panics.)

@@ -94,18 +94,25 @@ func (rc *recorder) WriteHeader(code int) {
 			rc.sw = wire.NewStripWriter(rc.w, p)
 		}
 		if rc.parser == nil {
-			rc.held = true
-			if n, err := strconv.ParseInt(h.Get("Content-Length"), 10, 64); err == nil && n > 0 && n <= rc.maxJSON {
-				rc.buf = make([]byte, 0, n)
+			n, err := strconv.ParseInt(h.Get("Content-Length"), 10, 64)
+			if err != nil || n <= rc.maxJSON {
+				rc.held = true
+				if err == nil && n > 0 {
+					rc.buf = make([]byte, 0, n)
+				}
+				return // finish writes it, with the cost
 			}
-			return // finish writes it, with the cost
+			rc.over = true // declared too large to hold: it passes through
 		}
-		// A stream's headers are gone before its usage is known: the cost
-		// follows the body, in trailers, which need chunked framing.
-		rc.trailers = true
-		h.Del("Content-Length")
-		h.Add("Trailer", costHeader)
-		h.Add("Trailer", chargedTokensHeader)
+		if rc.parser != nil {
+			// A stream's headers are gone before its usage is known: the
+			// cost follows the body, in trailers, which need chunked
+			// framing.
+			rc.trailers = true
+			h.Del("Content-Length")
+			h.Add("Trailer", costHeader)
+			h.Add("Trailer", chargedTokensHeader)
+		}
 	}
 	rc.w.WriteHeader(code)
 }

@@ -109,8 +109,11 @@ func (m *Middleware) settle(x *exchange, r *http.Request, rc *recorder, info *In
 		rc.endStream() // its held end may carry the usage
 	}
 	s := m.charge(r, rc, info, route, panicked)
+	// Not cancelled with the request: the client leaving (or having its
+	// answer) must not cut the settlement short.
+	ctx := context.WithoutCancel(r.Context())
 	if s.Charged {
-		if err := m.t.PriceUsage(r.Context(), &s.Usage); err != nil {
+		if err := m.t.PriceUsage(ctx, &s.Usage); err != nil {
 			// The writer prices it; the client gets no cost.
 			m.log.Error("proxy: reading the price table failed; the response carries no cost",
 				"request_id", info.RequestID, "err", err)
@@ -121,9 +124,6 @@ func (m *Middleware) settle(x *exchange, r *http.Request, rc *recorder, info *In
 	}
 	m.outcome(x, s.Outcome)
 	x.settled = s
-	// Not cancelled with the request: the client leaving (or having its
-	// answer) must not cut the settlement short.
-	ctx := context.WithoutCancel(r.Context())
 	x.write = func() { m.write(ctx, s, res) }
 }
 
