@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -25,39 +24,12 @@ var costModes = []struct {
 	leases bool
 }{{"check", proxy.ModeCheck, false}, {"reserve", proxy.ModeReserve, false}, {"reserve-leases", proxy.ModeReserve, true}}
 
-// fullResponse is a client's answer with its trailers.
-type fullResponse struct {
-	status          int
-	header, trailer http.Header
-	body            string
-}
-
-// sendFull posts body to path with the gateway key in header k, reads the
-// whole answer (trailers arrive after the body), and waits for the proxy
-// to finish the request, store write included.
-func (e *env) sendFull(path, body, k string) fullResponse {
-	e.t.Helper()
-	req, err := http.NewRequest(http.MethodPost, e.proxy.URL+path, strings.NewReader(body))
-	if err != nil {
-		e.t.Fatal(err)
+// keyHeader sends the gateway key where path's SDK does.
+func (e *env) keyHeader(path string) []string {
+	if path == "/v1/messages" {
+		return []string{"Authorization", "", "X-Api-Key", e.secret}
 	}
-	req.Header.Set("Content-Type", "application/json")
-	if k == "Authorization" {
-		req.Header.Set(k, "Bearer "+e.secret)
-	} else {
-		req.Header.Set(k, e.secret)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.wait(1)
-	return fullResponse{resp.StatusCode, resp.Header, resp.Trailer, string(b)}
+	return []string{"Authorization", "Bearer " + e.secret}
 }
 
 // events are the events stored for key "team".
@@ -140,11 +112,8 @@ func TestCostOnTheResponse(t *testing.T) {
 				e.setCostPrices()
 				body, _ := json.Marshal(map[string]any{"model": c.model, "max_tokens": 300, "stream": c.stream,
 					"messages": []any{map[string]any{"role": "user", "content": "hi"}}})
-				k := "Authorization"
-				if c.path == "/v1/messages" {
-					k = "X-Api-Key"
-				}
-				r := e.sendFull(c.path, string(body), k)
+				r := e.send(c.path, string(body), e.keyHeader(c.path)...)
+				e.wait(1)
 				if r.status != http.StatusOK {
 					t.Fatalf("status %d: %s", r.status, r.body)
 				}
@@ -201,7 +170,7 @@ func TestCostOfUnpricedAndFailedAnswers(t *testing.T) {
 			e.setCostPrices()
 
 			answer = func(w http.ResponseWriter) { writeJSON(w, http.StatusOK, chatUsageJSON(30, 12)) }
-			r := e.sendFull("/v1/chat/completions", chatBody("mystery-model", 50, false), "Authorization")
+			r := e.do("/v1/chat/completions", chatBody("mystery-model", 50, false))
 			if r.status != http.StatusOK || r.header.Values("X-Tokenbudget-Cost") != nil || r.header.Get("X-Tokenbudget-Charged-Tokens") != "42" {
 				t.Errorf("unpriced: %d, cost %q, tokens %q; want 200, no cost header, 42 tokens", r.status,
 					r.header.Values("X-Tokenbudget-Cost"), r.header.Get("X-Tokenbudget-Charged-Tokens"))
@@ -213,7 +182,7 @@ func TestCostOfUnpricedAndFailedAnswers(t *testing.T) {
 			answer = func(w http.ResponseWriter) {
 				writeJSON(w, http.StatusInternalServerError, `{"error":{"message":"boom","type":"server_error"}}`)
 			}
-			r = e.sendFull("/v1/chat/completions", chatBody("gpt-4o", 50, false), "Authorization")
+			r = e.do("/v1/chat/completions", chatBody("gpt-4o", 50, false))
 			if r.status != http.StatusInternalServerError || r.header.Get("X-Tokenbudget-Cost") != "0.000000" || r.header.Get("X-Tokenbudget-Charged-Tokens") != "0" {
 				t.Errorf("upstream error: %d, cost %q, tokens %q; want 500, 0.000000, 0", r.status,
 					r.header.Get("X-Tokenbudget-Cost"), r.header.Get("X-Tokenbudget-Charged-Tokens"))
@@ -224,17 +193,9 @@ func TestCostOfUnpricedAndFailedAnswers(t *testing.T) {
 				w.Header().Set("Content-Encoding", "br")
 				writeJSON(w, http.StatusOK, "brotli bytes")
 			}
-			req, _ := http.NewRequest(http.MethodPost, e.proxy.URL+"/v1/chat/completions", strings.NewReader(chatBody("gpt-4o", 50, false)))
-			req.Header.Set("Authorization", "Bearer "+e.secret)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			e.wait(1)
-			if string(b) != "brotli bytes" || resp.Header.Values("X-Tokenbudget-Cost") != nil || resp.Header.Values("X-Tokenbudget-Charged-Tokens") != nil {
-				t.Errorf("compressed: %q, headers %v; want the body as it came, no cost headers", b, resp.Header)
+			r = e.do("/v1/chat/completions", chatBody("gpt-4o", 50, false))
+			if r.body != "brotli bytes" || r.header.Values("X-Tokenbudget-Cost") != nil || r.header.Values("X-Tokenbudget-Charged-Tokens") != nil {
+				t.Errorf("compressed: %q, headers %v; want the body as it came, no cost headers", r.body, r.header)
 			}
 			if evs := e.events(); len(evs) != 2 || evs[1].Billable() == 0 {
 				t.Errorf("events %+v; want the unpriced one and the compressed one at its estimate", evs)
@@ -265,7 +226,7 @@ func TestBodyOverTheParseCapPassesThrough(t *testing.T) {
 					writeChunked(w, []byte(reply))
 				})
 			id := e.limit("", "", "tokens", "1h", 1_000_000)
-			r := e.sendFull("/v1/chat/completions", chatBody("gpt-4o", 50, false), "Authorization")
+			r := e.do("/v1/chat/completions", chatBody("gpt-4o", 50, false))
 			if r.status != http.StatusOK || r.body != reply {
 				t.Fatalf("got %d %q; want 200 and the upstream's body", r.status, r.body)
 			}

@@ -198,9 +198,10 @@ func (e *env) used(id string) (used, reserved int64) {
 
 // response is what a client got.
 type response struct {
-	status int
-	header http.Header
-	body   string
+	status  int
+	header  http.Header
+	body    string
+	trailer http.Header // after the body (a stream's cost)
 }
 
 // do sends body to path with the gateway secret as a bearer token, waits
@@ -232,7 +233,7 @@ func (e *env) send(path, body string, header ...string) response {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return response{resp.StatusCode, resp.Header, string(b)}
+	return response{status: resp.StatusCode, header: resp.Header, body: string(b), trailer: resp.Trailer}
 }
 
 // wait waits until the proxy has finished n more requests.

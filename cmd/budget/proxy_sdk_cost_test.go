@@ -2,16 +2,11 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/tokenbudget/tokenbudget/proxy"
 )
@@ -48,25 +43,21 @@ func TestProxySDKCostHeaders(t *testing.T) {
 
 			ctx, cancel := context.WithCancel(context.Background())
 			line, done := startCLI(t, ctx, nil, "proxy", "--db", db, "--mock-upstream", "--listen", "127.0.0.1:0", "--mode", mode)
-			base := listenURL(t, line)
-			rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer rcancel()
-			cmd := exec.CommandContext(rctx, "node", filepath.Join(sdkDir, "cost.cjs"))
-			cmd.Env = append(os.Environ(), "NODE_PATH="+modules, "PROXY_URL="+base, "GATEWAY_KEY="+secret)
-			var stdout, stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			err := cmd.Run()
-			// Stopping the proxy waits for the settlements' writes.
-			cancel()
-			if derr := <-done; derr != nil {
-				t.Errorf("proxy exited with %v", derr)
+			stop := func() {
+				if cancel != nil {
+					cancel()
+					cancel = nil
+					if err := <-done; err != nil {
+						t.Errorf("proxy exited with %v", err)
+					}
+				}
 			}
-			if err != nil {
-				t.Fatalf("node cost.cjs: %v\n%s\n%s", err, stdout.String(), stderr.String())
-			}
+			defer stop()
+			out := nodeScript(t, modules, "cost.cjs", listenURL(t, line), secret)
+			stop() // it waits for the settlements' writes
 			var calls []sdkCost
-			if err := json.Unmarshal(bytes.TrimSpace(stdout.Bytes()), &calls); err != nil || len(calls) != 4 {
-				t.Fatalf("node cost.cjs printed %q (%v)", stdout.String(), err)
+			if err := json.Unmarshal(out, &calls); err != nil || len(calls) != 4 {
+				t.Fatalf("node cost.cjs printed %q (%v)", out, err)
 			}
 
 			type event struct {
