@@ -101,8 +101,10 @@ func setCost(h http.Header, s *Settled) {
 
 // settle decides what the request is charged once the handler returned
 // (or panicked: ReverseProxy aborts that way when the client goes away),
-// prices it, and ends the client's response with its cost; the store
-// write is left to x.write, which Wrap runs after the response.
+// prices it, ends the client's response with its cost, and queues the
+// settlement in the tracker (in memory: the client's next request is
+// decided after it); waiting for its store write is left to x.write,
+// which Wrap runs after the response.
 func (m *Middleware) settle(x *exchange, r *http.Request, rc *recorder, info *Info, route Route, res *budget.Reservation, panicked bool) {
 	parked := m.observe(route.Provider, rc, info.RequestID)
 	if !panicked {
@@ -111,7 +113,7 @@ func (m *Middleware) settle(x *exchange, r *http.Request, rc *recorder, info *In
 	s := m.charge(r, rc, info, route, panicked)
 	// Not cancelled with the request: the client leaving (or having its
 	// answer) must not cut the settlement short.
-	ctx := context.WithoutCancel(r.Context())
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), settleTimeout)
 	if s.Charged {
 		if err := m.t.PriceUsage(ctx, &s.Usage); err != nil {
 			// The writer prices it; the client gets no cost.
@@ -124,40 +126,67 @@ func (m *Middleware) settle(x *exchange, r *http.Request, rc *recorder, info *In
 	}
 	m.outcome(x, s.Outcome)
 	x.settled = s
-	x.write = func() { m.write(ctx, s, res) }
+	wait := m.queue(ctx, s, res)
+	x.write = func() {
+		defer cancel()
+		m.written(res, s, wait(ctx))
+	}
 }
 
-// write commits, releases or records what s charged, after the client's
-// response: the client never waits for the store.
-func (m *Middleware) write(ctx context.Context, s *Settled, res *budget.Reservation) {
-	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
-	defer cancel()
-	u := s.Usage
-	info := s.Info
-	var err error
+// queue queues the settlement s of reservation res (nil in check mode) in
+// the tracker and returns what waits for its write.
+func (m *Middleware) queue(ctx context.Context, s *Settled, res *budget.Reservation) func(context.Context) error {
+	var (
+		wait func(context.Context) error
+		err  error
+	)
 	switch {
 	case res != nil && s.Charged:
-		var st budget.Settlement
-		st, err = m.t.Commit(ctx, res.ID, u)
-		if err == nil {
-			// A commit writes its event on the tracker's transaction, which
-			// the tracker's written count does not see (it counts what the
-			// recorder writes).
-			if st.Charged {
-				if st.LateRequestID != "" {
-					m.cfg.Metrics.committed()
+		var commit func(context.Context) (budget.Settlement, error)
+		if commit, err = m.t.CommitQueued(ctx, res.ID, s.Usage); err == nil {
+			wait = func(ctx context.Context) error {
+				st, err := commit(ctx)
+				if err == nil {
+					m.committed(s, st)
 				}
-				m.log.Warn("proxy: the reservation had expired and was charged its estimate; recorded the excess only",
-					"request_id", info.RequestID, "late_request_id", st.LateRequestID)
-			} else if u.Billable() > 0 {
-				m.cfg.Metrics.committed()
+				return err
 			}
 		}
 	case res != nil:
-		err = m.t.Release(ctx, res.ID)
+		wait, err = m.t.ReleaseQueued(ctx, res.ID)
 	case s.Charged:
-		err = m.t.Record(ctx, u)
+		wait, err = m.t.RecordQueued(ctx, s.Usage)
+	default:
+		return noWait
 	}
+	if err != nil {
+		return func(context.Context) error { return err }
+	}
+	return wait
+}
+
+func noWait(context.Context) error { return nil }
+
+// committed counts and logs a written commit.
+func (m *Middleware) committed(s *Settled, st budget.Settlement) {
+	// A commit writes its event on the tracker's transaction, which the
+	// tracker's written count does not see (it counts what the recorder
+	// writes).
+	if st.Charged {
+		if st.LateRequestID != "" {
+			m.cfg.Metrics.committed()
+		}
+		m.log.Warn("proxy: the reservation had expired and was charged its estimate; recorded the excess only",
+			"request_id", s.Info.RequestID, "late_request_id", st.LateRequestID)
+	} else if s.Usage.Billable() > 0 {
+		m.cfg.Metrics.committed()
+	}
+}
+
+// written records what became of the settlement s's store write, err,
+// after the response: the metrics, the error, Config.OnSettled.
+func (m *Middleware) written(res *budget.Reservation, s *Settled, err error) {
+	u, info := &s.Usage, s.Info
 	s.Err = err
 	if err != nil {
 		m.cfg.Metrics.settleError()
@@ -170,7 +199,7 @@ func (m *Middleware) write(ctx context.Context, s *Settled, res *budget.Reservat
 		m.log.Error(msg, "request_id", info.RequestID, "key", info.Key,
 			"charge", s.Charged, "input", u.Input, "output", u.Output, "reasoning", u.Reasoning, "err", err)
 	} else if s.Charged {
-		m.cfg.Metrics.recorded(info.Route.Provider, &u)
+		m.cfg.Metrics.recorded(info.Route.Provider, u)
 	}
 	if m.cfg.OnSettled != nil {
 		m.cfg.OnSettled(s)
