@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -190,4 +191,32 @@ func storedEvents(t *testing.T, tr *budget.Tracker) []budget.Usage {
 		t.Fatal(err)
 	}
 	return evs
+}
+
+// TestNextRequestDecidedAfterTheLastSettlement: the settlement is queued
+// in the tracker before the response ends, so a client's next request,
+// sent as soon as the last answer arrived (without waiting for any
+// write), is admitted against the last one's actual usage, not its held
+// estimate: with 1,000 tokens, estimates of 560 and answers of 100, five
+// requests in a row fit (the fifth has 600 left) and the sixth does not,
+// in every mode.
+func TestNextRequestDecidedAfterTheLastSettlement(t *testing.T) {
+	t.Parallel()
+	for _, m := range costModes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, envOptions{mode: m.mode, leases: m.leases}, func(w http.ResponseWriter, r *http.Request) {
+				writeJSON(w, http.StatusOK, chatUsageJSON(50, 50))
+			})
+			e.limit("", "", "tokens", "1h", 1000)
+			var statuses []int
+			for range 6 {
+				statuses = append(statuses, e.send("/v1/chat/completions", chatBody("gpt-4o", 550, false), e.keyHeader("")...).status)
+			}
+			e.wait(6)
+			if want := []int{200, 200, 200, 200, 200, 429}; !slices.Equal(statuses, want) {
+				t.Errorf("statuses %v; want %v", statuses, want)
+			}
+		})
+	}
 }
