@@ -84,10 +84,13 @@
 //     cost the event is stored at): a held body goes out with
 //     X-Tokenbudget-Cost (dollars, six places; absent when no price
 //     matches) and X-Tokenbudget-Charged-Tokens, a stream sends them as
-//     trailers it declared, an upstream error says 0 (Settled). Then the
-//     handler returns, so the client's response completes, and the store
-//     write follows on a goroutine of its own (Middleware.Close waits for
-//     these), on a context the client leaving does not cancel: the usage
+//     trailers it declared, an upstream error says 0 (Settled). The
+//     settlement is queued in the tracker (budget.Tracker.CommitQueued,
+//     ReleaseQueued, RecordQueued: in memory, so the client's next request
+//     is decided after it); then the handler returns, so the client's
+//     response completes, and the wait for the store write follows on a
+//     goroutine of its own (Middleware.Close waits for these), on a context
+//     the client leaving does not cancel: the usage
 //     is committed (recorded in check mode, with the end user; a commit and
 //     a charge on expiry take it from the reservation); a response without
 //     usage, or with an invalid one (a count or the billable sum over

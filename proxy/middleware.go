@@ -482,10 +482,10 @@ func InfoFrom(ctx context.Context) (*Info, bool) {
 // The settlement (the usage charged and its cost) is decided in memory
 // before the response's last bytes go out: a non-streamed answer carries
 // it in X-Tokenbudget-Cost and X-Tokenbudget-Charged-Tokens, a stream in
-// trailers of those names. Its store write (the commit, release or
-// record), Config.OnSettled and the access log line follow once the
-// handler returned, on a goroutine Close waits for: the client never
-// waits for the store.
+// trailers of those names. The commit, release or record is queued in
+// the tracker before the handler returns; the wait for its store write,
+// Config.OnSettled and the access log line follow once it returned, on a
+// goroutine Close waits for: the client never waits for the store.
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		x := &exchange{ResponseWriter: w, start: time.Now()}
