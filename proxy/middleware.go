@@ -494,26 +494,6 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	})
 }
 
-// done ends a request once its handler is over (returned or panicked):
-// what is left to write and log goes to a goroutine of its own, so that
-// net/http completes the response (flushed, its last chunk sent) without
-// waiting for the store.
-func (m *Middleware) done(x *exchange, r *http.Request) {
-	x.end = time.Now()
-	if x.write == nil {
-		if m.cfg.AccessLog != nil {
-			m.logExchange(x, r)
-		}
-		return
-	}
-	m.settling.run(func() {
-		x.write()
-		if m.cfg.AccessLog != nil {
-			m.logExchange(x, r)
-		}
-	})
-}
-
 func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 	var w http.ResponseWriter = x
 	ctx := r.Context()

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
 )
@@ -204,6 +205,26 @@ func (m *Middleware) written(res *budget.Reservation, s *Settled, err error) {
 	if m.cfg.OnSettled != nil {
 		m.cfg.OnSettled(s)
 	}
+}
+
+// done ends a request once its handler is over (returned or panicked):
+// what is left to write and log goes to a goroutine of its own, so that
+// net/http completes the response (flushed, its last chunk sent) without
+// waiting for the store.
+func (m *Middleware) done(x *exchange, r *http.Request) {
+	x.end = time.Now()
+	if x.write == nil {
+		if m.cfg.AccessLog != nil {
+			m.logExchange(x, r)
+		}
+		return
+	}
+	m.settling.run(func() {
+		x.write()
+		if m.cfg.AccessLog != nil {
+			m.logExchange(x, r)
+		}
+	})
 }
 
 // settling counts the settlements written after their response, so that
