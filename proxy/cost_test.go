@@ -6,9 +6,11 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -238,5 +240,42 @@ func TestBodyOverTheParseCapPassesThrough(t *testing.T) {
 				t.Errorf("charged %d; want the estimate (at least the 50 of max_tokens), not the reported 42", used)
 			}
 		})
+	}
+}
+
+// TestCostTrailersOverHTTP2: a stream's cost trailers reach an HTTP/2
+// client too (budget proxy serves unencrypted HTTP/2, which the AWS SDKs
+// speak), equal to the stored event's.
+func TestCostTrailersOverHTTP2(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile(filepath.Join(capturesDir, "anthropic-messages-stream-1h.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, envOptions{mode: proxy.ModeReserve}, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		writeChunked(w, data)
+	})
+	e.setCostPrices()
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true)
+	h2 := httptest.NewUnstartedServer(e.proxy.Config.Handler)
+	h2.Config.Protocols = &protocols
+	h2.Start()
+	defer h2.Close()
+	req, _ := http.NewRequest(http.MethodPost, h2.URL+"/v1/messages",
+		strings.NewReader(`{"model":"claude-sonnet-4-5","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	req.Header.Set("X-Api-Key", e.secret)
+	resp, err := (&http.Client{Transport: &http.Transport{Protocols: &protocols}}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	e.wait(1)
+	evs := e.events()
+	if resp.ProtoMajor != 2 || len(evs) != 1 || resp.Trailer.Get("X-Tokenbudget-Cost") != "0.011826" ||
+		proxy.FormatCost(evs[0].Cost) != "0.011826" || resp.Trailer.Get("X-Tokenbudget-Charged-Tokens") != "2527" {
+		t.Errorf("%s: trailers %v, events %+v; want the cost 0.011826 and 2527 tokens, as stored", resp.Proto, resp.Trailer, evs)
 	}
 }
