@@ -25,8 +25,9 @@ type exchange struct {
 	user      string // the request's end user, once validated
 	requestID string
 	est       *budget.Estimate // what was admitted (Info.Estimate)
-	settled   *Settled         // what a forwarded request was charged
+	settled   *settlement      // what a forwarded request was charged
 	write     func()           // its store write, once the response is sent
+	info      *Info            // once the request reached admission (Observer)
 
 	// A budget refusal's limit id, its level and the error code.
 	refusedLimit, refusedLevel, refusedCode string
@@ -56,6 +57,15 @@ func (x *exchange) Flush() {
 // Unwrap lets http.ResponseController reach the connection (read
 // deadlines for the body timeout, flushes).
 func (x *exchange) Unwrap() http.ResponseWriter { return x.ResponseWriter }
+
+// chargedUsage is what a forwarded request was charged (its Cost priced,
+// see budget.Tracker.PriceUsage); nil when nothing was.
+func (x *exchange) chargedUsage() *budget.Usage {
+	if x.settled == nil || !x.settled.Charged {
+		return nil
+	}
+	return &x.settled.Usage
+}
 
 // logExchange writes the request's access log line. The attributes are
 // names and numbers the proxy chose or validated: never a secret (the key

@@ -29,6 +29,8 @@
 //     largest of max_tokens, max_completion_tokens and max_output_tokens,
 //     since an upstream may honour any of them). The end user is the
 //     X-Budget-User header (UserHeader, never forwarded, on any path),
+//     its tags the X-Budget-Tags header (TagsHeader, never forwarded,
+//     on any path; bad tags are 400 as bad names are),
 //     else the body's "user" string (OpenAI), else its metadata.user_id
 //     string (Anthropic); none when all are blank. A model or an end user
 //     the tracker could not store (budget.CheckName: over
@@ -84,7 +86,7 @@
 //     cost the event is stored at): a held body goes out with
 //     X-Tokenbudget-Cost (dollars, six places; absent when no price
 //     matches) and X-Tokenbudget-Charged-Tokens, a stream sends them as
-//     trailers it declared, an upstream error says 0 (Settled). The
+//     trailers it declared, an upstream error says 0. The
 //     settlement is queued in the tracker (budget.Tracker.CommitQueued,
 //     ReleaseQueued, RecordQueued: in memory, so the client's next request
 //     is decided after it); then the handler returns, so the client's
@@ -101,10 +103,13 @@
 //     error answer releases the reservation. A commit the store cannot take
 //     yet stays queued in the tracker until it can. Upstream 429, 529,
 //     repeated 503, 401 and 403 answers park the provider;
-//  7. after the write, Config.OnSettled and one AccessLog line (key name,
-//     provider, model, end user, status, outcome, estimate, tokens
-//     charged, cost, latency to the response's end; never a secret or a
-//     prompt).
+//  7. after the write, the Observer's End (Config.Observer; its Begin saw
+//     the request arrive and may have set trace-context headers that go
+//     upstream): the seam the telemetry package's OpenTelemetry spans use,
+//     so that this package imports no tracing library; then one AccessLog
+//     line (key name, provider, model, end user, status, outcome, estimate,
+//     tokens charged, cost, latency to the response's end; never a secret
+//     or a prompt).
 //
 // GET /v1/models (and /v1/models/ID) needs a valid gateway key, costs no
 // budget, and goes to the wrapped handler as it is, with the Info of the
@@ -210,5 +215,9 @@
 // returns), NewUpstream's transport two timers per upstream call (headers,
 // body idle), and Keys a goroutine per recorded key use (at most one a
 // minute per key; Keys.Wait waits for them); nothing else runs in the
-// background, and the package keeps no global mutable state.
+// background, and the package keeps no global mutable state. An
+// Observer's Begin is called on the request's goroutine, its End after
+// the response, on the goroutine that waited for the settlement's write
+// (the request's own when nothing was settled); it must be safe for
+// concurrent use.
 package proxy

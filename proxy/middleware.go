@@ -310,12 +310,10 @@ type Config struct {
 	// refusal's limit, level and code with it), the estimate, the tokens
 	// charged and the latency; never a secret, never a prompt. (Optional; nil: no access log.)
 	AccessLog *slog.Logger
-	// OnSettled, when set, is called once per request the middleware
-	// forwarded, after its response was sent and its settlement written
-	// (Settled.Err says how that went), before its access log line, on the
-	// goroutine that wrote it. It must not keep s past its return.
-	// (Optional.)
-	OnSettled func(s *Settled)
+	// Observer sees every request the middleware answers, when it arrives
+	// and once it is settled: tracing and metrics (the telemetry
+	// package's OpenTelemetry). (Optional; nil: none.)
+	Observer Observer
 }
 
 // Middleware enforces token budgets around an upstream handler; see Wrap.
@@ -434,10 +432,17 @@ type Info struct {
 	// holding At (a reservation's instant in reserve mode).
 	At  time.Time
 	Key string // the gateway key's name
+	// Team and Org are the key's placement the request is charged to, as
+	// its reservation took it (reserve mode); "" in check mode, where the
+	// event is placed when it is written.
+	Team, Org string
 	// User is the request's end user: the X-Budget-User header, else the
 	// body's (RequestInfo.User); "" when none is named. Its usage and
 	// reservation carry it, so user-scope limits count it.
-	User    string
+	User string
+	// Tags are the request's tags: the X-Budget-Tags header, normalized
+	// (TagsHeader). Its usage and reservation carry them.
+	Tags    budget.Tags
 	Route   Route
 	Request RequestInfo
 	// Estimate is what was admitted: the request's estimate, its output
@@ -484,12 +489,16 @@ func InfoFrom(ctx context.Context) (*Info, bool) {
 // it in X-Tokenbudget-Cost and X-Tokenbudget-Charged-Tokens, a stream in
 // trailers of those names. The commit, release or record is queued in
 // the tracker before the handler returns; the wait for its store write,
-// Config.OnSettled and the access log line follow once it returned, on a
-// goroutine Close waits for: the client never waits for the store.
+// the Observer's End and the access log line follow once it returned, on
+// a goroutine Close waits for: the client never waits for the store.
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		x := &exchange{ResponseWriter: w, start: time.Now()}
-		defer m.done(x, r)
+		var end func(*Observation)
+		if m.cfg.Observer != nil {
+			r, end = m.begin(r)
+		}
+		defer m.done(x, r, end)
 		m.serve(x, r, next)
 	})
 }
@@ -502,6 +511,7 @@ func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 	r.Header.Del(UserHeader)
 	hdrProvider := strings.TrimSpace(r.Header.Get(ProviderHeader))
 	r.Header.Del(ProviderHeader)
+	hdrTags := takeTags(r.Header)
 	if isModels(r.URL.Path) {
 		m.models(x, r, next)
 		return
@@ -570,6 +580,10 @@ func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 		return
 	}
 	x.user = user
+	tags, ok := m.requestTags(w, f, hdrTags)
+	if !ok {
+		return
+	}
 	est := ri.Estimate(f, m.cfg.DefaultMaxOutput, m.cfg.ImageTokens)
 	// A request without a cap gets one: the output estimate may shrink to
 	// the room left, down to the floor, and the upstream is told the
@@ -589,9 +603,9 @@ func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 		writeError(w, f, simpleError(f, http.StatusBadRequest, CodeBadRequest, "the request body is not a JSON object"))
 		return
 	}
-	info := &Info{Key: key, User: user, Route: route, Request: ri, Estimate: est}
-	x.est = &info.Estimate
-	req := budget.Request{Key: key, Provider: route.Provider, Model: ri.Model, User: user, Estimate: est, ServiceTier: ri.ServiceTier}
+	info := &Info{Key: key, User: user, Tags: tags, Route: route, Request: ri, Estimate: est}
+	x.est, x.info = &info.Estimate, info
+	req := budget.Request{Key: key, Provider: route.Provider, Model: ri.Model, User: user, Tags: tags, Estimate: est, ServiceTier: ri.ServiceTier}
 	extra := make(http.Header, 8)
 	res, ok := m.admit(w, r, f, req, minOutput, info, extra)
 	if !ok {

@@ -182,7 +182,7 @@ func (rc *recorder) endStream() {
 // s is known (nil: none, a pass-through): it writes a held body with s's
 // cost headers, or a stream's cost trailers, or answers a replaced
 // upstream 401/403.
-func (rc *recorder) finish(provider string, parked bool, s *Settled) {
+func (rc *recorder) finish(provider string, parked bool, s *settlement) {
 	if rc.finished {
 		return
 	}

@@ -18,12 +18,13 @@ const (
 	chargedTokensHeader = "X-Tokenbudget-Charged-Tokens"
 )
 
-// Settled is what the middleware charged for a request it forwarded,
+// settlement is what the middleware charged for a request it forwarded,
 // decided in memory once the upstream's answer ended and before the
 // client's response did: the cost headers (or trailers) say it, the store
-// write follows the response (Middleware.Close waits for it), and
-// Config.OnSettled and the access log see it once written.
-type Settled struct {
+// write follows the response (Middleware.Close waits for it), and the
+// Observer's End (Observation.Charged) and the access log see it once
+// written.
+type settlement struct {
 	Info *Info
 	// Status is the upstream's status (0: none, the client left first).
 	Status int
@@ -48,7 +49,7 @@ type Settled struct {
 }
 
 // Tokens is the billable tokens charged: input, output and reasoning.
-func (s *Settled) Tokens() int64 {
+func (s *settlement) Tokens() int64 {
 	if !s.Charged {
 		return 0
 	}
@@ -57,7 +58,7 @@ func (s *Settled) Tokens() int64 {
 
 // cost is the cost charged in dollars (FormatCost), and whether it is
 // known: not when no price matched or the price table was unreadable.
-func (s *Settled) cost() (string, bool) {
+func (s *settlement) cost() (string, bool) {
 	if s == nil || !s.Charged {
 		return FormatCost(0), true
 	}
@@ -89,7 +90,7 @@ func FormatCost(micros int64) string {
 // setCost sets the cost headers of s on h: X-Tokenbudget-Cost (absent when
 // the cost is unknown) and X-Tokenbudget-Charged-Tokens; nil s charged
 // nothing.
-func setCost(h http.Header, s *Settled) {
+func setCost(h http.Header, s *settlement) {
 	if c, ok := s.cost(); ok {
 		h[costHeader] = []string{c}
 	}
@@ -136,7 +137,7 @@ func (m *Middleware) settle(x *exchange, r *http.Request, rc *recorder, info *In
 
 // queue queues the settlement s of reservation res (nil in check mode) in
 // the tracker and returns what waits for its write.
-func (m *Middleware) queue(ctx context.Context, s *Settled, res *budget.Reservation) func(context.Context) error {
+func (m *Middleware) queue(ctx context.Context, s *settlement, res *budget.Reservation) func(context.Context) error {
 	var (
 		wait func(context.Context) error
 		err  error
@@ -169,7 +170,7 @@ func (m *Middleware) queue(ctx context.Context, s *Settled, res *budget.Reservat
 func noWait(context.Context) error { return nil }
 
 // committed counts and logs a written commit.
-func (m *Middleware) committed(s *Settled, st budget.Settlement) {
+func (m *Middleware) committed(s *settlement, st budget.Settlement) {
 	// A commit writes its event on the tracker's transaction, which the
 	// tracker's written count does not see (it counts what the recorder
 	// writes).
@@ -185,8 +186,8 @@ func (m *Middleware) committed(s *Settled, st budget.Settlement) {
 }
 
 // written records what became of the settlement s's store write, err,
-// after the response: the metrics, the error, Config.OnSettled.
-func (m *Middleware) written(res *budget.Reservation, s *Settled, err error) {
+// after the response: the metrics and the error.
+func (m *Middleware) written(res *budget.Reservation, s *settlement, err error) {
 	u, info := &s.Usage, s.Info
 	s.Err = err
 	if err != nil {
@@ -202,29 +203,37 @@ func (m *Middleware) written(res *budget.Reservation, s *Settled, err error) {
 	} else if s.Charged {
 		m.cfg.Metrics.recorded(info.Route.Provider, u)
 	}
-	if m.cfg.OnSettled != nil {
-		m.cfg.OnSettled(s)
-	}
 }
 
 // done ends a request once its handler is over (returned or panicked):
-// what is left to write and log goes to a goroutine of its own, so that
+// what is left to write and tell goes to a goroutine of its own, so that
 // net/http completes the response (flushed, its last chunk sent) without
-// waiting for the store.
-func (m *Middleware) done(x *exchange, r *http.Request) {
+// waiting for the store. end is the Observer's End (nil: none); its
+// Observation is taken here, while the response's headers may still be
+// read.
+func (m *Middleware) done(x *exchange, r *http.Request, end func(*Observation)) {
 	x.end = time.Now()
-	if x.write == nil {
+	var o *Observation
+	if end != nil {
+		o = x.observation(r)
+	}
+	after := func() {
+		if x.write != nil {
+			x.write()
+		}
+		if end != nil {
+			o.Charged = x.chargedUsage()
+			end(o)
+		}
 		if m.cfg.AccessLog != nil {
 			m.logExchange(x, r)
 		}
+	}
+	if x.write == nil {
+		after()
 		return
 	}
-	m.settling.run(func() {
-		x.write()
-		if m.cfg.AccessLog != nil {
-			m.logExchange(x, r)
-		}
-	})
+	m.settling.run(after)
 }
 
 // settling counts the settlements written after their response, so that
@@ -297,15 +306,15 @@ func (m *Middleware) Close(ctx context.Context) error {
 // charge decides what the request is charged from its answer: the usage
 // it reported, else what streamed, else the estimate (see the package
 // doc's step 6); nothing for an upstream error.
-func (m *Middleware) charge(r *http.Request, rc *recorder, info *Info, route Route, panicked bool) *Settled {
+func (m *Middleware) charge(r *http.Request, rc *recorder, info *Info, route Route, panicked bool) *settlement {
 	gone := panicked || rc.writeErr != nil || r.Context().Err() != nil
 	stalled := info.stalled.Load()
 	est := info.Estimate
-	s := &Settled{Info: info, Status: rc.status, Outcome: OutcomeOK, Charged: true, Streamed: rc.parser != nil}
+	s := &settlement{Info: info, Status: rc.status, Outcome: OutcomeOK, Charged: true, Streamed: rc.parser != nil}
 	// A commit takes the user from its reservation; a check-mode record
 	// from here.
 	u := &s.Usage
-	*u = budget.Usage{RequestID: info.RequestID, Key: info.Key, User: info.User, Provider: route.Provider, Model: info.Request.Model, At: info.At, ServiceTier: info.Request.ServiceTier}
+	*u = budget.Usage{RequestID: info.RequestID, Key: info.Key, User: info.User, Tags: info.Tags, Provider: route.Provider, Model: info.Request.Model, At: info.At, ServiceTier: info.Request.ServiceTier}
 	switch {
 	case rc.status/100 == 2:
 		tok, found, final, perr := rc.usage()

@@ -43,7 +43,7 @@ var errReadOnly = errors.New("store: write inside a read-only transaction")
 
 const (
 	// Multi-row statements: %s stands for the VALUES rows.
-	qInsertUsageN = `INSERT INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm, cost, unpriced, team, org, end_user, no_price)
+	qInsertUsageN = `INSERT INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm, cost, unpriced, team, org, end_user, no_price, tags)
 		VALUES %s ON CONFLICT DO NOTHING RETURNING key, request_id`
 	qAddCountersN = `WITH v(lid, sub, ws, d) AS (VALUES %s)
 		UPDATE counters SET used = MIN(used + v.d, 9007199254740991) FROM v
@@ -58,7 +58,7 @@ var hotStatements = []string{qLimitsVersion, `PRAGMA data_version`,
 	multiRow(qInsertUsageN, usageCols, chunk), multiRow(qInsertUsageN, usageCols, 1), multiRow(qAddCountersN, 4, chunk)}
 
 // usageCols is the number of columns qInsertUsageN writes.
-const usageCols = 17
+const usageCols = 18
 
 var multiRows sync.Map // multiRowKey -> string
 
@@ -188,7 +188,7 @@ func (t *tx) insertUsage(ctx context.Context, evs []budget.EventWrite) ([]bool, 
 		for i := range part {
 			e := &part[i]
 			args = append(args, e.Key, e.RequestID, e.Provider, e.Model, e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, ns(e.At),
-				budget.NormalizeModel(e.Model), e.Cost, e.Unpriced, e.Team, e.Org, e.User, evs[lo+i].NoPrice)
+				budget.NormalizeModel(e.Model), e.Cost, e.Unpriced, e.Team, e.Org, e.User, evs[lo+i].NoPrice, string(e.Tags))
 		}
 		// The rows that went in come back (a duplicate of a stored row, or
 		// of an earlier row of the chunk, does not): one statement either way.
@@ -279,6 +279,12 @@ func historyWhere(q string, args []any, h budget.History, partial bool) (string,
 	case h.User != "":
 		q += ` AND end_user = ?`
 		args = append(args, h.User)
+	case h.Tag != "":
+		// Tags are stored normalized, "a=1,b=2": the tag with a comma on
+		// each side is found in the tags with one on each side. Names
+		// and values hold no commas, so the match is exact.
+		q += ` AND instr(',' || tags || ',', ?) > 0`
+		args = append(args, ","+h.Tag+",")
 	}
 	return q, args
 }
