@@ -55,6 +55,32 @@ CREATE TABLE IF NOT EXISTS alerts (
 CREATE INDEX IF NOT EXISTS alerts_pending ON alerts (next_attempt, at) WHERE delivered_at = 0;
 CREATE INDEX IF NOT EXISTS alerts_at ON alerts (at);
 
+-- usage_hooks: where every recorded usage event is delivered (budget
+-- outbox): a webhook's URL or a library hook's name. While one is here,
+-- every transaction that inserts events queues them for it in usage_outbox.
+CREATE TABLE IF NOT EXISTS usage_hooks (
+    name       TEXT    PRIMARY KEY,
+    created_at INTEGER NOT NULL
+) WITHOUT ROWID;
+-- usage_outbox: the events not yet delivered, one row per (hook, event),
+-- queued in the event's own transaction, in order (seq); a row goes once
+-- delivered. The payload is read from usage at delivery.
+CREATE TABLE IF NOT EXISTS usage_outbox (
+    seq          INTEGER PRIMARY KEY,
+    dest         TEXT    NOT NULL,
+    key          TEXT    NOT NULL,
+    request_id   TEXT    NOT NULL,
+    at           INTEGER NOT NULL,            -- the event's instant: prune keeps what is queued
+    queued_at    INTEGER NOT NULL,
+    attempts     INTEGER NOT NULL DEFAULT 0,  -- failed deliveries
+    next_attempt INTEGER NOT NULL DEFAULT 0,
+    claim_owner  TEXT    NOT NULL DEFAULT '',
+    claim_until  INTEGER NOT NULL DEFAULT 0,
+    last_error   TEXT    NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS usage_outbox_key ON usage_outbox (dest, key, seq);
+CREATE INDEX IF NOT EXISTS usage_outbox_dest ON usage_outbox (dest, seq);
+
 -- raises: temporary (until > 0) or lasting additions to a limit.
 CREATE TABLE IF NOT EXISTS raises (
     id         TEXT    PRIMARY KEY,
@@ -273,9 +299,9 @@ CREATE TABLE IF NOT EXISTS audit (
 CREATE INDEX IF NOT EXISTS audit_at ON audit (at);
 CREATE INDEX IF NOT EXISTS gateway_keys_prev ON gateway_keys (prev_hash) WHERE prev_hash <> '';
 
--- meta: limits_version moves on every change to limits, raises, teams, orgs
--- and key placements, so a writer can confirm inside its transaction that the
--- definitions it holds are current.
+-- meta: limits_version moves on every change to limits, raises, teams, orgs,
+-- key placements and usage hooks, so a writer can confirm inside its
+-- transaction that the definitions it holds are current.
 CREATE TABLE IF NOT EXISTS meta (
     name  TEXT    PRIMARY KEY,
     value INTEGER NOT NULL
@@ -304,4 +330,8 @@ BEGIN UPDATE meta SET value = value + 1 WHERE name = 'limits_version'; END;
 CREATE TRIGGER IF NOT EXISTS key_teams_upd AFTER UPDATE ON key_teams
 BEGIN UPDATE meta SET value = value + 1 WHERE name = 'limits_version'; END;
 CREATE TRIGGER IF NOT EXISTS key_teams_del AFTER DELETE ON key_teams
+BEGIN UPDATE meta SET value = value + 1 WHERE name = 'limits_version'; END;
+CREATE TRIGGER IF NOT EXISTS usage_hooks_ins AFTER INSERT ON usage_hooks
+BEGIN UPDATE meta SET value = value + 1 WHERE name = 'limits_version'; END;
+CREATE TRIGGER IF NOT EXISTS usage_hooks_del AFTER DELETE ON usage_hooks
 BEGIN UPDATE meta SET value = value + 1 WHERE name = 'limits_version'; END;

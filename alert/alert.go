@@ -145,10 +145,7 @@ func (d *Deliverer) fill() {
 		d.Owner = budget.NewID("dlv_")
 	}
 	if d.Client == nil {
-		// A redirect would turn the POST into a GET whose 2xx is no
-		// delivery: it is a failure, tried again.
-		d.Client = &http.Client{Timeout: DefaultTimeout,
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		d.Client = NewClient(nil)
 	}
 	if d.ClaimTTL <= 0 {
 		d.ClaimTTL = DefaultClaimTTL
@@ -199,16 +196,34 @@ func (d *Deliverer) post(ctx context.Context, a *budget.Alert) error {
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.URL, bytes.NewReader(body))
+	return Post(ctx, d.Client, d.URL, "application/json", body, d.Secret, http.Header{"X-Budget-Alert-Id": {a.ID}})
+}
+
+// NewClient is a webhook's client: DefaultTimeout a POST, through rt
+// (nil: http.DefaultTransport), following no redirect: a redirect turns
+// the POST into a GET whose 2xx is no delivery, so it is a failure, tried
+// again.
+func NewClient(rt http.RoundTripper) *http.Client {
+	return &http.Client{Timeout: DefaultTimeout, Transport: rt,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+// Post POSTs body to url with c as contentType, header's fields set, and
+// with a secret an X-Budget-Signature (Sign); nil means a 2xx answer. The
+// answer's body is read (at most 64 KiB) and dropped.
+func Post(ctx context.Context, c *http.Client, url, contentType string, body, secret []byte, header http.Header) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Budget-Alert-Id", a.ID)
-	if len(d.Secret) > 0 {
-		req.Header.Set("X-Budget-Signature", Sign(d.Secret, body))
+	for k, v := range header {
+		req.Header[k] = v
 	}
-	resp, err := d.Client.Do(req)
+	req.Header.Set("Content-Type", contentType)
+	if len(secret) > 0 {
+		req.Header.Set("X-Budget-Signature", Sign(secret, body))
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		return err
 	}
@@ -224,8 +239,18 @@ func (d *Deliverer) post(ctx context.Context, a *budget.Alert) error {
 // reporting store errors to onErr (nil: ignored). A proxy ticks every
 // second, so a retry is late by at most a second.
 func (d *Deliverer) Run(ctx context.Context, tick <-chan time.Time, onErr func(error)) {
+	Every(ctx, tick, onErr, func(ctx context.Context) error {
+		_, err := d.RunOnce(ctx)
+		return err
+	})
+}
+
+// Every calls round at once and then at every tick until ctx ends,
+// reporting its errors to onErr (nil: ignored) unless ctx ended: a
+// deliverer's loop.
+func Every(ctx context.Context, tick <-chan time.Time, onErr func(error), round func(context.Context) error) {
 	for {
-		if _, err := d.RunOnce(ctx); err != nil && onErr != nil && ctx.Err() == nil {
+		if err := round(ctx); err != nil && onErr != nil && ctx.Err() == nil {
 			onErr(err)
 		}
 		select {

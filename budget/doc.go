@@ -23,6 +23,11 @@
 //   - A Reservation holds an estimate on every applicable limit until it
 //     is committed with the actual usage, released, or expires; a
 //     concurrent limit counts live reservations (leases).
+//   - Two outboxes carry what happened elsewhere, each written in the
+//     transaction of what it reports and delivered at least once by
+//     claims any number of processes share: alerts (alert.go), and the
+//     usage outbox (outbox.go), one row per event the history takes for
+//     each registered usage hook, delivered key by key in order.
 //
 // A request is decided against every level that applies to it at once,
 // the most restrictive winning. The contract (docs/contract.md in the

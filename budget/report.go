@@ -312,6 +312,10 @@ func (t *Tracker) Prune(ctx context.Context, before time.Time) (PruneResult, err
 		if err := checkRollups(ctx, h, horizon, cut); err != nil {
 			return err
 		}
+		// And delivered to the usage hooks, which read it from the history.
+		if err := outboxBefore(ctx, tx, cut); err != nil {
+			return err
+		}
 		// The deletion next: it ends holding the definitions' lock, so
 		// the checks below see every limit committed before them; a
 		// refusal rolls the deletion back.

@@ -26,6 +26,9 @@ import (
 //     are made as usual but logged nowhere; Audit returns
 //     errors.ErrUnsupported. (A store that keeps gateway keys or admin
 //     tokens logs their changes itself, in their own transactions.)
+//   - OutboxTx: events are recorded as usual and queued for no usage
+//     hook; registering one, claiming and listing the outbox return
+//     errors.ErrUnsupported, and prune checks no backlog.
 //
 // The stores of this module (SQLite, PostgreSQL, memstore) implement every
 // role; each asserts so at compile time.

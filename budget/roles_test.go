@@ -94,6 +94,8 @@ func TestTrackerOnTheRequiredRolesAlone(t *testing.T) {
 		"VerifyCounters": func() error { _, err := tr.VerifyCounters(ctx); return err },
 		"Alerts":         func() error { _, err := tr.Alerts(ctx, 10); return err },
 		"Audit":          func() error { _, err := tr.Audit(ctx, budget.AuditFilter{}); return err },
+		"AddUsageHook":   func() error { _, err := tr.AddUsageHook(ctx, "https://billing.example/u"); return err },
+		"OutboxBacklog":  func() error { _, err := tr.OutboxBacklog(ctx); return err },
 		"Park": func() error {
 			_, err := tr.Park(ctx, "openai", budget.RateLimited, time.Minute, nil)
 			return err

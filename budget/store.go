@@ -241,7 +241,7 @@ type ProviderTx interface {
 // Tx is one transaction of a Store: the two roles every backend
 // implements, HotTx (what the writer decides on and writes) and
 // DefinitionsTx (what limits, teams and prices say). HistoryTx, AlertTx,
-// ProviderTx and AuditTx are optional: a backend offers them by implementing them
+// ProviderTx, AuditTx and OutboxTx are optional: a backend offers them by implementing them
 // on the same transaction value, and the Tracker finds them by type
 // assertion (roles.go says what works without each), so a new backend
 // runs the writer once it has the two required roles. Times are stored

@@ -174,6 +174,7 @@ type Tracker struct {
 
 	stats  trackerStats
 	w      writerState // owned by the writer goroutine
+	hooks  usageHooks  // the usage outbox's destinations (outbox.go); the writer's
 	leases leaseTable
 	// horizon is the prune horizon as last read (Unix nanos, 0: none):
 	// Record refuses events before it.

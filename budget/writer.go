@@ -403,6 +403,11 @@ func (b *batch) try(ctx context.Context, tx Tx) error {
 	if conflict {
 		return fmt.Errorf("%w: a reservation's event was already recorded", ErrConflict)
 	}
+	// Every event the history took is queued for the usage hooks, in
+	// this transaction (outbox.go).
+	if err := b.t.enqueueUsage(ctx, tx, &b.ws, inserted, b.now); err != nil {
+		return err
+	}
 	// Thresholds crossed by what landed (duplicates added nothing), logged
 	// in this transaction.
 	if as, err := b.alerts(ctx, tx); err != nil {

@@ -68,6 +68,8 @@ Commands:
 	limit rm         delete a limit
 	limit raise      add to a limit until an instant, or for good
 	alerts ls        list the alerts logged when usage crossed a limit's thresholds
+	outbox ls        list what the usage hooks and the alert webhook have not received yet
+	outbox rm        remove a usage hook and drop what was queued for it
 	team set         create a team (in an org), or move it
 	team ls          list teams with their org and keys
 	team rm          remove a team
@@ -188,6 +190,8 @@ func (m *Main) Run(ctx context.Context, args []string) (err error) {
 		return m.runLimit(ctx, rest)
 	case "alerts":
 		return m.runAlerts(ctx, rest)
+	case "outbox":
+		return m.runOutbox(ctx, rest)
 	case "record":
 		return m.runRecord(ctx, rest)
 	case "import":

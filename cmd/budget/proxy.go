@@ -37,7 +37,7 @@ const proxyHelp = `usage: budget proxy (--upstream URL | --upstream NAME=URL ...
 	[--max-inflight-bytes N] [--max-inflight-bytes-per-key N] [--min-body-rate N]
 	[--retain D] [--log-format text|json]
 	[--admin-listen ADDR [--admin-token-env VAR]]
-	[--alert-webhook URL [--alert-secret-env VAR]] [--metrics-limits ID,...] [--config FILE]
+	[--alert-webhook URL] [--usage-webhook URL] [--alert-secret-env VAR] [--metrics-limits ID,...] [--config FILE]
 
 Serves POST /v1/chat/completions, /v1/responses, /v1/embeddings,
 /v1/images/generations, /v1/messages, Gemini's
@@ -157,6 +157,7 @@ carries X-Budget-Signature: sha256=<hex HMAC-SHA256 of the body keyed with
 $VAR> (a missing or empty VAR is exit 2). A failing webhook or store is
 logged on stderr and never stops the proxy.
 
+` + usageWebhookHelp + `
 Config: with --config FILE the proxy applies FILE ('budget config apply
 FILE': limits, teams, prices and gateway keys, JSON or YAML, without
 pruning) before it serves, and again on every SIGHUP, logging each change
@@ -247,6 +248,11 @@ type proxyOptions struct {
 	// alertTicks replaces the deliverer's ticker of alertInterval.
 	// (Optional; tests.)
 	alertTicks <-chan time.Time
+	// usageWebhook receives every usage event, signed with alertSecret
+	// when set ("": no delivery; proxy_usagehook.go); usageTicks
+	// replaces its ticker. (Optional; tests.)
+	usageWebhook string
+	usageTicks   <-chan time.Time
 	// metricsLimits are ids of limits the per-limit gauges report besides
 	// those with alert thresholds.
 	metricsLimits []string
@@ -282,7 +288,8 @@ func (m *Main) runProxy(ctx context.Context, args []string) (err error) {
 	logFormat := fs.String("log-format", "text", "stderr log lines as text or json")
 	o.admin.flags(fs)
 	fs.StringVar(&o.alertWebhook, "alert-webhook", "", "POST every alert to this `URL`, at least once (retried until a 2xx)")
-	secretEnv := fs.String("alert-secret-env", "", "environment `variable` holding the secret that signs each alert (X-Budget-Signature)")
+	fs.StringVar(&o.usageWebhook, "usage-webhook", "", "POST every recorded usage event to this `URL` as CloudEvents batches, at least once, in order per key")
+	secretEnv := fs.String("alert-secret-env", "", "environment `variable` holding the secret that signs each alert and usage batch (X-Budget-Signature)")
 	metricsLimits := fs.String("metrics-limits", "", "comma-separated limit `ids` the per-limit gauges report besides those with alerts")
 	fs.StringVar(&o.config, "config", "", "apply this config `file` (JSON or YAML) at start and on every SIGHUP")
 	pos, err := m.parseArgs(fs, proxyHelp, args)
@@ -438,6 +445,8 @@ type runningProxy struct {
 	stopRetention func()
 	// stopAlerts stops the alert deliverer and waits for it (nil without --alert-webhook).
 	stopAlerts func()
+	// stopUsage stops the usage deliverer and waits for it (nil without --usage-webhook).
+	stopUsage func()
 	// stopConfig stops the SIGHUP reloads of --config (nil without it).
 	stopConfig func()
 	admin      adminServer // the dashboard (admin_listen.go)
@@ -496,6 +505,9 @@ func (m *Main) startProxy(ctx context.Context, o proxyOptions) (_ *runningProxy,
 	}
 	if o.alertWebhook != "" {
 		p.startAlerts(ctx, o)
+	}
+	if err := p.startUsageHook(ctx, o, reg); err != nil {
+		return nil, err
 	}
 
 	routes, up, err := m.buildUpstreams(ctx, o, p)
@@ -739,6 +751,9 @@ func (p *runningProxy) stop(ctx context.Context) error {
 	}
 	if p.stopAlerts != nil {
 		p.stopAlerts()
+	}
+	if p.stopUsage != nil {
+		p.stopUsage()
 	}
 	if p.stopConfig != nil {
 		p.stopConfig()

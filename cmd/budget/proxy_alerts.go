@@ -4,36 +4,38 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/alert"
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/usagehook"
 )
 
 // alertInterval is how often the proxy's --alert-webhook looks for alerts
 // due: a retry is late by at most this.
 const alertInterval = time.Second
 
-// alertOptions checks --alert-webhook and --alert-secret-env and reads
-// the secret from the environment: a missing or empty variable is invalid
-// input naming the flag, so a proxy never delivers unsigned by mistake.
+// alertOptions checks --alert-webhook, --usage-webhook and
+// --alert-secret-env and reads the secret from the environment: a missing
+// or empty variable is invalid input naming the flag, so a proxy never
+// delivers unsigned by mistake.
 func (m *Main) alertOptions(o *proxyOptions, secretEnv string) error {
 	o.alertWebhook = strings.TrimSpace(o.alertWebhook)
+	o.usageWebhook = strings.TrimSpace(o.usageWebhook)
 	secretEnv = strings.TrimSpace(secretEnv)
-	if o.alertWebhook == "" {
-		if secretEnv != "" {
-			return usagef("proxy", "--alert-secret-env needs --alert-webhook")
+	for _, f := range []struct{ name, url string }{{"alert-webhook", o.alertWebhook}, {"usage-webhook", o.usageWebhook}} {
+		if f.url != "" {
+			if err := budget.CheckWebhookURL(f.name, f.url); err != nil {
+				return err
+			}
 		}
-		return nil
-	}
-	u, err := url.Parse(o.alertWebhook)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return budget.Invalid("alert-webhook", o.alertWebhook, "want an http or https URL such as https://hooks.example.com/budget")
 	}
 	if secretEnv == "" {
 		return nil
+	}
+	if o.alertWebhook == "" && o.usageWebhook == "" {
+		return usagef("proxy", "--alert-secret-env needs --alert-webhook or --usage-webhook")
 	}
 	if strings.ContainsAny(secretEnv, "= \t") {
 		return budget.Invalid("alert-secret-env", secretEnv, "want an environment variable name")
@@ -64,27 +66,33 @@ func parseIDs(s string) []string {
 // proxy.
 func (p *runningProxy) startAlerts(ctx context.Context, o proxyOptions) {
 	d := &alert.Deliverer{Tracker: p.tracker, URL: o.alertWebhook, Secret: o.alertSecret,
-		Client: &http.Client{Timeout: alert.DefaultTimeout, Transport: webhookLog{http.DefaultTransport, o.log}}}
+		Client: alert.NewClient(webhookLog{http.DefaultTransport, o.log, "alert"})}
 	p.stopAlerts = background(ctx, o.alertTicks, alertInterval, func(ctx context.Context, ticks <-chan time.Time) {
 		d.Run(ctx, ticks, func(err error) { o.log.Error("alerts: reading or settling alerts failed; tried again", "err", err) })
 	})
 }
 
 // webhookLog logs each webhook answer that is not a 2xx: the deliverer
-// counts it as failed and tries the alert again later.
+// counts it as failed and tries again later. what names the deliveries:
+// "alert" or "usage".
 type webhookLog struct {
-	rt  http.RoundTripper
-	log *slog.Logger
+	rt   http.RoundTripper
+	log  *slog.Logger
+	what string
 }
 
 func (w webhookLog) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := w.rt.RoundTrip(r)
+	prefix := "alerts: webhook"
+	attrs := []any{"alert", r.Header.Get("X-Budget-Alert-Id")}
+	if w.what == "usage" {
+		prefix, attrs = "usage hook: webhook", []any{"url", usagehook.Label(r.URL.String())}
+	}
 	switch {
 	case err != nil && r.Context().Err() == nil:
-		w.log.Warn("alerts: webhook failed; the alert is tried again later", "alert", r.Header.Get("X-Budget-Alert-Id"), "err", err)
+		w.log.Warn(prefix+" failed; tried again later", append(attrs, "err", err)...)
 	case err == nil && resp.StatusCode/100 != 2:
-		w.log.Warn("alerts: webhook refused; the alert is tried again later", "alert", r.Header.Get("X-Budget-Alert-Id"),
-			"status", resp.Status)
+		w.log.Warn(prefix+" refused; tried again later", append(attrs, "status", resp.Status)...)
 	}
 	return resp, err
 }

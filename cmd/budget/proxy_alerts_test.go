@@ -178,14 +178,7 @@ func TestProxyAlertRetryRestart(t *testing.T) {
 		t.Helper()
 		o := testProxyOptions(db, slog.New(slog.NewTextHandler(&logs, nil)))
 		o.alertWebhook, o.alertTicks = url, ticks
-		if err := m.alertOptions(&o, "HOOK_SECRET"); err != nil {
-			t.Fatal(err)
-		}
-		p, err := m.startProxy(context.Background(), o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
+		return startChecked(t, m, o, "HOOK_SECRET")
 	}
 	// A tick is taken only between rounds: sending one waits for the
 	// round before it, with its reports, to finish.

@@ -48,6 +48,9 @@ func BenchmarkCheckWarm(b *testing.B)       { eachBackend(b, storetest.BenchChec
 func BenchmarkCheckCold(b *testing.B)       { eachBackend(b, storetest.BenchCheckCold) }
 func BenchmarkCheckColdSeed(b *testing.B)   { eachBackend(b, storetest.BenchCheckColdSeed) }
 func BenchmarkRecordSustained(b *testing.B) { eachBackend(b, storetest.BenchRecordSustained) }
+func BenchmarkRecordSustainedHook(b *testing.B) {
+	eachBackend(b, storetest.BenchRecordSustainedHook)
+}
 
 // BenchmarkReserveCommit1 and BenchmarkReserveCommit64: Reserve then
 // Commit over 1,000 keys with 3 limits each, from 1 and 64 goroutines.

@@ -37,7 +37,7 @@ import (
 )
 
 // SchemaVersion is the PRAGMA user_version this build writes and reads.
-const SchemaVersion = 15
+const SchemaVersion = 16
 
 // Options configure Open. The zero value is usable.
 type Options struct {
@@ -231,6 +231,7 @@ var migrationCode = map[int]struct {
 	13: {schema: true, fn: addKeyRules},
 	14: {fn: addCacheWrite1h},
 	15: {fn: addTags},
+	16: {schema: true},
 }
 
 // migrations[i] upgrades a schema of version i to i+1: migrations[0] is the

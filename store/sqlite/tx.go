@@ -34,6 +34,7 @@ var (
 	_ budget.AlertTx    = (*tx)(nil)
 	_ budget.ProviderTx = (*tx)(nil)
 	_ budget.AuditTx    = (*tx)(nil)
+	_ budget.OutboxTx   = (*tx)(nil)
 )
 
 // ns and fromNs store instants as every SQL store does.

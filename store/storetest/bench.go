@@ -143,6 +143,18 @@ func BenchRecordSustained(b *testing.B, open BenchTracker) {
 	}
 }
 
+// BenchRecordSustainedHook is BenchRecordSustained with a usage hook
+// registered: every event also queues an outbox row in its transaction.
+func BenchRecordSustainedHook(b *testing.B, open BenchTracker) {
+	BenchRecordSustained(b, func(b *testing.B, cfg budget.Config) *budget.Tracker {
+		tr := open(b, cfg)
+		if _, err := tr.AddUsageHook(ctx, "https://billing.example/bench"); err != nil {
+			b.Fatal(err)
+		}
+		return tr
+	})
+}
+
 // BenchReserveCommit is exact admission: Reserve then Commit, 3 limits per
 // request over BenchKeys keys (each warmed by one pair first), from
 // goroutines goroutines (1: a plain loop; more: RunParallel, as a multiple

@@ -294,6 +294,9 @@ type state struct {
 	keyTeams                     map[string]string // key -> team
 	rollups                      map[rollupKey]budget.Rollup
 	alerts                       map[string]alertRow
+	hooks                        map[string]int64    // usage destinations: created at
+	outbox                       map[int64]outboxRow // by seq
+	outboxSeq                    int64               // the last seq given
 	prunedBefore                 int64
 	gkeys                        map[string]gatekey.Key // gateway keys by name
 	admins                       map[string]gatekey.AdminToken
@@ -308,7 +311,7 @@ func newState() *state {
 		counters: map[counterKey]counterRow{}, rollovers: map[counterKey]budget.Rollover{},
 		reservations: map[string]budget.ReservationRow{}, holds: map[holdKey]budget.Hold{}, providers: map[string]provider{},
 		teams: map[string]string{}, orgs: map[string]bool{}, keyTeams: map[string]string{}, rollups: map[rollupKey]budget.Rollup{}, alerts: map[string]alertRow{},
-		gkeys: map[string]gatekey.Key{}, admins: map[string]gatekey.AdminToken{}}
+		hooks: map[string]int64{}, outbox: map[int64]outboxRow{}, gkeys: map[string]gatekey.Key{}, admins: map[string]gatekey.AdminToken{}}
 }
 
 func (st *state) fork() *state {

@@ -27,6 +27,7 @@ var (
 	_ budget.AlertTx    = (*tx)(nil)
 	_ budget.ProviderTx = (*tx)(nil)
 	_ budget.AuditTx    = (*tx)(nil)
+	_ budget.OutboxTx   = (*tx)(nil)
 )
 
 func (t *tx) write() error {
