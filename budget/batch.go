@@ -236,7 +236,13 @@ type batch struct {
 	// journals are the events of the lease rows recovery settles, read
 	// from their journals; recoveredLeases those rows, whose journals go
 	// once the batch lands.
-	journals        map[string][]Usage
+	journals map[string][]Usage
+	jfiles   []*journalFile // generations read, parsed once
+	reserves int8           // contended's answer: 0 not known, -1 no, 1 yes
+	// stale are the lease names a Recover found in the journal directory
+	// (journal_stale.go), staleLate the late events their journals add.
+	stale           map[*op][]string
+	staleLate       map[string][]Usage
 	recoveredLeases []string
 	maint           []*lease // the leases this look attends to
 }
@@ -1073,7 +1079,7 @@ func (b *batch) expiredOf(ctx context.Context, tx Tx, o *op, ids []string) ([]st
 		ids = append(ids, rows[i].ID)
 		b.expired[o] = append(b.expired[o], rows[i].ID)
 	}
-	return ids, nil
+	return b.staleOf(o, ids), nil
 }
 
 // needRecover needs the limits each expired reservation holds on, and the
@@ -1095,7 +1101,7 @@ func (b *batch) needRecover(ctx context.Context, tx Tx, o *op, n *needs) error {
 			return err
 		}
 	}
-	return nil
+	return b.needStale(ctx, tx, o, n)
 }
 
 // decideRecover settles o's expired reservations (charging the
@@ -1136,7 +1142,7 @@ func (b *batch) decideRecover(ctx context.Context, tx Tx, o *op) error {
 	}
 	b.ws.DeleteSettledBefore = o.at.Add(-b.t.cfg.SettledRetention)
 	b.ws.DeleteExpiredBefore = b.t.expiredCut(o.at)
-	return nil
+	return b.decideStale(ctx, tx, o)
 }
 
 // sortCounters orders the write set's counters so row-locking stores

@@ -90,23 +90,35 @@
 // requests waiting) but never more than half the room left, and the
 // request is carved from it. Below that it holds a reservation of its own:
 // the last tokens go to whoever asks first, in any process. A route with
-// no lease takes one only on its second request within LeaseIdle: one
-// that asks less often than that gains nothing from a lease (it would be
-// given back before its next request) and keeps the store's path. The writer
+// no lease takes one on its second request within LeaseIdle, or on its
+// first when its batch carries other callers' reservations (concurrent
+// load): one that asks less often than that gains nothing from a lease
+// (it would be given back before its next request) and keeps the store's
+// path. The writer
 // looks after its leases every 250ms and at every Flush: an idle one
 // (unused for LeaseIdle, 1 s of the tracker's clock) gives its free room
 // back and ends, an expiring one is renewed, carved reservations past
 // their TTL are settled by their policy, and a change of limit
-// definitions retires every lease. A check in the same process counts
-// what its leases admitted but not the room it may still carve; other
-// processes, inspect and verify see the whole lease as reserved. Routes
-// with a concurrent or a dollar limit, reservations with NoLease (the
-// CLI's reserve), and Durable trackers take the store path.
+// definitions retires every lease. Reads: Inspect (the CLI's inspect, GET
+// /v1/budget, the dashboard) and verify count a lease's whole hold as
+// reserved, in every process: the exact, conservative view every other
+// process decides against. A check counts as its Reserve would decide:
+// what its route's lease admitted is reserved, the room that lease may
+// still carve is not (it is the route's own), and another route's lease's
+// free room is (a Reserve cannot carve it; its owner gives it back once
+// idle). Routes
+// with a concurrent or a dollar limit and reservations with NoLease (the
+// CLI's reserve) take the store path.
 //
 // The journal. Every admission, commit and release carved from a lease is
-// appended to the lease's journal (Config.LeaseJournal, one file named by
-// the lease row) as one checksummed record with one write() before the
-// call returns, so it survives the process in the page cache. Recovery of
+// appended to the lease's journal (Config.LeaseJournal, a name per lease
+// row) as one checksummed record with one write() before the call
+// returns, so it survives the process in the page cache; in Durable mode
+// the record is on disk (fdatasync) before the call returns, one sync
+// serving every caller waiting on it. A lease's journal name is a hard
+// link to the file all of its Tracker's leases append to (its
+// generation, rotated at 32 MiB): a link costs a fraction of a new file,
+// and the file goes when its last name does (journal_gen.go). Recovery of
 // an expired lease row, by any process's sweep on the machine (the
 // owner's restart included), reads it: a committed reservation is charged
 // its actual usage, one in flight its estimate under ExpireCharge
@@ -128,7 +140,11 @@
 // journal: a lease whose journal recovery cannot find is charged the rest
 // of the lease, its holds as last written (never less than it served; the
 // one overcharge, bounded by the lease's unused room), as events
-// "<lease id>:N"; see the README's crash costs.
+// "<lease id>:N"; see the README's crash costs. The journal name it left
+// on its own machine is settled by the next Recover of any tracker there
+// (its own restart included): the commits it holds that the history does
+// not add what they exceed their estimates by, as <id>:late, and the name
+// goes (journal_stale.go).
 //
 // Where it lives: the domain types in limit.go, window.go, usage.go,
 // price.go and model.go; decisions in decide.go; statuses in status.go;

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,14 +14,14 @@ import (
 	"time"
 )
 
-// The lease journal: one file per lease, named by its row's id, in
-// Config.LeaseJournal. Every admission carved from the lease, every
-// settlement and every release is one record, appended with one write()
-// before Reserve, Commit or Release returns: it then survives the process
-// (in the page cache; Config.Durable would need an fsync per record, so
-// leases are off in Durable mode). Recovery of the lease's row, by any
-// process on the machine, reads it and charges exactly (see
-// journalEvents). A record is
+// The lease journal: one name per lease, its row's id, in
+// Config.LeaseJournal (a link to its generation: journal_gen.go). Every
+// admission carved from the lease, every settlement and every release is
+// one record, appended with one write() before Reserve, Commit or Release
+// returns: it then survives the process in the page cache, and in Durable
+// mode the disk (fdatasync before the call returns, one sync serving every
+// caller waiting). Recovery of the lease's row, by any process on the
+// machine, reads it and charges exactly (see journalEvents). A record is
 //
 //	u32 length | u32 CRC-32C of the payload | payload
 //
@@ -35,17 +36,11 @@ const (
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
-// journalPath is lease id's journal in dir.
-func journalPath(dir, id string) string { return filepath.Join(dir, id+".journal") }
+// journalSuffix ends a lease's journal name.
+const journalSuffix = ".journal"
 
-// openJournal creates lease id's journal.
-func openJournal(dir, id string) (*os.File, error) {
-	f, err := os.OpenFile(journalPath(dir, id), os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("budget: lease journal: %w", err)
-	}
-	return f, nil
-}
+// journalPath is lease id's journal in dir.
+func journalPath(dir, id string) string { return filepath.Join(dir, id+journalSuffix) }
 
 // jbuf builds one record; they are pooled, as the write makes them escape.
 type jbuf struct {
@@ -73,17 +68,19 @@ func (j *jbuf) i64(v int64) {
 
 func (j *jbuf) u8(v byte) { j.b[j.n] = v; j.n++ }
 
-// write frames the record and appends it with one write().
-func (j *jbuf) write(f *os.File) error {
+// write frames the record and appends it with one write(), on disk before
+// it returns in Durable mode unless the caller syncs later (nosync).
+func (j *jbuf) write(g *journalGen, nosync bool) error {
 	binary.LittleEndian.PutUint32(j.b[0:], uint32(j.n-8))
 	binary.LittleEndian.PutUint32(j.b[4:], crc32.Checksum(j.b[8:j.n], crcTable))
-	_, err := f.Write(j.b[:j.n])
+	err := g.append(j.b[:j.n], nosync)
 	jbufs.Put(j)
 	return err
 }
 
-// journalAdmit records lr's admission.
-func journalAdmit(f *os.File, lr *leasedRes) error {
+// journalAdmit records lr's admission; nosync: the caller syncs f before
+// answering (a batch's carves, one sync for all).
+func journalAdmit(f *journalGen, lr *leasedRes, nosync bool) error {
 	if f == nil {
 		return nil
 	}
@@ -103,11 +100,11 @@ func journalAdmit(f *os.File, lr *leasedRes) error {
 	j.i64(r.Estimate.Tokens)
 	j.i64(r.Estimate.Input)
 	j.i64(r.Estimate.Output)
-	return j.write(f)
+	return j.write(f, nosync)
 }
 
 // journalCommit records the actual usage of reservation id.
-func journalCommit(f *os.File, id string, u *Usage) error {
+func journalCommit(f *journalGen, id string, u *Usage) error {
 	if f == nil {
 		return nil
 	}
@@ -125,11 +122,11 @@ func journalCommit(f *os.File, id string, u *Usage) error {
 	}
 	j.u8(flags)
 	j.str(u.ServiceTier)
-	return j.write(f)
+	return j.write(f, false)
 }
 
 // journalRelease records that reservation id was released.
-func journalRelease(f *os.File, id string) error {
+func journalRelease(f *journalGen, id string) error {
 	if f == nil {
 		return nil
 	}
@@ -138,7 +135,7 @@ func journalRelease(f *os.File, id string) error {
 	if !j.str(id) {
 		return errors.New("budget: lease journal: id too long")
 	}
-	return j.write(f)
+	return j.write(f, false)
 }
 
 // jreader reads one record's fields.
@@ -192,20 +189,49 @@ type journalEntry struct {
 // (its owner ran on another machine).
 var errNoJournal = errors.New("budget: no lease journal here")
 
-// readJournal reads lease id's journal: its admissions in order, each with
-// its settlement if one was recorded; errNoJournal when there is none.
-func readJournal(dir, id string) ([]*journalEntry, error) {
+// journalFile is one generation as parsed: its admissions by lease id,
+// each with its settlement if one was recorded.
+type journalFile struct {
+	fi      os.FileInfo
+	byLease map[string][]*journalEntry
+}
+
+// readJournal reads lease id's journal (its generation, parsed once per
+// batch: files caches them) and returns its admissions in order;
+// errNoJournal when there is none.
+func readJournal(dir, id string, files *[]*journalFile) ([]*journalEntry, error) {
 	if dir == "" {
 		return nil, errNoJournal
 	}
-	data, err := os.ReadFile(journalPath(dir, id))
+	f, err := os.Open(journalPath(dir, id))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, errNoJournal
 	}
 	if err != nil {
 		return nil, fmt.Errorf("budget: read lease journal: %w", err)
 	}
-	var out []*journalEntry
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("budget: read lease journal: %w", err)
+	}
+	for _, jf := range *files {
+		if os.SameFile(jf.fi, fi) && jf.fi.Size() == fi.Size() {
+			return jf.byLease[id], nil
+		}
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf("budget: read lease journal: %w", err)
+	}
+	jf := &journalFile{fi: fi, byLease: parseJournal(data)}
+	*files = append(*files, jf)
+	return jf.byLease[id], nil
+}
+
+// parseJournal reads a generation's records up to the first torn one.
+func parseJournal(data []byte) map[string][]*journalEntry {
+	out := make(map[string][]*journalEntry)
 	byID := make(map[string]*journalEntry)
 	for len(data) >= 8 {
 		n := int(binary.LittleEndian.Uint32(data))
@@ -218,15 +244,13 @@ func readJournal(dir, id string) ([]*journalEntry, error) {
 		data = data[8+n:]
 		switch kind {
 		case recAdmit:
-			if r.str() != id {
-				continue
-			}
+			lease := r.str()
 			e := &journalEntry{id: r.str(), at: time.Unix(0, r.i64()).UTC()}
 			r.i64() // expiry: recovery charges by policy whatever it was
 			e.charge = r.u8() == 1
 			e.est = Estimate{Tokens: r.i64(), Input: r.i64(), Output: r.i64()}
 			if !r.bad {
-				out = append(out, e)
+				out[lease] = append(out[lease], e)
 				byID[e.id] = e
 			}
 		case recCommit:
@@ -243,7 +267,7 @@ func readJournal(dir, id string) ([]*journalEntry, error) {
 			}
 		}
 	}
-	return out, nil
+	return out
 }
 
 // journalEvents are the events recovery writes for a lease row from its
@@ -295,7 +319,7 @@ func (b *batch) needJournal(ctx context.Context, tx Tx, r *ReservationRow, n *ne
 	}
 	evs, ok := b.journals[r.ID]
 	if !ok {
-		entries, err := readJournal(b.t.cfg.LeaseJournal, r.ID)
+		entries, err := readJournal(b.t.cfg.LeaseJournal, r.ID, &b.jfiles)
 		switch {
 		case errors.Is(err, errNoJournal):
 			who := r.who()

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,8 +66,9 @@ type lease struct {
 	from, until int64
 	ttl         time.Duration
 	lastUse     atomic.Int64 // Unix nanos of the tracker's clock
-	// j is its journal, set before it serves (nil without one).
-	j *os.File
+	// j is its journal's generation, set before it serves (nil without
+	// one).
+	j *journalGen
 
 	mu       sync.Mutex
 	free     []int64 // room not carved, per limit
@@ -104,13 +104,17 @@ type leasedRes struct {
 // leaseTable is a Tracker's leases by route and its carved reservations by
 // id.
 type leaseTable struct {
-	mu      sync.RWMutex
-	routes  map[routeKey]*lease
-	retired []*lease // replaced on their route, their rows not yet ended
-	shards  [16]resShard
-	lost    atomic.Int64 // leases found recovered by another process
-	carved  atomic.Int64 // reservations answered in memory
-	late    atomic.Int64 // commits after a recovery that recorded an excess
+	mu       sync.RWMutex
+	routes   map[routeKey]*lease
+	retired  []*lease // replaced on their route, their rows not yet ended
+	shards   [16]resShard
+	journals *journals // nil without a journal directory
+	// staleChecked is when Recover last looked at other processes' lease
+	// names (writer-owned; journal_stale.go).
+	staleChecked map[string]int64
+	lost         atomic.Int64 // leases found recovered by another process
+	carved       atomic.Int64 // reservations answered in memory
+	late         atomic.Int64 // commits after a recovery that recorded an excess
 }
 
 type resShard struct {
@@ -189,8 +193,10 @@ func (t *Tracker) reportErr(err error) {
 	}
 }
 
-// leasesOn reports whether reservations may be carved from leases.
-func (t *Tracker) leasesOn() bool { return t.cfg.Leases && !t.cfg.Durable }
+// leasesOn reports whether reservations may be carved from leases. In
+// Durable mode too: there every journal record is on disk (fdatasync)
+// before its call returns.
+func (t *Tracker) leasesOn() bool { return t.cfg.Leases }
 
 // reserveLeased carves req from its route's lease, or returns nil when the
 // lease cannot answer alone (none, out of room, stale, or the provider
@@ -231,7 +237,7 @@ func (t *Tracker) reserveLeased(ctx context.Context, req *Request, ttl time.Dura
 	l.mu.Unlock()
 	l.lastUse.Store(ns)
 	t.fillLeased(lr, req, l, now, ttl, policy, newLeasedID(now))
-	if err := journalAdmit(l.j, lr); err != nil {
+	if err := journalAdmit(l.j, lr, false); err != nil {
 		// Not journaled, not admitted here: the store's path decides it.
 		l.mu.Lock()
 		for i := range l.limits {

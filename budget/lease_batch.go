@@ -70,22 +70,14 @@ func (b *batch) loseLease(l *lease) {
 		b.t.leases.lost.Add(1)
 	}
 	// Its recovery read (or will read) the journal: the records this
-	// process still appends to it change nothing.
-	l.closeJournal("", false)
+	// process still appends to it change nothing. It stays open for them.
 }
 
-// closeJournal closes l's journal, removing it when its row ended here
-// (every reservation of it settled and written).
-func (l *lease) closeJournal(dir string, remove bool) {
-	l.mu.Lock()
-	f := l.j
-	l.mu.Unlock()
-	if f == nil {
-		return
-	}
-	if remove {
-		_ = f.Close()
-		removeJournal(dir, l.id)
+// endJournal gives up l's journal: its row ended here, every reservation
+// of it settled and written, so nothing will read it.
+func (t *Tracker) endJournal(l *lease) {
+	if l.j != nil {
+		removeJournal(t.cfg.LeaseJournal, l.id)
 	}
 }
 
@@ -336,7 +328,7 @@ func (b *batch) grantLease(o *op, old *lease, statuses []Status, who *Who, at ti
 			n = f
 		}
 	}
-	if n < leaseMinRoom || old == nil && !b.t.w.routeWarm(routeKey{o.req.Key, o.req.User, o.req.Provider, o.req.Model}, at) {
+	if n < leaseMinRoom || old == nil && !b.contended() && !b.t.w.routeWarm(routeKey{o.req.Key, o.req.User, o.req.Provider, o.req.Model}, at) {
 		return false
 	}
 	// Sized to the demand: what the lease served since its last refill,
@@ -350,7 +342,9 @@ func (b *batch) grantLease(o *op, old *lease, statuses []Status, who *Who, at ti
 	}
 	extra := min(want, n/2, leaseMaxEstimates)
 	l := old
-	if l == nil || !l.matches(statuses) {
+	// A lease of a rotated generation is replaced, so that old generations
+	// go with their leases.
+	if l == nil || !l.matches(statuses) || l.j != nil && l.j.rotated.Load() {
 		if l != nil {
 			b.retire(l)
 		}
@@ -370,6 +364,28 @@ func (b *batch) grantLease(o *op, old *lease, statuses []Status, who *Who, at ti
 	b.syncLease(l, p)
 	b.answerCarve(o, l, p, lr, at)
 	return true
+}
+
+// contended reports whether this batch carries reservations of several
+// callers: under concurrent load a route takes its lease on its first
+// request. Waiting for its second within LeaseIdle made leases depend on
+// the writer's speed: when the store's path was slow, a cycle over many
+// routes outlasted LeaseIdle, no route ever looked warm, and they all
+// stayed on the slow path.
+func (b *batch) contended() bool {
+	if b.reserves == 0 {
+		b.reserves = -1
+		n := 0
+		for _, o := range b.ops {
+			if o.kind == opReserve {
+				if n++; n > 1 {
+					b.reserves = 1
+					break
+				}
+			}
+		}
+	}
+	return b.reserves > 0
 }
 
 // matches reports whether l holds on exactly the counters of statuses.

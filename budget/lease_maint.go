@@ -194,6 +194,8 @@ func (t *Tracker) leaseTicker() {
 	for {
 		select {
 		case <-t.stop:
+			<-t.done // the writer's last batch ended every lease it could
+			t.leases.journals.close()
 			return
 		case <-tk.C:
 			if len(t.leases.all()) == 0 {

@@ -76,7 +76,7 @@ func (b *batch) landedLeases() {
 		l.inflight += len(p.carves)
 		l.mu.Unlock()
 		if p.create && b.t.cfg.LeaseJournal != "" {
-			f, err := openJournal(b.t.cfg.LeaseJournal, l.id)
+			f, err := b.t.leases.journals.link(l.id)
 			if err != nil {
 				// Without a journal it serves nothing more; what this batch
 				// admitted is answered (its room is held) but a crash
@@ -89,10 +89,15 @@ func (b *batch) landedLeases() {
 			l.j = f
 		}
 		for _, lr := range p.carves {
-			if err := journalAdmit(l.j, lr); err != nil {
+			if err := journalAdmit(l.j, lr, true); err != nil {
 				b.t.reportErr(err)
 			}
 			lt.put(lr.r.ID, lr)
+		}
+		if len(p.carves) > 0 {
+			if err := l.j.sync(); err != nil { // Durable: one sync for the batch's carves
+				b.t.reportErr(err)
+			}
 		}
 		l.lastUse.Store(b.now.UnixNano())
 		switch {
@@ -102,7 +107,7 @@ func (b *batch) landedLeases() {
 			l.mu.Unlock()
 			l.created = false
 			lt.drop(l)
-			l.closeJournal(b.t.cfg.LeaseJournal, true)
+			b.t.endJournal(l)
 		case p.create:
 			l.created, l.at = true, b.now
 			lt.add(l)
@@ -116,6 +121,12 @@ func (b *batch) landedLeases() {
 	}
 	for _, id := range b.recoveredLeases {
 		removeJournal(b.t.cfg.LeaseJournal, id)
+	}
+	if len(b.recoveredLeases) > 0 {
+		// Their owner may be gone: its generation's own name with it.
+		if err := sweepJournals(b.t.cfg.LeaseJournal, b.t.leases.journals.own()); err != nil {
+			b.t.reportErr(err)
+		}
 	}
 	if b.looked {
 		b.t.w.leaseLook = b.now.UnixNano()

@@ -84,10 +84,11 @@ type Config struct {
 	// MaxProbeBackoff caps how far failed probes push resume-at.
 	MaxProbeBackoff time.Duration
 	// Leases lets reservations be decided in memory, carved from room the
-	// Tracker holds in the store per route (see the package doc). Ignored
-	// in Durable mode. (Optional; default false.)
+	// Tracker holds in the store per route (see the package doc). In
+	// Durable mode each journal record is on disk (fdatasync) before its
+	// Reserve, Commit or Release returns. (Optional; default false.)
 	Leases bool
-	// LeaseJournal is the directory of the leases' journals (one file per
+	// LeaseJournal is the directory of the leases' journals (one name per
 	// lease), which every process sharing the database must be given: a
 	// process that recovers an expired lease reads its journal there.
 	// Required with Leases. (tokenbudget.Open puts it beside a SQLite
@@ -187,10 +188,10 @@ func New(ctx context.Context, store Store, cfg Config) (*Tracker, error) {
 	if store == nil {
 		return nil, errors.New("budget: New needs a Store")
 	}
-	if cfg.Leases && !cfg.Durable && cfg.LeaseJournal == "" {
+	if cfg.Leases && cfg.LeaseJournal == "" {
 		return nil, invalid("lease_journal", "", "must name a directory when leases are on")
 	}
-	if cfg.Leases && !cfg.Durable {
+	if cfg.Leases {
 		if err := os.MkdirAll(cfg.LeaseJournal, 0o700); err != nil {
 			return nil, fmt.Errorf("budget: lease journal: %w", err)
 		}
@@ -210,6 +211,9 @@ func New(ctx context.Context, store Store, cfg Config) (*Tracker, error) {
 	}
 	t.w.init()
 	t.leases.init()
+	if cfg.LeaseJournal != "" {
+		t.leases.journals = newJournals(cfg.LeaseJournal, cfg.Durable)
+	}
 	t.startRetention()
 	go t.writeLoop() // recovery runs on the writer
 	// Record refuses events before the prune horizon from the start; if the

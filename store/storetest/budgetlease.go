@@ -23,6 +23,7 @@ func init() {
 		suiteCase{"BudgetLeaseFencedCommitsRecordOnlyTheExcess", testBudgetLeaseLate},
 		suiteCase{"BudgetLeaseCarvedExpiryAndRenew", testBudgetLeaseExpiry},
 		suiteCase{"BudgetLeaseWithoutItsJournalChargedTheRest", testBudgetLeaseUnjournaled},
+		suiteCase{"BudgetLeaseRoomReadAsReserved", testBudgetLeaseReads},
 	)
 }
 
@@ -164,17 +165,25 @@ func testBudgetLeaseIdle(t *testing.T, newDB NewDB) {
 	}
 }
 
+// leasingAndReading is tracker a with leases and b, which reads with no
+// cache (refresh 0), on one database, clock and journal directory, with a
+// daily limit of 100,000 tokens on key k.
+func leasingAndReading(t *testing.T, newDB NewDB) (a, b *budget.Tracker, c *Clock, l budget.Limit) {
+	t.Helper()
+	open := newDB(t)
+	c = NewClock(T0)
+	dir := t.TempDir()
+	a = NewLeaseTracker(t, open(), c, time.Second, dir, true)
+	b = NewLeaseTracker(t, open(), c, 0, dir, false)
+	return a, b, c, SetLimit(t, b, budget.LimitSpec{Key: "k", Window: "daily"}, 100_000)
+}
+
 // A check in the leasing process counts what its leases admitted (in
 // flight) but not the room it may still carve; another process's check
 // counts the whole lease as reserved.
 func testBudgetLeaseCheck(t *testing.T, newDB NewDB) {
-	open := newDB(t)
-	c := NewClock(T0)
-	dir := t.TempDir()
-	a := NewLeaseTracker(t, open(), c, time.Second, dir, true)
-	b := NewLeaseTracker(t, open(), c, 0, dir, false)
-	const limit, est = 100_000, 100
-	l := SetLimit(t, b, budget.LimitSpec{Key: "k", Window: "daily"}, limit)
+	a, b, c, l := leasingAndReading(t, newDB)
+	const est = 100
 	ctx := context.Background()
 	var ids []string
 	for range 5 {
@@ -307,12 +316,7 @@ func testBudgetLeaseLate(t *testing.T, newDB NewDB) {
 // the first on the store's path and two carved from a lease.
 func leasedThree(t *testing.T, newDB NewDB, policy budget.ExpiryPolicy) (a, b *budget.Tracker, c *Clock, l budget.Limit, ids []string) {
 	t.Helper()
-	open := newDB(t)
-	c = NewClock(T0)
-	dir := t.TempDir()
-	a = NewLeaseTracker(t, open(), c, time.Second, dir, true)
-	b = NewLeaseTracker(t, open(), c, 0, dir, false)
-	l = SetLimit(t, b, budget.LimitSpec{Key: "k", Window: "daily"}, 100_000)
+	a, b, c, l = leasingAndReading(t, newDB)
 	for range 3 {
 		r, err := a.ReserveWith(context.Background(), leaseReq(100), budget.ReserveOptions{TTL: 20 * time.Second, OnExpiry: policy})
 		if err != nil {
@@ -410,4 +414,57 @@ func testBudgetLeaseUnjournaled(t *testing.T, newDB NewDB) {
 		t.Fatalf("after the returning tracker's commit of 170 (estimate 100): used %d; want %d", used, 60+lease+70)
 	}
 	noDrift(t, b)
+}
+
+// What each read counts of a lease. Inspect (the CLI's inspect, GET
+// /v1/budget and the dashboard all read through it) counts a lease's
+// whole hold as reserved, in the leasing process as in any other: the
+// exact, conservative view, what every other process decides against. A
+// check counts as its Reserve would decide: the free room of its own
+// route's lease is its own to carve, so not reserved; another route's
+// lease's free room is not (a Reserve cannot carve it), so reserved.
+func testBudgetLeaseReads(t *testing.T, newDB NewDB) {
+	a, b, c, l := leasingAndReading(t, newDB)
+	const est = 100
+	ctx := context.Background()
+	for range 3 { // the first holds its own reservation, then the lease
+		if _, err := a.Reserve(ctx, leaseReq(est), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	inspected := func(tr *budget.Tracker) int64 {
+		t.Helper()
+		rep, err := tr.Inspect(ctx, "k", c.Now(), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range rep.Limits {
+			if st.Limit.ID == l.ID {
+				return st.Reserved
+			}
+		}
+		t.Fatalf("inspect of k has no limit %s: %+v", l.ID, rep.Limits)
+		return 0
+	}
+	whole := inspected(b)
+	if whole <= 3*est {
+		t.Fatalf("B inspects %d reserved; want A's reservation, its two carved ones and the lease's free room (over %d)", whole, 3*est)
+	}
+	if got := inspected(a); got != whole {
+		t.Fatalf("A inspects %d reserved, B %d; want the same: inspect shows the whole lease in the leasing process too", got, whole)
+	}
+	if _, reserved := Used(t, b, leaseReq(est), c.Now(), l.ID); reserved != whole {
+		t.Fatalf("B's check: reserved %d; want %d, the whole lease", reserved, whole)
+	}
+	if _, reserved := Used(t, a, leaseReq(est), c.Now(), l.ID); reserved != 3*est {
+		t.Fatalf("A's check on the leased route: reserved %d; want %d (what it admitted, not its lease's free room)", reserved, 3*est)
+	}
+	other := leaseReq(est)
+	other.Model = "m2" // another route, on the same key's limit
+	if _, reserved := Used(t, a, other, c.Now(), l.ID); reserved != whole {
+		t.Fatalf("A's check on another route: reserved %d; want %d (the other route's free room is not its to carve)", reserved, whole)
+	}
 }

@@ -1,0 +1,283 @@
+package budget_test
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/budget/internal/faultstore"
+	"github.com/tokenbudget/tokenbudget/budget/internal/memstore"
+)
+
+// Under concurrent load a route takes its lease on its first request: 8
+// routes' first reservations, queued behind a held write, land in one
+// batch, and every route's second reservation is then answered from its
+// lease in memory. (Waiting for a route's second request within LeaseIdle
+// made leases depend on the writer's speed: a slow store kept every route
+// of a large cycle off its lease.)
+func TestLeaseTakenOnFirstRequestUnderLoad(t *testing.T) {
+	dir := t.TempDir()
+	synctest.Test(t, func(t *testing.T) {
+		f, tr := faultTracker(t, func(c *budget.Config) { c.Leases, c.LeaseJournal = true, dir })
+		defer tr.Close(ctx)
+		const routes = 8
+		max := int64(1 << 40)
+		for i := range routes {
+			if _, _, err := tr.SetLimit(ctx, budget.LimitSpec{Key: "k" + strconv.Itoa(i), Window: "daily", Max: &max}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		req := func(i int) budget.Request {
+			return budget.Request{Key: "k" + strconv.Itoa(i), Estimate: budget.Estimate{Input: 10, Output: 10}}
+		}
+		// A first write holds the writer while the routes' first requests
+		// queue behind it.
+		g := f.Gate()
+		held := make(chan error, 1)
+		go func() { _, err := tr.RecordSync(ctx, budget.Usage{Key: "other", Input: 1}); held <- err }()
+		<-g.Reached()
+		errs := make(chan error, routes)
+		for i := range routes {
+			go func() {
+				_, err := tr.Reserve(ctx, req(i), time.Minute)
+				errs <- err
+			}()
+		}
+		synctest.Wait() // every caller waits for its answer: all are queued
+		if d := tr.Stats().QueueDepth; d != routes {
+			t.Fatalf("queued behind the held write: %d; want %d", d, routes)
+		}
+		g.Release()
+		if err := <-held; err != nil {
+			t.Fatal(err)
+		}
+		for range routes {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := tr.Stats().Leased
+		for i := range routes {
+			if _, err := tr.Reserve(ctx, req(i), time.Minute); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := tr.Stats().Leased - before; got != routes {
+			t.Fatalf("second requests answered from a lease: %d of %d; want all: each route took its lease in the contended batch", got, routes)
+		}
+	})
+}
+
+// In Durable mode leases are on, and every record a leased Reserve or
+// Commit journals is on disk (fdatasync) before the call returns: each
+// call made a sync, and nothing appended is left unsynced.
+func TestDurableLeaseJournalSyncedBeforeReturn(t *testing.T) {
+	_, tr := faultTracker(t, func(c *budget.Config) { c.Leases, c.LeaseJournal, c.Durable = true, t.TempDir(), true })
+	defer tr.Close(ctx)
+	max := int64(1 << 40)
+	if _, _, err := tr.SetLimit(ctx, budget.LimitSpec{Key: "k", Window: "daily", Max: &max}); err != nil {
+		t.Fatal(err)
+	}
+	req := budget.Request{Key: "k", Estimate: budget.Estimate{Input: 10, Output: 10}}
+	// The route's first request holds its own reservation, its second
+	// takes the lease (journaled in the batch that creates it).
+	for range 2 {
+		if _, err := tr.Reserve(ctx, req, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 5 {
+		before, _ := budget.JournalSync(tr)
+		r, err := tr.Reserve(ctx, req, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		syncs, synced := budget.JournalSync(tr)
+		if syncs <= before || !synced {
+			t.Fatalf("leased Reserve %d returned with %d syncs made (%d before), all synced %v; want its record on disk", i, syncs, before, synced)
+		}
+		if _, err := tr.Commit(ctx, r.ID, budget.Usage{Input: 5, Output: 5}); err != nil {
+			t.Fatal(err)
+		}
+		after, synced := budget.JournalSync(tr)
+		if after <= syncs || !synced {
+			t.Fatalf("leased Commit %d returned with %d syncs made (%d before), all synced %v; want its record on disk", i, after, syncs, synced)
+		}
+	}
+	if n := tr.Stats().Leased; n < 5 {
+		t.Fatalf("Durable tracker answered %d reservations from a lease; want leases on (at least 5)", n)
+	}
+}
+
+// testClock is a clock a test moves.
+type testClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *testClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+
+func (c *testClock) Advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+// usedReserved is key k's first limit's usage and holds as tr inspects
+// them.
+func usedReserved(t *testing.T, tr *budget.Tracker) (int64, int64) {
+	t.Helper()
+	rep, err := tr.Inspect(ctx, "k", tr.Now(), 0)
+	if err != nil || len(rep.Limits) == 0 {
+		t.Fatalf("Inspect = %+v, %v", rep, err)
+	}
+	return rep.Limits[0].Used, rep.Limits[0].Reserved
+}
+
+// A lease whose owner died on one machine and which a replica on another
+// machine charged whole (it could not read the journal) leaves the
+// owner's journal name behind. A tracker on the owner's machine finds it
+// at its next Recover: the commit the journal holds but the history does
+// not adds what it exceeds its estimate by, as <id>:late (the whole
+// charge covered it at its estimate), and the name is removed. Each
+// request is charged once: the owner's own late write, when it resumes,
+// adds nothing more.
+func TestStaleJournalSettledAndRemoved(t *testing.T) {
+	mem := memstore.New()
+	f := faultstore.New(mem)
+	c := &testClock{t: time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)}
+	dirA, dirB := t.TempDir(), t.TempDir()
+	a := storeTracker(t, f, func(cfg *budget.Config) { cfg.Now, cfg.Leases, cfg.LeaseJournal = c.Now, true, dirA })
+	b := storeTracker(t, mem, func(cfg *budget.Config) { cfg.Now, cfg.LeaseJournal = c.Now, dirB }) // another machine
+	max := int64(100_000)
+	if _, _, err := b.SetLimit(ctx, budget.LimitSpec{Key: "k", Window: "daily", Max: &max}); err != nil {
+		t.Fatal(err)
+	}
+	req := budget.Request{Key: "k", Provider: "p", Model: "m", Estimate: budget.Estimate{Input: 50, Output: 50}}
+	var ids []string
+	for range 3 { // the first on the store's path, then a lease
+		r, err := a.Reserve(ctx, req, 20*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.ID)
+	}
+	_, reserved := usedReserved(t, b)
+	lease := reserved - 100 // the first request's own reservation aside
+	// A's writer is held: its commit is journaled and answered, its event
+	// never written. Then A is as good as dead.
+	g := f.Gate()
+	t.Cleanup(g.Release) // before A's Close, should the test stop early
+	if _, err := a.Commit(ctx, ids[2], budget.Usage{Input: 100, Output: 70}); err != nil {
+		t.Fatal(err)
+	}
+	<-g.Reached()
+	c.Advance(30 * time.Second)
+	if _, err := b.Recover(ctx, c.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if used, reserved := usedReserved(t, b); used != lease || reserved != 0 {
+		t.Fatalf("after B charged A's lease whole: used %d, reserved %d; want %d (the rest of the lease), 0", used, reserved, lease)
+	}
+	names := func() (journals []string) {
+		entries, _ := os.ReadDir(dirA)
+		for _, e := range entries {
+			if strings.HasSuffix(e.Name(), ".journal") {
+				journals = append(journals, e.Name())
+			}
+		}
+		return journals
+	}
+	if n := names(); len(n) != 1 {
+		t.Fatalf("A's journal names before the sweep on its machine: %v; want its lease's", n)
+	}
+	// A tracker on A's machine (A restarting) sweeps.
+	c2 := storeTracker(t, mem, func(cfg *budget.Config) { cfg.Now, cfg.LeaseJournal = c.Now, dirA })
+	if _, err := c2.Recover(ctx, c.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if n := names(); len(n) != 0 {
+		t.Fatalf("journal names left after the sweep: %v; want none", n)
+	}
+	if used, _ := usedReserved(t, b); used != lease+70 {
+		t.Fatalf("after the sweep: used %d; want %d (the whole charge and the commit's 70 over its estimate)", used, lease+70)
+	}
+	// A wakes: its commit's late event is the one the sweep wrote.
+	g.Release()
+	if _, err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if used, _ := usedReserved(t, b); used != lease+70 {
+		t.Fatalf("after A's own late write: used %d; want still %d (charged once)", used, lease+70)
+	}
+}
+
+// Journal generations rotate: a lease of a full generation keeps
+// appending to it (its name links it) and is replaced at its next refill;
+// the old generation's own name goes at once, and once every lease has
+// ended (Close) no name is left in the directory.
+func TestJournalGenerationsRotate(t *testing.T) {
+	defer budget.SetGenMax(budget.SetGenMax(1)) // every new lease rotates
+	dir := t.TempDir()
+	_, tr := faultTracker(t, func(c *budget.Config) { c.Leases, c.LeaseJournal = true, dir })
+	max := int64(1 << 40)
+	for _, k := range []string{"a", "b"} {
+		if _, _, err := tr.SetLimit(ctx, budget.LimitSpec{Key: k, Window: "daily", Max: &max}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gens := func() (n int, journals int) {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			switch {
+			case strings.HasSuffix(e.Name(), ".gen"):
+				n++
+			case strings.HasSuffix(e.Name(), ".journal"):
+				journals++
+			}
+		}
+		return n, journals
+	}
+	for _, k := range []string{"a", "b"} { // each route's second request takes a lease
+		for range 2 {
+			r, err := tr.Reserve(ctx, budget.Request{Key: k, Estimate: budget.Estimate{Input: 10}}, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tr.Commit(ctx, r.ID, budget.Usage{Input: 5}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if n, j := gens(); n != 1 || j != 2 {
+		t.Fatalf("after two leases in generations of one byte: %d generation names, %d journal names; want 1 (the current) and 2", n, j)
+	}
+	// Route a's lease is of a rotated generation: its carves still land
+	// in it, and its refill replaces it.
+	before := tr.Stats().Leased
+	for range 100 {
+		r, err := tr.Reserve(ctx, budget.Request{Key: "a", Estimate: budget.Estimate{Input: 10}}, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tr.Commit(ctx, r.ID, budget.Usage{Input: 5}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := tr.Stats().Leased - before; got < 90 {
+		t.Fatalf("leased after rotation: %d of 100; want nearly all", got)
+	}
+	if n := budget.JournalGens(tr); n < 3 {
+		t.Fatalf("generations started: %d; want a third: route a's lease replaced at a refill, in a new generation", n)
+	}
+	if err := tr.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, j := gens(); n != 0 || j != 0 {
+		t.Fatalf("after Close: %d generation names, %d journal names; want none", n, j)
+	}
+}
