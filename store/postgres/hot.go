@@ -97,11 +97,40 @@ func (t *tx) Windows(ctx context.Context, refs []budget.WindowRef, now time.Time
 		return nil, fmt.Errorf("read counters and holds: %w", err)
 	}
 	sum := func(l *budget.Limit, start, end time.Time) (int64, error) { return t.SumUsage(ctx, l, start, end) }
-	err = sqlrow.CompleteWindows(refs, out, sum, func(l *budget.Limit, prevStart time.Time) (latest, prev *int64, err error) {
-		return t.CounterBefore(ctx, l, prevStart)
+	err = sqlrow.CompleteWindows(refs, out, sqlrow.EachSum(sum), func(refs []budget.WindowRef) ([]sqlrow.Before, error) {
+		return t.befores(ctx, refs)
 	})
 	if err != nil {
 		return nil, err
+	}
+	return out, nil
+}
+
+// befores reads sqlrow.CompleteWindows' Before of each ref, in one round
+// trip.
+func (t *tx) befores(ctx context.Context, refs []budget.WindowRef) ([]sqlrow.Before, error) {
+	idx, ids, subs, prevs := make([]int64, len(refs)), make([]string, len(refs)), make([]string, len(refs)), make([]int64, len(refs))
+	for i, r := range refs {
+		idx[i], ids[i], subs[i], prevs[i] = int64(i), r.Limit.ID, r.Limit.Subject, ns(r.PrevStart)
+	}
+	rows, err := t.tx.QueryContext(ctx, `SELECT v.i, (SELECT MAX(window_start) FROM counters c WHERE c.limit_id = v.lid AND c.subject = v.sub),
+		(SELECT used FROM counters c WHERE c.limit_id = v.lid AND c.subject = v.sub AND c.window_start = v.ps)
+		FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[]) AS v(i, lid, sub, ps)`, idx, ids, subs, prevs)
+	if err != nil {
+		return nil, fmt.Errorf("read counters before windows: %w", err)
+	}
+	defer rows.Close()
+	out := make([]sqlrow.Before, len(refs))
+	for rows.Next() {
+		var i int64
+		var b sqlrow.Before
+		if err := rows.Scan(&i, &b.Latest, &b.Prev); err != nil {
+			return nil, fmt.Errorf("read counters before windows: %w", err)
+		}
+		out[i] = b
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read counters before windows: %w", err)
 	}
 	return out, nil
 }

@@ -87,10 +87,8 @@ func (t *tx) Windows(ctx context.Context, refs []budget.WindowRef, now time.Time
 			return nil, fmt.Errorf("read holds: %w", err)
 		}
 	}
-	sum := func(l *budget.Limit, start, end time.Time) (int64, error) { return t.SumUsage(ctx, l, start, end) }
-	err := sqlrow.CompleteWindows(refs, out, sum, func(l *budget.Limit, prevStart time.Time) (latest, prev *int64, err error) {
-		return t.CounterBefore(ctx, l, prevStart)
-	})
+	err := sqlrow.CompleteWindows(refs, out, func(ss []sqlrow.Sum) ([]int64, error) { return t.sums(ctx, ss) },
+		func(refs []budget.WindowRef) ([]sqlrow.Before, error) { return t.befores(ctx, refs) })
 	if err != nil {
 		return nil, err
 	}
@@ -263,6 +261,7 @@ func (t *tx) settle(ctx context.Context, ss []budget.Settle) error {
 func (t *tx) applyCounters(ctx context.Context, w *budget.WriteSet, inserted []bool) error {
 	deltas := w.CounterDeltas(inserted)
 	var args []any
+	var creates []*budget.CounterWrite
 	rows := 0
 	flush := func() error {
 		if rows == 0 {
@@ -282,9 +281,7 @@ func (t *tx) applyCounters(ctx context.Context, w *budget.WriteSet, inserted []b
 		c := &w.Counters[i]
 		l := c.Ref.Limit
 		if c.Create {
-			if err := t.createCounter(ctx, l, c.Ref.Start, c.Ref.End, deltas[i]); err != nil {
-				return err
-			}
+			creates = append(creates, c)
 			continue
 		}
 		if deltas[i] == 0 {
@@ -297,32 +294,8 @@ func (t *tx) applyCounters(ctx context.Context, w *budget.WriteSet, inserted []b
 			}
 		}
 	}
-	return flush()
-}
-
-// createCounter creates l's row for [start, end) from the history, which
-// already holds this transaction's events; if the row exists after all,
-// delta is added to it instead.
-func (t *tx) createCounter(ctx context.Context, l *budget.Limit, start, end time.Time, delta int64) error {
-	rolled, from, err := t.rolledUp(ctx, l, start, end)
-	if err != nil {
+	if err := flush(); err != nil {
 		return err
 	}
-	evEnd := end
-	if evEnd.Before(from) {
-		evEnd = from // the whole window is before the horizon
-	}
-	q, sumArgs, err := sumQuery(l, from, evEnd)
-	if err != nil {
-		return err
-	}
-	q = strings.Replace(q, "SELECT ", "INSERT INTO counters (limit_id, subject, window_start, window_end, used) SELECT ?, ?, ?, ?, MIN(? + ", 1)
-	q = strings.Replace(q, " FROM usage", ", 9007199254740991) FROM usage", 1) +
-		` ON CONFLICT (limit_id, subject, window_start) DO UPDATE SET used = MIN(used + ?, 9007199254740991)`
-	args := append([]any{l.ID, l.Subject, start.UnixNano(), end.UnixNano(), rolled}, sumArgs...)
-	args = append(args, delta)
-	if _, err := t.exec(ctx, q, args...); err != nil {
-		return fmt.Errorf("create counter %s@%d: %w", l.ID, start.Unix(), err)
-	}
-	return nil
+	return t.createCounters(ctx, creates)
 }
