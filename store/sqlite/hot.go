@@ -256,46 +256,27 @@ func (t *tx) settle(ctx context.Context, ss []budget.Settle) error {
 	return nil
 }
 
-// applyCounters creates the counters w creates and adds to the others what
-// their inserted events contribute.
+// applyCounters creates the counters w creates, then adds to the others
+// (and to any it found created already) what their inserted events
+// contribute.
 func (t *tx) applyCounters(ctx context.Context, w *budget.WriteSet, inserted []bool) error {
-	deltas := w.CounterDeltas(inserted)
-	var args []any
-	var creates []*budget.CounterWrite
-	rows := 0
-	flush := func() error {
-		if rows == 0 {
-			return nil
-		}
-		n, err := t.db.exec(ctx, t.tx, multiRow(qAddCountersN, 4, rows), args...)
-		if err != nil {
-			return fmt.Errorf("add to counters: %w", err)
-		}
-		if n != int64(rows) {
-			return fmt.Errorf("%w: add to counters: %d of %d rows are gone", budget.ErrConflict, int64(rows)-n, rows)
-		}
-		args, rows = args[:0], 0
-		return nil
-	}
-	for i := range w.Counters {
-		c := &w.Counters[i]
-		l := c.Ref.Limit
-		if c.Create {
-			creates = append(creates, c)
-			continue
-		}
-		if deltas[i] == 0 {
-			continue
-		}
-		args = append(args, l.ID, l.Subject, ns(c.Ref.Start), deltas[i])
-		if rows++; rows == chunk {
-			if err := flush(); err != nil {
-				return err
+	return sqlrow.ApplyCounters(w, inserted, func(cs []*budget.CounterWrite) ([]bool, error) { return t.createCounters(ctx, cs) },
+		func(cs []*budget.CounterWrite, ds []int64) error {
+			for lo := 0; lo < len(cs); lo += chunk {
+				hi := min(lo+chunk, len(cs))
+				args := make([]any, 0, 4*(hi-lo))
+				for i := lo; i < hi; i++ {
+					r := &cs[i].Ref
+					args = append(args, r.Limit.ID, r.Limit.Subject, ns(r.Start), ds[i])
+				}
+				n, err := t.db.exec(ctx, t.tx, multiRow(qAddCountersN, 4, hi-lo), args...)
+				if err != nil {
+					return fmt.Errorf("add to counters: %w", err)
+				}
+				if n != int64(hi-lo) {
+					return fmt.Errorf("%w: add to counters: %d of %d rows are gone", budget.ErrConflict, int64(hi-lo)-n, hi-lo)
+				}
 			}
-		}
-	}
-	if err := flush(); err != nil {
-		return err
-	}
-	return t.createCounters(ctx, creates)
+			return nil
+		})
 }

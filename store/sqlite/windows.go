@@ -121,57 +121,73 @@ func (t *tx) sums(ctx context.Context, ss []sqlrow.Sum) ([]int64, error) {
 	return out, nil
 }
 
+// counterKey is a counter row's key.
+type counterKey struct {
+	limit, subject string
+	start          int64
+}
+
 // createCounters creates the rows of the windows cs (WriteSet counters
 // with Create), each seeded from the history, which already holds this
-// transaction's events: one statement per shape and windowChunk rows. A
-// row that exists after all is a plan made on a stale read: ErrConflict,
-// and the batch is planned again from a fresh one.
-func (t *tx) createCounters(ctx context.Context, cs []*budget.CounterWrite) error {
+// transaction's events: one statement per shape and windowChunk rows. It
+// reports which rows existed already (another transaction created them
+// first): those gain the batch's additions like any existing row.
+func (t *tx) createCounters(ctx context.Context, cs []*budget.CounterWrite) ([]bool, error) {
 	type row struct {
-		c           *budget.CounterWrite
+		i           int
 		rolled      int64
 		from, evEnd int64
 		who, f      any
 	}
 	groups := make(map[sumShape][]row)
 	var order []sumShape
-	for _, c := range cs {
+	for i, c := range cs {
 		l := c.Ref.Limit
 		rolled, from, err := t.rolledUp(ctx, l, c.Ref.Start, c.Ref.End)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		sh, who, f, err := shapeOf(l)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if _, ok := groups[sh]; !ok {
 			order = append(order, sh)
 		}
 		// A window wholly before the horizon sums no events.
-		groups[sh] = append(groups[sh], row{c, rolled, ns(from), max(ns(c.Ref.End), ns(from)), who, f})
+		groups[sh] = append(groups[sh], row{i, rolled, ns(from), max(ns(c.Ref.End), ns(from)), who, f})
 	}
+	existed := make([]bool, len(cs))
 	for _, sh := range order {
 		rows := groups[sh]
 		q := `WITH v(lid, sub, ws, we, rolled, s, e, who, f) AS (VALUES %s)
-			INSERT INTO counters (limit_id, subject, window_start, window_end, used)
-			SELECT v.lid, v.sub, v.ws, v.we, MIN(v.rolled + ` + sh.subquery() + `, 9007199254740991) FROM v WHERE true
-			ON CONFLICT DO NOTHING`
+			INSERT OR IGNORE INTO counters (limit_id, subject, window_start, window_end, used)
+			SELECT v.lid, v.sub, v.ws, v.we, MIN(v.rolled + ` + sh.subquery() + `, 9007199254740991) FROM v
+			RETURNING limit_id, subject, window_start`
 		for lo := 0; lo < len(rows); lo += windowChunk {
 			part := rows[lo:min(lo+windowChunk, len(rows))]
 			args := make([]any, 0, 9*len(part))
+			created := make(map[counterKey]bool, len(part))
 			for _, r := range part {
-				l := r.c.Ref.Limit
-				args = append(args, l.ID, l.Subject, ns(r.c.Ref.Start), ns(r.c.Ref.End), r.rolled, r.from, r.evEnd, r.who, r.f)
+				c := cs[r.i]
+				l := c.Ref.Limit
+				args = append(args, l.ID, l.Subject, ns(c.Ref.Start), ns(c.Ref.End), r.rolled, r.from, r.evEnd, r.who, r.f)
 			}
-			n, err := t.exec(ctx, multiRow(q, 9, len(part)), args...)
-			if err != nil {
-				return fmt.Errorf("create %d counters: %w", len(part), err)
+			if err := t.scan(ctx, multiRow(q, 9, len(part)), args, func(s scanner) error {
+				var k counterKey
+				if err := s.Scan(&k.limit, &k.subject, &k.start); err != nil {
+					return err
+				}
+				created[k] = true
+				return nil
+			}); err != nil {
+				return nil, fmt.Errorf("create %d counters: %w", len(part), err)
 			}
-			if n != int64(len(part)) {
-				return fmt.Errorf("%w: create counters: %d of %d rows exist already", budget.ErrConflict, int64(len(part))-n, len(part))
+			for _, r := range part {
+				ref := &cs[r.i].Ref
+				existed[r.i] = !created[counterKey{ref.Limit.ID, ref.Limit.Subject, ns(ref.Start)}]
 			}
 		}
 	}
-	return nil
+	return existed, nil
 }

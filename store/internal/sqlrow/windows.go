@@ -95,18 +95,40 @@ func CompleteWindows(refs []budget.WindowRef, out []budget.WindowState,
 	return nil
 }
 
-// EachSum answers CompleteWindows' sums one at a time, for a store without
-// a set-shaped form of its history sum.
-func EachSum(sum func(l *budget.Limit, start, end time.Time) (int64, error)) func([]Sum) ([]int64, error) {
-	return func(ss []Sum) ([]int64, error) {
-		out := make([]int64, len(ss))
-		for i, s := range ss {
-			v, err := sum(s.Limit, s.Start, s.End)
-			if err != nil {
-				return nil, err
-			}
-			out[i] = v
+// ApplyCounters is Tx.Apply's counter writes: create makes the rows of the
+// counters w creates and reports which existed already (another
+// transaction created them first); then add adds their deltas to the
+// counters that gain one, every existing row with a delta and each created
+// row found existing.
+func ApplyCounters(w *budget.WriteSet, inserted []bool, create func([]*budget.CounterWrite) ([]bool, error),
+	add func([]*budget.CounterWrite, []int64) error) error {
+	deltas := w.CounterDeltas(inserted)
+	var creates []*budget.CounterWrite
+	var createdAt []int
+	for i := range w.Counters {
+		if w.Counters[i].Create {
+			creates, createdAt = append(creates, &w.Counters[i]), append(createdAt, i)
 		}
-		return out, nil
 	}
+	existed := make([]bool, len(w.Counters))
+	if len(creates) > 0 {
+		found, err := create(creates)
+		if err != nil {
+			return err
+		}
+		for j, i := range createdAt {
+			existed[i] = found[j]
+		}
+	}
+	var cs []*budget.CounterWrite
+	var ds []int64
+	for i := range w.Counters {
+		if c := &w.Counters[i]; deltas[i] != 0 && (!c.Create || existed[i]) {
+			cs, ds = append(cs, c), append(ds, deltas[i])
+		}
+	}
+	if len(cs) == 0 {
+		return nil
+	}
+	return add(cs, ds)
 }
