@@ -308,15 +308,20 @@ var errNotNumber = errors.New("not a JSON number")
 // without at.
 func parseLine(b []byte, n int, now time.Time, salt string) (budget.Usage, error) {
 	b = bytes.TrimSpace(b)
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	dec.UseNumber()
 	var in importLine
-	if err := dec.Decode(&in); err != nil {
-		return budget.Usage{}, decodeError(b, err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return budget.Usage{}, budget.Invalid("json", clip(b), "want one JSON object per line")
+	if !in.decodePlain(b) {
+		// Anything decodePlain does not take, and every error, is
+		// encoding/json's to read and to name.
+		in = importLine{}
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		dec.UseNumber()
+		if err := dec.Decode(&in); err != nil {
+			return budget.Usage{}, decodeError(b, err)
+		}
+		if _, err := dec.Token(); err != io.EOF {
+			return budget.Usage{}, budget.Invalid("json", clip(b), "want one JSON object per line")
+		}
 	}
 	u := budget.Usage{RequestID: in.RequestID, Key: in.Key, Provider: in.Provider, Model: in.Model, User: in.User, At: now}
 	if in.Team != nil || in.Org != nil {
