@@ -180,8 +180,10 @@ func (t *tx) UnpricedEvents(ctx context.Context) (int64, error) {
 // covering index, each page read and written once for its run of rows
 // rather than once per event. OR IGNORE, not an upsert: a statement that
 // cannot abort needs no statement journal (a copy of every page it
-// touches), and the only constraints that can fail are the key's (every
-// column is bound to a non-NULL value).
+// touches). It would also skip a row failing a NOT NULL or CHECK
+// constraint: the table has no CHECK and every column is bound to a
+// non-NULL value, so only the key's uniqueness can fail (a CHECK added to
+// usage needs ON CONFLICT DO NOTHING back, or events would be dropped).
 func (t *tx) insertUsage(ctx context.Context, evs []budget.EventWrite) ([]bool, error) {
 	if err := t.write(); err != nil {
 		return nil, err
