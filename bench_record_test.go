@@ -16,12 +16,12 @@ import (
 //
 //	go test -run '^$' -bench RecordStatements -benchtime 20000x .
 //
-//   - Sustained: RecordSustained's shape, 1,000 keys, every event now, so
-//     each key's three windows are created once and then only added to.
-//   - Spread1000 and Spread10000: BenchmarkImport's shape, 50 keys, events
-//     spread evenly over the 24 hours before now (a per-minute window
-//     opens nearly every third event of a key), written by RecordSync
-//     calls of 1,000 or 10,000 events.
+// Sustained is RecordSustained's shape: 1,000 keys, every event now, so
+// each key's three windows are created once and then only added to.
+// Spread1000 and Spread10000 are BenchmarkImport's: 50 keys, events spread
+// evenly over the 24 hours before now (a per-minute window opens nearly
+// every third event of a key), written by RecordSync calls of 1,000 or
+// 10,000 events.
 //
 // stmts/event is the writer's statements per event, stmts/batch per
 // committed write transaction; neither counts BEGIN and COMMIT, nor a
