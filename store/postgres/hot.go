@@ -111,23 +111,19 @@ func (t *tx) befores(ctx context.Context, refs []budget.WindowRef) ([]sqlrow.Bef
 	for i, r := range refs {
 		idx[i], ids[i], subs[i], prevs[i] = int64(i), r.Limit.ID, r.Limit.Subject, ns(r.PrevStart)
 	}
-	rows, err := t.tx.QueryContext(ctx, `SELECT v.i, (SELECT MAX(window_start) FROM counters c WHERE c.limit_id = v.lid AND c.subject = v.sub),
-		(SELECT used FROM counters c WHERE c.limit_id = v.lid AND c.subject = v.sub AND c.window_start = v.ps)
-		FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[]) AS v(i, lid, sub, ps)`, idx, ids, subs, prevs)
-	if err != nil {
-		return nil, fmt.Errorf("read counters before windows: %w", err)
-	}
-	defer rows.Close()
 	out := make([]sqlrow.Before, len(refs))
-	for rows.Next() {
+	err := t.each(ctx, `SELECT v.i, (SELECT MAX(window_start) FROM counters c WHERE c.limit_id = v.lid AND c.subject = v.sub),
+		(SELECT used FROM counters c WHERE c.limit_id = v.lid AND c.subject = v.sub AND c.window_start = v.ps)
+		FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[]) AS v(i, lid, sub, ps)`, []any{idx, ids, subs, prevs}, func(s scanner) error {
 		var i int64
 		var b sqlrow.Before
-		if err := rows.Scan(&i, &b.Latest, &b.Prev); err != nil {
-			return nil, fmt.Errorf("read counters before windows: %w", err)
+		if err := s.Scan(&i, &b.Latest, &b.Prev); err != nil {
+			return err
 		}
 		out[i] = b
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("read counters before windows: %w", err)
 	}
 	return out, nil

@@ -79,22 +79,17 @@ func (t *tx) sums(ctx context.Context, ss []sqlrow.Sum) ([]int64, error) {
 	}
 	out := make([]int64, len(ss))
 	for _, w := range sets {
-		rows, err := t.tx.QueryContext(ctx, `SELECT v.i, `+w.expr+`
+		err := t.each(ctx, `SELECT v.i, `+w.expr+`
 			FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[], $6::text[]) AS v(i, s, e, rf, who, f)`,
-			w.idx, w.starts, w.ends, w.rf, w.who, w.f)
+			[]any{w.idx, w.starts, w.ends, w.rf, w.who, w.f}, func(s scanner) error {
+				var i, v int64
+				if err := s.Scan(&i, &v); err != nil {
+					return err
+				}
+				out[i] = v
+				return nil
+			})
 		if err != nil {
-			return nil, fmt.Errorf("sum usage of %d windows: %w", len(w.idx), err)
-		}
-		for rows.Next() {
-			var i, v int64
-			if err := rows.Scan(&i, &v); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("sum usage of %d windows: %w", len(w.idx), err)
-			}
-			out[i] = v
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
 			return nil, fmt.Errorf("sum usage of %d windows: %w", len(w.idx), err)
 		}
 	}
@@ -119,26 +114,21 @@ func (t *tx) createCounters(ctx context.Context, cs []*budget.CounterWrite) ([]b
 		if err := t.write(); err != nil {
 			return nil, err
 		}
-		rows, err := t.tx.QueryContext(ctx, `INSERT INTO counters (limit_id, window_start, window_end, subject, used)
+		created := make(map[counterKey]bool, len(w.ids))
+		err := t.each(ctx, `INSERT INTO counters (limit_id, window_start, window_end, subject, used)
 			SELECT v.lid, v.s, v.e, v.sub, `+w.expr+`
 			FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::bigint[], $6::text[], $7::text[]) AS v(lid, s, e, sub, rf, who, f)
 			ON CONFLICT (limit_id, subject, window_start) DO NOTHING
 			RETURNING limit_id, subject, window_start`,
-			w.ids, w.starts, w.ends, w.subs, w.rf, w.who, w.f)
+			[]any{w.ids, w.starts, w.ends, w.subs, w.rf, w.who, w.f}, func(s scanner) error {
+				var k counterKey
+				if err := s.Scan(&k.limit, &k.subject, &k.start); err != nil {
+					return err
+				}
+				created[k] = true
+				return nil
+			})
 		if err != nil {
-			return nil, fmt.Errorf("create %d counters: %w", len(w.ids), err)
-		}
-		created := make(map[counterKey]bool, len(w.ids))
-		for rows.Next() {
-			var k counterKey
-			if err := rows.Scan(&k.limit, &k.subject, &k.start); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("create %d counters: %w", len(w.ids), err)
-			}
-			created[k] = true
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
 			return nil, fmt.Errorf("create %d counters: %w", len(w.ids), err)
 		}
 		for j, i := range w.idx {
@@ -152,4 +142,13 @@ func (t *tx) createCounters(ctx context.Context, cs []*budget.CounterWrite) ([]b
 type counterKey struct {
 	limit, subject string
 	start          int64
+}
+
+// scanner is the part of a result row a scan callback needs.
+type scanner = sqlrow.Scanner
+
+// each runs q in t and calls row for each result row.
+func (t *tx) each(ctx context.Context, q string, args []any, row func(scanner) error) error {
+	rows, err := t.tx.QueryContext(ctx, q, args...)
+	return sqlrow.EachRow(rows, err, row)
 }

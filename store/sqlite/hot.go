@@ -95,22 +95,13 @@ func (t *tx) Windows(ctx context.Context, refs []budget.WindowRef, now time.Time
 	return out, nil
 }
 
-// scanner is the part of *sqlx.Rows a scan callback needs.
-type scanner interface{ Scan(dest ...any) error }
+// scanner is the part of a result row a scan callback needs.
+type scanner = sqlrow.Scanner
 
 // scan runs q and calls row for each result row.
 func (t *tx) scan(ctx context.Context, q string, args []any, row func(scanner) error) error {
 	rows, err := t.query(ctx, q, args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := row(rows); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
+	return sqlrow.EachRow(rows, err, row)
 }
 
 func (t *tx) Reservations(ctx context.Context, ids []string) ([]budget.ReservationRow, error) {

@@ -51,14 +51,22 @@ func CompleteWindows(refs []budget.WindowRef, out []budget.WindowState,
 			beforeRefs, beforeAt = append(beforeRefs, r), append(beforeAt, i)
 		}
 	}
-	if len(seeds) > 0 {
-		v, err := sums(seeds)
+	// sumInto sets window at[j]'s field of out to the j-th of ss's sums.
+	sumInto := func(ss []Sum, at []int, field func(*budget.WindowState) *int64) error {
+		if len(ss) == 0 {
+			return nil
+		}
+		v, err := sums(ss)
 		if err != nil {
 			return err
 		}
-		for j, i := range seedAt {
-			out[i].Used = v[j]
+		for j, i := range at {
+			*field(&out[i]) = v[j]
 		}
+		return nil
+	}
+	if err := sumInto(seeds, seedAt, func(w *budget.WindowState) *int64 { return &w.Used }); err != nil {
+		return err
 	}
 	if len(beforeRefs) == 0 {
 		return nil
@@ -82,17 +90,7 @@ func CompleteWindows(refs []budget.WindowRef, out []budget.WindowState,
 			prevs, prevAt = append(prevs, Sum{r.Limit, r.PrevStart, r.PrevEnd}), append(prevAt, i)
 		}
 	}
-	if len(prevs) == 0 {
-		return nil
-	}
-	v, err := sums(prevs)
-	if err != nil {
-		return err
-	}
-	for j, i := range prevAt {
-		out[i].PrevUsed = v[j]
-	}
-	return nil
+	return sumInto(prevs, prevAt, func(w *budget.WindowState) *int64 { return &w.PrevUsed })
 }
 
 // ApplyCounters is Tx.Apply's counter writes: create makes the rows of the
