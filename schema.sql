@@ -10,7 +10,7 @@ CREATE TABLE IF NOT EXISTS limits (
     key            TEXT    NOT NULL,
     team           TEXT    NOT NULL DEFAULT '',
     org            TEXT    NOT NULL DEFAULT '',
-    scope          TEXT    NOT NULL CHECK (scope IN ('global', 'provider', 'model', 'user')),
+    scope          TEXT    NOT NULL CHECK (scope IN ('global', 'provider', 'model', 'user', 'tag')),
     scope_value    TEXT    NOT NULL DEFAULT '',
     metric         TEXT    NOT NULL CHECK (metric IN ('tokens', 'input', 'output', 'requests', 'concurrent', 'usd')),
     max            INTEGER NOT NULL CHECK (max > 0),
@@ -101,6 +101,7 @@ CREATE TABLE IF NOT EXISTS usage (
     org         TEXT    NOT NULL DEFAULT '',
     end_user    TEXT    NOT NULL DEFAULT '',  -- the end user of the request, '' when unknown
     no_price    INTEGER NOT NULL DEFAULT 0,   -- 1: no price matched (cost 0 and unknown), usd limit or not
+    tags        TEXT    NOT NULL DEFAULT '',  -- the request's tags, normalized: "name=value,..." sorted by name
     PRIMARY KEY (key, request_id)
 ) WITHOUT ROWID;
 -- Covering indexes: seeding a cold window reads only an index, never the table.
@@ -109,7 +110,7 @@ CREATE INDEX IF NOT EXISTS usage_team ON usage (team, at, provider, model_norm, 
 CREATE INDEX IF NOT EXISTS usage_org ON usage (org, at, provider, model_norm, end_user, input, output, reasoning, cost) WHERE org <> '';
 
 -- rollups: the history summed per UTC day and (key, team, org, end_user,
--- provider, model), written in the same transaction as the events; all that
+-- provider, model, tags), written in the same transaction as the events; all that
 -- remains of days before the prune horizon (meta pruned_before).
 CREATE TABLE IF NOT EXISTS rollups (
     day         INTEGER NOT NULL,  -- the UTC midnight starting the day, Unix ns
@@ -119,6 +120,7 @@ CREATE TABLE IF NOT EXISTS rollups (
     end_user    TEXT    NOT NULL DEFAULT '',
     provider    TEXT    NOT NULL DEFAULT '',
     model       TEXT    NOT NULL DEFAULT '',  -- as recorded
+    tags        TEXT    NOT NULL DEFAULT '',  -- as usage.tags
     model_norm  TEXT    NOT NULL DEFAULT '',  -- normalised: what model limits match
     requests    INTEGER NOT NULL DEFAULT 0,   -- events, late commits' excess not counted
     input       INTEGER NOT NULL DEFAULT 0,
@@ -128,7 +130,7 @@ CREATE TABLE IF NOT EXISTS rollups (
     cache_write INTEGER NOT NULL DEFAULT 0,
     cost        INTEGER NOT NULL DEFAULT 0,   -- micro-dollars
     no_price    INTEGER NOT NULL DEFAULT 0,   -- events no price matched
-    PRIMARY KEY (day, key, team, org, end_user, provider, model)
+    PRIMARY KEY (day, key, team, org, end_user, provider, model, tags)
 ) WITHOUT ROWID;
 
 -- prices: USD per million tokens, in micro-dollars, per (provider, model,
@@ -193,7 +195,8 @@ CREATE TABLE IF NOT EXISTS reservations (
     -- a copy of its holds while live, one per line: limit_id, subject,
     -- window_start, amount, and R (expires with the reservation) or N (never):
     -- settling and renewing find the hold rows without an index of their own
-    holds       TEXT    NOT NULL DEFAULT ''
+    holds       TEXT    NOT NULL DEFAULT '',
+    tags        TEXT    NOT NULL DEFAULT ''  -- the request's, charged at commit (as usage.tags)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS reservations_live ON reservations (expires_at) WHERE state = 'live';
 CREATE INDEX IF NOT EXISTS reservations_settled ON reservations (settled_at) WHERE state <> 'live';

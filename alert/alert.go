@@ -42,8 +42,9 @@ type Object struct {
 	Level   string  `json:"level"`
 	Owner   *string `json:"owner"` // null for a default limit
 	// Subject is whose counter crossed: "" for a key's, team's or org's
-	// own, the key for a default limit, the end user for a per-user
-	// limit, "key/user" for a default per-user one.
+	// own, the key for a default limit, the end user (tag value) for a
+	// per-user (per-tag-value) limit, "key/user" ("key/value") for a
+	// default one.
 	Subject string `json:"subject"`
 	// Kind is "threshold" for a crossing, "exhausted" for a window whose
 	// limit refused a reservation for want of room (its threshold null).

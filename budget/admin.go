@@ -388,12 +388,12 @@ func (t *Tracker) inspect(ctx context.Context, level Level, owner string, at tim
 // set), so a report shows each user's usage; a per-user limit no user has
 // used yet is shown once, with no user.
 func expandUsers(ctx context.Context, tx Tx, ls []Limit, at time.Time) ([]Limit, error) {
-	if !slices.ContainsFunc(ls, func(l Limit) bool { return l.EachUser() }) {
+	if !slices.ContainsFunc(ls, func(l Limit) bool { return l.Each() }) {
 		return ls, nil
 	}
 	out := make([]Limit, 0, len(ls))
 	for _, l := range ls {
-		if !l.EachUser() {
+		if !l.Each() { // per-user and per-tag-value limits alike
 			out = append(out, l)
 			continue
 		}

@@ -218,7 +218,9 @@ func prevBounds(w Window, start time.Time) (time.Time, time.Time) {
 }
 
 // who is whom r is charged to.
-func (r *ReservationRow) who() Who { return Who{Key: r.Key, Team: r.Team, Org: r.Org, User: r.User} }
+func (r *ReservationRow) who() Who {
+	return Who{Key: r.Key, Team: r.Team, Org: r.Org, User: r.User, Tags: r.Tags}
+}
 
 func (w *memWindow) dropHold(id string) {
 	w.holds = slices.DeleteFunc(w.holds, func(h memHold) bool { return h.id == id })
@@ -828,7 +830,7 @@ func (e *internalError) Error() string { return "budget: internal: " + e.s }
 // a usd limit's, and the parked providers if it names one.
 func (b *batch) needReserve(ctx context.Context, tx Tx, o *op, n *needs) error {
 	t, m := b.t, &b.t.w.mem
-	who := Who{Key: o.req.Key, User: o.req.User}
+	who := Who{Key: o.req.Key, User: o.req.User, Tags: o.req.Tags}
 	if err := t.place(ctx, tx, &who); err != nil {
 		return err
 	}
@@ -884,7 +886,7 @@ func (b *batch) decideReserve(ctx context.Context, tx Tx, o *op) error {
 	} else {
 		lease = nil
 	}
-	who := Who{Key: req.Key, User: req.User}
+	who := Who{Key: req.Key, User: req.User, Tags: req.Tags}
 	if err := t.place(ctx, tx, &who); err != nil {
 		return err
 	}
@@ -945,7 +947,7 @@ func (b *batch) decideReserve(ctx context.Context, tx Tx, o *op) error {
 	if o.resID == "" {
 		o.resID = newReservationID(at)
 	}
-	r := &Reservation{ID: o.resID, Key: req.Key, Team: who.Team, Org: who.Org, User: who.User, Provider: req.Provider, Model: req.Model,
+	r := &Reservation{ID: o.resID, Key: req.Key, Team: who.Team, Org: who.Org, User: who.User, Tags: who.Tags, Provider: req.Provider, Model: req.Model,
 		Estimate: req.Estimate, At: at, ExpiresAt: at.Add(o.ttl), OnExpiry: o.policy}
 	for i := range statuses {
 		l := &statuses[i].Limit
@@ -960,7 +962,7 @@ func (b *batch) decideReserve(ctx context.Context, tx Tx, o *op) error {
 	}
 	// The row the writer keeps (and renews in place) has its own copy of
 	// the holds: the caller's Reservation is the caller's.
-	row := ReservationRow{ID: r.ID, Key: r.Key, Team: r.Team, Org: r.Org, User: r.User, Provider: r.Provider, Model: r.Model, Estimate: r.Estimate,
+	row := ReservationRow{ID: r.ID, Key: r.Key, Team: r.Team, Org: r.Org, User: r.User, Tags: r.Tags, Provider: r.Provider, Model: r.Model, Estimate: r.Estimate,
 		At: r.At, ExpiresAt: r.ExpiresAt, State: ReservationLive, OnExpiry: o.policy, Holds: slices.Clone(r.Holds)}
 	b.ws.NewReservations = append(b.ws.NewReservations, row)
 	m.res[r.ID] = &row
@@ -1019,7 +1021,7 @@ func (b *batch) decideCommit(ctx context.Context, tx Tx, o *op) error {
 	out := Settlement{RequestID: o.id, Expired: r.State == ReservationExpired || !b.now.Before(r.ExpiresAt)}
 	ev := o.ev
 	ev.Key, ev.Provider, ev.Model, ev.At = r.Key, r.Provider, r.Model, r.At
-	ev.Team, ev.Org, ev.User = r.Team, r.Org, r.User // the levels it held
+	ev.Team, ev.Org, ev.User, ev.Tags = r.Team, r.Org, r.User, r.Tags // the levels and tags it held
 	if r.State == ReservationExpired && r.OnExpiry == ExpireCharge {
 		out.Charged = true
 		ev = lateUsage(ev, r.Estimate)

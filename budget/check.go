@@ -45,10 +45,10 @@ func (t *Tracker) check(ctx context.Context, req Request, now time.Time, clock i
 	if err != nil {
 		return Decision{}, err
 	}
-	who := Who{Key: kl.key, Team: kl.team, Org: kl.org, User: req.User}
+	who := Who{Key: kl.key, Team: kl.team, Org: kl.org, User: req.User, Tags: req.Tags}
 	for _, i := range r.idx {
 		l := &kl.limits[i]
-		if l.Scope == ScopeUser && !l.Applies(&who, r.provider, r.norm) || !l.Covers(now) {
+		if (l.Scope == ScopeUser || l.Scope == ScopeTag) && !l.Applies(&who, r.provider, r.norm) || !l.Covers(now) {
 			continue
 		}
 		if statuses == nil {
@@ -139,6 +139,12 @@ func (t *Tracker) routeOf(ctx context.Context, req *Request, clock int64) (*keyL
 			}
 		}
 	}
+	if req.Tags != "" {
+		var err error
+		if req.Tags, err = NormalizeTags("tags", req.Tags); err != nil {
+			return nil, nil, err
+		}
+	}
 	return kl, r, req.Estimate.validate()
 }
 
@@ -177,6 +183,10 @@ func normalizeRequest(req Request) (Request, error) {
 	if err := checkNames("key", req.Key, "provider", req.Provider, "model", req.Model, "user", req.User); err != nil {
 		return req, err
 	}
+	var err error
+	if req.Tags, err = NormalizeTags("tags", req.Tags); err != nil {
+		return req, err
+	}
 	return req, req.Estimate.validate()
 }
 
@@ -184,9 +194,9 @@ func normalizeRequest(req Request) (Request, error) {
 // when warm.
 func (t *Tracker) status(ctx context.Context, kl *keyLimits, i int, who *Who, now time.Time, clock int64, st *Status) error {
 	l := &kl.limits[i]
-	// A per-user limit's counter depends on the user: the limit's slot
-	// remembers only its window, never a counter.
-	each := l.EachUser()
+	// A per-user (per-tag-value) limit's counter depends on the user (the
+	// value): the limit's slot remembers only its window, never a counter.
+	each := l.Each()
 	if each {
 		l = l.forWho(who) // a copy, which stays on the stack
 	}

@@ -53,7 +53,10 @@ type Request struct {
 	Model    string
 	// User is the end user the request is for ("" when none is known):
 	// user-scope limits apply by it.
-	User     string
+	User string
+	// Tags are what the request is for ("project=atlas,feature=search"):
+	// tag-scope limits apply by them (see Tags).
+	Tags     Tags
 	Estimate Estimate
 	// ServiceTier is the tier the request asks to be served at ("flex",
 	// "priority"; "" standard): its estimate is priced at that tier's

@@ -80,7 +80,8 @@ func (kl *keyLimits) routeFor(provider, model string) (*route, error) {
 	}
 	r.norm = NormalizeModel(r.model)
 	// Every user-scope limit stays a candidate: Applies then sees a user
-	// that matches it.
+	// that matches it; every tag-scope limit too, decided by the request's
+	// tags per check.
 	who := Who{Key: kl.key, Team: kl.team, Org: kl.org}
 	for i := range kl.limits {
 		l := &kl.limits[i]
@@ -93,7 +94,7 @@ func (kl *keyLimits) routeFor(provider, model string) (*route, error) {
 				who.User = "-"
 			}
 		}
-		if l.Applies(&who, r.provider, r.norm) {
+		if l.Scope == ScopeTag || l.Applies(&who, r.provider, r.norm) { // tag limits too, as user ones
 			r.idx = append(r.idx, int32(i))
 			r.usd = r.usd || l.Metric == MetricUSD
 		}

@@ -39,8 +39,10 @@ func ParseScope(s string) (Scope, error) {
 		return ScopeModel, nil
 	case ScopeUser:
 		return ScopeUser, nil
+	case ScopeTag:
+		return ScopeTag, nil
 	}
-	return "", invalid("scope", s, "want global, provider, model or user")
+	return "", invalid("scope", s, "want global, provider, model, user or tag")
 }
 
 func (s Scope) rank() int {
@@ -51,8 +53,10 @@ func (s Scope) rank() int {
 		return 1
 	case ScopeModel:
 		return 2
+	case ScopeUser:
+		return 3
 	}
-	return 3
+	return 4
 }
 
 // Level says whose budget a limit is: one key's, a team's (shared by its
@@ -223,19 +227,20 @@ func (l *Limit) ActiveRaises(t time.Time) []Raise {
 // none is known).
 type Who struct {
 	Key, Team, Org, User string
+	Tags                 Tags // normalized (NormalizeTags)
 }
 
 // subjectFor is the Subject of l's counter that a request of who counts
 // in: l.Subject (set for defaults when applied to a key), or for a
 // per-user limit, the user (after the key, for a default).
 func (l *Limit) subjectFor(who *Who) string {
-	if !l.EachUser() {
+	if !l.Each() {
 		return l.Subject
 	}
 	if l.IsDefault() {
-		return who.Key + SubjectSep + who.User
+		return who.Key + SubjectSep + l.eachValue(who)
 	}
-	return who.User
+	return l.eachValue(who)
 }
 
 // SubjectKey is the key whose counter of a default limit l is (l.Subject
@@ -276,16 +281,16 @@ func DefaultSubjectKey(subject string) string {
 // userless reports whether l is a per-user limit shown for no user (no
 // user has used it yet): it counts nothing.
 func (l *Limit) userless() bool {
-	if !l.EachUser() {
+	if !l.Each() {
 		return false
 	}
-	return l.SubjectUser() == ""
+	return l.SubjectValue() == ""
 }
 
 // forWho is l as it counts a request of who: with the Subject of the
 // counter that request counts in.
 func (l *Limit) forWho(who *Who) *Limit {
-	if !l.EachUser() {
+	if !l.Each() {
 		return l
 	}
 	c := *l
@@ -302,13 +307,14 @@ type History struct {
 	Provider       string
 	Model          string
 	User           string
+	Tag            string // name=value: events carrying that tag
 }
 
 // History is what l's counter for l.Subject sums.
 func (l *Limit) History() History {
 	h := History{Key: l.Key, Team: l.Team, Org: l.Org}
 	subKey, subUser := l.Subject, ""
-	if l.EachUser() {
+	if l.Each() {
 		subKey, subUser = "", l.Subject
 		if l.IsDefault() {
 			subKey, subUser, _ = strings.Cut(l.Subject, SubjectSep)
@@ -327,6 +333,8 @@ func (l *Limit) History() History {
 		if l.EachUser() {
 			h.User = subUser
 		}
+	case ScopeTag:
+		h.Tag = l.historyTag()
 	}
 	return h
 }
@@ -419,6 +427,10 @@ func (l Limit) Validate() (Limit, error) {
 	case ScopeUser:
 		if l.ScopeValue != AllUsers && strings.ContainsAny(l.ScopeValue, "*?") {
 			return l, invalid("value", l.ScopeValue, "an end user is one name, or * for each user separately (no patterns)")
+		}
+	case ScopeTag:
+		if l.ScopeValue, err = checkTagScope(l.ScopeValue); err != nil {
+			return l, err
 		}
 	}
 	m, err := ParseMetric(string(l.Metric))
@@ -527,6 +539,8 @@ func (l *Limit) Applies(who *Who, provider, model string) bool {
 			return who.User != ""
 		}
 		return l.ScopeValue == who.User
+	case ScopeTag:
+		return l.appliesTag(who.Tags)
 	}
 	return true
 }

@@ -106,7 +106,7 @@ func (t *Tracker) Gauges(ctx context.Context, keep func(*Limit) bool, now time.T
 		if len(ls) == 0 {
 			return nil
 		}
-		perSubject := func(l *Limit) bool { return l.IsDefault() || l.EachUser() }
+		perSubject := func(l *Limit) bool { return l.IsDefault() || l.Each() }
 		used := make([]int64, len(ls))
 		var refs []WindowRef
 		var of []int // refs[j] is a window of ls[of[j]]

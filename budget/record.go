@@ -308,7 +308,7 @@ func (t *Tracker) addPendingEvent(o *op, ev *Usage) {
 		k := cache.Key{LimitID: l.ID, Subject: l.subjectFor(&who), Start: w.start.UnixNano()}
 		d := ev.Amount(l.Metric)
 		c := w.c
-		if l.EachUser() {
+		if l.Each() {
 			c = nil // the slot's counter is no user's
 		}
 		if c == nil || !c.AddPending(d) {

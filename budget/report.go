@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -21,7 +22,15 @@ const (
 	DimDay      Dim = "day"   // UTC, YYYY-MM-DD
 	DimWeek     Dim = "week"  // the ISO week's Monday (UTC), YYYY-MM-DD
 	DimMonth    Dim = "month" // UTC, YYYY-MM
+	// DimTags is the rollups' and events' column of tags: a report by a
+	// tag ("tag:NAME", TagDim) groups stores' rows by it, then by the
+	// tag's value. It is not a dimension ParseDims accepts.
+	DimTags Dim = "tags"
 )
+
+// maxDims bounds a report's dimensions: each of the nine once, and a few
+// tags.
+const maxDims = 12
 
 // ParseDims parses a comma-separated list of dimensions ("" is none: one
 // row of totals). Each may appear once.
@@ -35,7 +44,16 @@ func ParseDims(s string) ([]Dim, error) {
 		switch d {
 		case DimKey, DimTeam, DimOrg, DimUser, DimProvider, DimModel, DimDay, DimWeek, DimMonth:
 		default:
-			return nil, invalid("by", f, "want key, team, org, user, provider, model, day, week or month")
+			if !strings.HasPrefix(string(d), "tag:") {
+				return nil, invalid("by", f, "want key, team, org, user, provider, model, day, week, month or tag:NAME")
+			}
+			var err error
+			if d, err = parseTagDim(string(d)); err != nil {
+				return nil, err
+			}
+		}
+		if len(out) == maxDims {
+			return nil, invalid("by", s, "at most "+strconv.Itoa(maxDims)+" dimensions")
 		}
 		if slices.Contains(out, d) {
 			return nil, invalid("by", f, "is given twice")
@@ -118,10 +136,10 @@ func (t *Tracker) Report(ctx context.Context, q ReportQuery) ([]ReportRow, error
 // Group sums rollups by the dimensions by: one row per distinct tuple of
 // their values, sorted by those values.
 func Group(rs []Rollup, by []Dim) []ReportRow {
-	// A group's key is its values in a fixed array (ParseDims admits each
-	// of the nine dimensions once): no string built per row. A day's
-	// name is formatted once per day.
-	type key [9]string
+	// A group's key is its values in a fixed array (ParseDims admits at
+	// most maxDims): no string built per row. A day's name is formatted
+	// once per day.
+	type key [maxDims]string
 	groups := make(map[key]int)
 	var out []ReportRow
 	days := make(map[int64][3]string) // day, week, month
@@ -183,6 +201,10 @@ func (r *Rollup) value(d Dim) string {
 		return r.Day.AddDate(0, 0, -wd).Format(time.DateOnly)
 	case DimMonth:
 		return r.Day.Format("2006-01")
+	}
+	if name := d.TagName(); name != "" {
+		v, _ := r.Tags.Value(name)
+		return v
 	}
 	return ""
 }
@@ -371,7 +393,7 @@ func rollupDrift(ctx context.Context, h HistoryTx, from, to time.Time) ([]Rollup
 	m := make(map[rollupKey]*entry)
 	for i, list := range [2][]Rollup{rs, es} {
 		for _, r := range list {
-			k := rollupKey{r.Day.UnixNano(), r.Key, r.Team, r.Org, r.User, r.Provider, r.Model}
+			k := rollupKey{r.Day.UnixNano(), r.Key, r.Team, r.Org, r.User, r.Provider, r.Model, r.Tags}
 			e := m[k]
 			if e == nil {
 				e = &entry{r: r}

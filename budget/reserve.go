@@ -20,13 +20,15 @@ type Reservation struct {
 	// key's placement when it was decided, and the request's end user. Its
 	// commit is charged to them too, wherever the key is by then.
 	Team, Org, User string
-	Provider        string
-	Model           string
-	Estimate        Estimate
-	At              time.Time // picks the windows the hold and the committed usage count in
-	ExpiresAt       time.Time
-	OnExpiry        ExpiryPolicy
-	Holds           []Hold // one per applicable enabled limit (leases for concurrent ones)
+	// Tags are the request's: its commit is charged to them.
+	Tags      Tags
+	Provider  string
+	Model     string
+	Estimate  Estimate
+	At        time.Time // picks the windows the hold and the committed usage count in
+	ExpiresAt time.Time
+	OnExpiry  ExpiryPolicy
+	Holds     []Hold // one per applicable enabled limit (leases for concurrent ones)
 }
 
 // ExpiryPolicy is what happens to a reservation that reaches its expiry
@@ -148,7 +150,9 @@ func (t *Tracker) ReserveWith(ctx context.Context, req Request, opts ReserveOpti
 		return nil, invalid("min_output", opts.MinOutput, "must be between 0 and 2^53-1")
 	}
 	now := t.now()
-	leased := t.leasesOn() && !opts.NoLease
+	// A tagged request is decided by the writer: a lease is carved per
+	// route (key, user, provider, model), which tags would split further.
+	leased := t.leasesOn() && !opts.NoLease && req.Tags == ""
 	if leased {
 		if r := t.reserveLeased(ctx, &req, ttl, policy, now); r != nil {
 			return r, nil
@@ -206,7 +210,7 @@ func (t *Tracker) Commit(ctx context.Context, id string, actual Usage) (Settleme
 // chargedUsage is the event recovery writes for an ExpireCharge
 // reservation: its estimate, an unsplit part counted as input.
 func chargedUsage(r ReservationRow) Usage {
-	return Usage{RequestID: r.ID, Key: r.Key, Team: r.Team, Org: r.Org, User: r.User, Provider: r.Provider, Model: r.Model,
+	return Usage{RequestID: r.ID, Key: r.Key, Team: r.Team, Org: r.Org, User: r.User, Tags: r.Tags, Provider: r.Provider, Model: r.Model,
 		Input: min(r.Estimate.Input+r.Estimate.Tokens, MaxTokens), Output: r.Estimate.Output, At: r.At}
 }
 

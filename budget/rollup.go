@@ -49,10 +49,11 @@ func (t *Totals) Add(o *Totals) {
 }
 
 // Rollup is one UTC day's totals of one (key, team, org, user, provider,
-// model); Model is the model as recorded.
+// model, tags); Model is the model as recorded, Tags the tags normalized.
 type Rollup struct {
 	Day                                   time.Time
 	Key, Team, Org, User, Provider, Model string
+	Tags                                  Tags
 	Totals
 }
 
@@ -60,6 +61,7 @@ type Rollup struct {
 type rollupKey struct {
 	day                                   int64
 	key, team, org, user, provider, model string
+	tags                                  Tags
 }
 
 // Rollups are the rollup rows the inserted events of w add to (inserted[i]
@@ -74,12 +76,12 @@ func (w *WriteSet) Rollups(inserted []bool) []Rollup {
 		e := &w.Events[i]
 		u := &e.Usage
 		day := Day(u.At)
-		k := rollupKey{day.UnixNano(), u.Key, u.Team, u.Org, u.User, u.Provider, u.Model}
+		k := rollupKey{day.UnixNano(), u.Key, u.Team, u.Org, u.User, u.Provider, u.Model, u.Tags}
 		j, ok := idx[k]
 		if !ok {
 			j = len(out)
 			idx[k] = j
-			out = append(out, Rollup{Day: day, Key: u.Key, Team: u.Team, Org: u.Org, User: u.User, Provider: u.Provider, Model: u.Model})
+			out = append(out, Rollup{Day: day, Key: u.Key, Team: u.Team, Org: u.Org, User: u.User, Provider: u.Provider, Model: u.Model, Tags: u.Tags})
 		}
 		t := Totals{Requests: u.Amount(MetricRequests), Input: u.Input, Output: u.Output, Reasoning: u.Reasoning,
 			CacheRead: u.CacheRead, CacheWrite: u.CacheWrite, Cost: u.Cost}
@@ -110,14 +112,14 @@ func (t *Totals) Amount(m Metric) int64 {
 
 // AllDims are every dimension a rollup has: grouped by them, rollups are
 // as stored.
-var AllDims = []Dim{DimKey, DimTeam, DimOrg, DimUser, DimProvider, DimModel}
+var AllDims = []Dim{DimKey, DimTeam, DimOrg, DimUser, DimProvider, DimModel, DimTags}
 
 // RollupColumns are the dimensions of by that rollups store as columns
 // (not day, week or month: every sum is per day), in AllDims order.
 func RollupColumns(by []Dim) []Dim {
 	var out []Dim
 	for _, d := range AllDims {
-		if slices.Contains(by, d) {
+		if slices.Contains(by, d) || d == DimTags && slices.ContainsFunc(by, func(d Dim) bool { return d.TagName() != "" }) {
 			out = append(out, d)
 		}
 	}
@@ -144,6 +146,8 @@ func (r *Rollup) Only(cols []Dim) {
 			r.Provider = ""
 		case DimModel:
 			r.Model = ""
+		case DimTags:
+			r.Tags = ""
 		}
 	}
 }

@@ -182,6 +182,7 @@ type ReservationRow struct {
 	ID              string
 	Key             string
 	Team, Org, User string // see Reservation
+	Tags            Tags
 	Provider        string
 	Model           string
 	Estimate        Estimate

@@ -66,10 +66,15 @@ type Usage struct {
 	// event is priced at that tier's price and its prompt size's row
 	// (Prices.For). Only the cost it yields is stored.
 	ServiceTier string `json:"service_tier,omitempty"`
+	// Tags are what the request was for ("project=atlas,feature=search"):
+	// tag limits count by them, reports group by them (see Tags).
+	Tags Tags `json:"tags,omitempty"`
 }
 
 // Who is whose event u is.
-func (u *Usage) Who() Who { return Who{Key: u.Key, Team: u.Team, Org: u.Org, User: u.User} }
+func (u *Usage) Who() Who {
+	return Who{Key: u.Key, Team: u.Team, Org: u.Org, User: u.User, Tags: u.Tags}
+}
 
 // Billable is the number of tokens the event costs: every prompt token and
 // every generated token, each once.
@@ -115,6 +120,10 @@ func (u Usage) Normalize(at time.Time) (Usage, error) {
 	u.Team = strings.TrimSpace(u.Team)
 	u.Org = strings.TrimSpace(u.Org)
 	u.ServiceTier = NormalizeTier(u.ServiceTier)
+	var err error
+	if u.Tags, err = NormalizeTags("tags", u.Tags); err != nil {
+		return u, err
+	}
 	if u.NoPrice && !u.CostKnown {
 		return u, invalid("cost", "null", "no price is a known cost: set CostKnown too")
 	}

@@ -158,6 +158,9 @@ func who(l *budget.Limit) string {
 	if u := l.SubjectUser(); u != "" {
 		s += ", user " + u
 	}
+	if tag := l.SubjectTag(); tag != "" {
+		s += ", tag " + tag
+	}
 	return s
 }
 

@@ -59,7 +59,10 @@ type Status struct {
 	Limit
 	// User is the end user whose counter this is, for a per-user ('*')
 	// limit; null for other limits.
-	User        *string `json:"user"`
+	User *string `json:"user"`
+	// Tag is the tag ("project=atlas") whose counter this is, for a
+	// per-value tag limit ('project=*'); left out for other limits.
+	Tag         *string `json:"tag,omitempty"`
 	WindowStart *string `json:"window_start"` // null for concurrent limits
 	ResetAt     *string `json:"reset_at"`     // null for concurrent and once limits
 	Used        int64   `json:"used"`
@@ -119,6 +122,9 @@ func StatusOf(s *budget.Status, f *budget.Forecast, at time.Time) Status {
 	o.Limit.Limit = s.Max // the domain's word on what was in force
 	if u := User(&s.Limit); u != "" {
 		o.User = ptr(u)
+	}
+	if tag := s.Limit.SubjectTag(); tag != "" {
+		o.Tag = ptr(tag)
 	}
 	if f != nil {
 		if f.ForecastUsed >= 0 {

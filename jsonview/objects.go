@@ -78,13 +78,16 @@ type Event struct {
 	At         string `json:"at"`
 	// Cost is in micro-dollars; null when no price matched.
 	Cost *int64 `json:"cost"`
+	// Tags are the request's, an object of names to values; left out for
+	// none.
+	Tags budget.Tags `json:"tags,omitempty"`
 }
 
 // EventOf is u as an export line.
 func EventOf(u *budget.Usage) Event {
 	e := Event{RequestID: u.RequestID, Key: u.Key, Provider: u.Provider, Model: u.Model, User: u.User, Team: u.Team,
 		Org: u.Org, Input: u.Input, Output: u.Output, Reasoning: u.Reasoning, CacheRead: u.CacheRead,
-		CacheWrite: u.CacheWrite, At: u.At.UTC().Format(time.RFC3339Nano)}
+		CacheWrite: u.CacheWrite, At: u.At.UTC().Format(time.RFC3339Nano), Tags: u.Tags}
 	if !u.NoPrice {
 		e.Cost = ptr(u.Cost)
 	}

@@ -25,6 +25,7 @@ type exchange struct {
 	requestID string
 	est       *budget.Estimate // what was admitted (Info.Estimate)
 	charged   *budget.Usage    // what was committed or recorded
+	info      *Info            // once the request reached admission (Observer)
 
 	// A budget refusal's limit id, its level and the error code.
 	refusedLimit, refusedLevel, refusedCode string

@@ -100,6 +100,7 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request, f Format, req
 		return nil, false
 	}
 	info.RequestID, info.At, info.Estimate = res.ID, res.At, res.Estimate
+	info.Team, info.Org = res.Team, res.Org
 	// The statuses for the headers: the cache holds the reservation now.
 	now := m.t.Now()
 	if d, err := m.t.CheckInto(ctx, req, now, *bp); err == nil {

@@ -29,6 +29,8 @@
 //     largest of max_tokens, max_completion_tokens and max_output_tokens,
 //     since an upstream may honour any of them). The end user is the
 //     X-Budget-User header (UserHeader, never forwarded, on any path),
+//     its tags the X-Budget-Tags header (TagsHeader, never forwarded,
+//     on any path; bad tags are 400 as bad names are),
 //     else the body's "user" string (OpenAI), else its metadata.user_id
 //     string (Anthropic); none when all are blank. A model or an end user
 //     the tracker could not store (budget.CheckName: over
@@ -89,7 +91,10 @@
 //     repeated 503, 401 and 403 answers park the provider;
 //  7. one AccessLog line (key name, provider, model, end user, status,
 //     outcome, estimate, tokens charged, latency; never a secret or a
-//     prompt).
+//     prompt), and the Observer's End (Config.Observer; its Begin saw the
+//     request arrive and may have set trace-context headers that go
+//     upstream): the seam the telemetry package's OpenTelemetry spans use,
+//     so that this package imports no tracing library.
 //
 // GET /v1/models (and /v1/models/ID) needs a valid gateway key, costs no
 // budget, and goes to the wrapped handler as it is, with the Info of the
@@ -192,5 +197,7 @@
 // TTL), NewUpstream's transport two per upstream call (headers,
 // body idle), and Keys a goroutine per recorded key use (at most one a
 // minute per key; Keys.Wait waits for them); nothing else runs in the
-// background, and the package keeps no global mutable state.
+// background, and the package keeps no global mutable state. An Observer
+// is called on the request's goroutine and must be safe for concurrent
+// use.
 package proxy

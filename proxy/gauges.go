@@ -19,8 +19,8 @@ import (
 // Only for limits with alert thresholds (budget.Limit.Alerts) and those
 // named by GaugeLimits, so that the series stay as few as the limits an
 // operator chose: one set per limit, never one per key or end user. A
-// limit counted per key (a default limit) or per end user (user=*)
-// reports its most used counter in the current window; a concurrent limit
+// limit counted per key (a default limit), per end user (user=*) or per
+// tag value (tag NAME=*) reports its most used counter in the current window; a concurrent limit
 // its live leases, unless it counts per key or user (not reported).
 // level is key, team, org or default; owner the key, team or org ("" for
 // a default limit); metric the limit's (tokens, input, output, usd,

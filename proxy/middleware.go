@@ -310,6 +310,10 @@ type Config struct {
 	// refusal's limit, level and code with it), the estimate, the tokens
 	// charged and the latency; never a secret, never a prompt. (Optional; nil: no access log.)
 	AccessLog *slog.Logger
+	// Observer sees every request the middleware answers, when it arrives
+	// and once it is settled: tracing and metrics (the telemetry
+	// package's OpenTelemetry). (Optional; nil: none.)
+	Observer Observer
 }
 
 // Middleware enforces token budgets around an upstream handler; see Wrap.
@@ -426,10 +430,17 @@ type Info struct {
 	// holding At (a reservation's instant in reserve mode).
 	At  time.Time
 	Key string // the gateway key's name
+	// Team and Org are the key's placement the request is charged to, as
+	// its reservation took it (reserve mode); "" in check mode, where the
+	// event is placed when it is written.
+	Team, Org string
 	// User is the request's end user: the X-Budget-User header, else the
 	// body's (RequestInfo.User); "" when none is named. Its usage and
 	// reservation carry it, so user-scope limits count it.
-	User    string
+	User string
+	// Tags are the request's tags: the X-Budget-Tags header, normalized
+	// (TagsHeader). Its usage and reservation carry them.
+	Tags    budget.Tags
 	Route   Route
 	Request RequestInfo
 	// Estimate is what was admitted: the request's estimate, its output
@@ -476,6 +487,11 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 		if m.cfg.AccessLog != nil {
 			defer m.logExchange(x, r)
 		}
+		if m.cfg.Observer != nil {
+			var end func()
+			r, end = m.begin(x, r)
+			defer end()
+		}
 		m.serve(x, r, next)
 	})
 }
@@ -488,6 +504,7 @@ func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 	r.Header.Del(UserHeader)
 	hdrProvider := strings.TrimSpace(r.Header.Get(ProviderHeader))
 	r.Header.Del(ProviderHeader)
+	hdrTags := takeTags(r.Header)
 	if isModels(r.URL.Path) {
 		m.models(x, r, next)
 		return
@@ -556,6 +573,10 @@ func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 		return
 	}
 	x.user = user
+	tags, ok := m.requestTags(w, f, hdrTags)
+	if !ok {
+		return
+	}
 	est := ri.Estimate(f, m.cfg.DefaultMaxOutput, m.cfg.ImageTokens)
 	// A request without a cap gets one: the output estimate may shrink to
 	// the room left, down to the floor, and the upstream is told the
@@ -575,9 +596,9 @@ func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 		writeError(w, f, simpleError(f, http.StatusBadRequest, CodeBadRequest, "the request body is not a JSON object"))
 		return
 	}
-	info := &Info{Key: key, User: user, Route: route, Request: ri, Estimate: est}
-	x.est = &info.Estimate
-	req := budget.Request{Key: key, Provider: route.Provider, Model: ri.Model, User: user, Estimate: est, ServiceTier: ri.ServiceTier}
+	info := &Info{Key: key, User: user, Tags: tags, Route: route, Request: ri, Estimate: est}
+	x.est, x.info = &info.Estimate, info
+	req := budget.Request{Key: key, Provider: route.Provider, Model: ri.Model, User: user, Tags: tags, Estimate: est, ServiceTier: ri.ServiceTier}
 	extra := make(http.Header, 8)
 	res, ok := m.admit(w, r, f, req, minOutput, info, extra)
 	if !ok {

@@ -202,6 +202,9 @@ func whose(l *budget.Limit) string {
 			d += " of end user " + user
 		}
 	}
+	if tag := l.SubjectTag(); tag != "" {
+		d += " of tag " + tag
+	}
 	return d
 }
 

@@ -213,7 +213,7 @@ func (m *Middleware) settle(r *http.Request, rc *recorder, info *Info, route Rou
 	est := info.Estimate
 	// A commit takes the user from its reservation; a check-mode record
 	// from here.
-	u := budget.Usage{RequestID: info.RequestID, Key: info.Key, User: info.User, Provider: route.Provider, Model: info.Request.Model, At: info.At, ServiceTier: info.Request.ServiceTier}
+	u := budget.Usage{RequestID: info.RequestID, Key: info.Key, User: info.User, Tags: info.Tags, Provider: route.Provider, Model: info.Request.Model, At: info.At, ServiceTier: info.Request.ServiceTier}
 	charge, outcome := true, OutcomeOK
 	switch {
 	case rc.status/100 == 2:

@@ -58,7 +58,10 @@ func (m *Middleware) budget(x *exchange, r *http.Request) {
 // ownUsersOnly replaces the per-user rows of a team's or an
 // organisation's per-user limit (one per end user of the whole team or
 // organisation, whichever key sent them) with one row of that limit with
-// no user and no usage: a key holder sees no other key's end users.
+// no user and no usage: a key holder sees no other key's end users. A
+// per-value tag limit keeps its row per value: tags name the work (a
+// project, a feature), not people, and every key of the team spends from
+// those counters.
 func ownUsersOnly(rep *budget.Report) {
 	var sts []budget.Status
 	var fs []*budget.Forecast

@@ -128,25 +128,14 @@ func TestEndUserInvalid(t *testing.T) {
 				}
 				r := e.send(c.path, c.body, hdr...)
 				e.wait(1)
-				eo := errorObject(t, r.body)
-				if r.status != http.StatusBadRequest || eo["type"] != "invalid_request_error" {
-					t.Errorf("%s: got %d %s; want 400 invalid_request_error", c.name, r.status, r.body)
+				eo := checkBadRequest(t, c.name, c.path, r, c.wantMsg)
+				if eo == nil {
 					continue
 				}
-				msg, _ := eo["message"].(string)
-				for _, want := range c.wantMsg {
-					if !strings.Contains(msg, want) {
-						t.Errorf("%s: message %q lacks %q", c.name, msg, want)
-					}
-				}
-				if strings.Contains(msg, long) {
+				if msg, _ := eo["message"].(string); strings.Contains(msg, long) {
 					t.Errorf("%s: the message quotes the whole value", c.name)
 				}
-				if c.path == "/v1/messages" {
-					if v := jsonBody(t, r.body); v["type"] != "error" {
-						t.Errorf("%s: not in Anthropic's shape: %s", c.name, r.body)
-					}
-				} else if eo["param"] != c.wantParam {
+				if c.path != "/v1/messages" && eo["param"] != c.wantParam {
 					t.Errorf("%s: param %v; want %v", c.name, eo["param"], c.wantParam)
 				}
 			}

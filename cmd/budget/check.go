@@ -8,14 +8,16 @@ import (
 	"github.com/tokenbudget/tokenbudget/budget"
 )
 
-const checkHelp = `usage: budget check --key K [--provider P] [--model M] [--user U] [--tokens N] [--at T] [--json]
+const checkHelp = `usage: budget check --key K [--provider P] [--model M] [--user U] [--tag NAME=VALUE]... [--tokens N]
+	[--at T] [--json]
 
 Asks whether a request may run at --at (default now) without consuming
 anything: every applicable enabled limit (the key's, its team's, its org's
 and the defaults counted for it), the most restrictive breach and whether
 the provider is parked. --tokens is one unsplit estimate that counts fully
 against every token metric. --user is the end user the request is for:
-user limits apply by it. Exit 3 when refused. With --json prints
+user limits apply by it; each --tag (project=atlas) is what it is for: tag
+limits apply by them. Exit 3 when refused. With --json prints
 {"allowed", "breach", "parked", "limits"}; a breach's level and owner say
 whose limit refused.
 
@@ -29,6 +31,7 @@ func (m *Main) runCheck(ctx context.Context, args []string) (err error) {
 	fs.StringVar(&req.Provider, "provider", "", "provider of the request")
 	fs.StringVar(&req.Model, "model", "", "model of the request")
 	fs.StringVar(&req.User, "user", "", "end user the request is for")
+	tags := tagFlag(fs)
 	fs.Int64Var(&req.Estimate.Tokens, "tokens", 0, "estimated tokens of the request")
 	at := m.atFlag(fs)
 	asJSON := fs.Bool("json", false, `print {"allowed", "breach", "parked", "limits"}`)
@@ -41,6 +44,9 @@ func (m *Main) runCheck(ctx context.Context, args []string) (err error) {
 	}
 	now, err := at()
 	if err != nil {
+		return err
+	}
+	if req.Tags, err = tags(); err != nil {
 		return err
 	}
 	if err := req.Validate(); err != nil {

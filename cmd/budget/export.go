@@ -23,10 +23,12 @@ jsonl (the default) writes exactly the JSON lines 'budget import' reads:
 request_id, key, provider, model, user, team and org (where the event has
 them), input, output, reasoning, cache_read, cache_write, at (RFC3339 with
 nanoseconds, UTC) and cost: what the event cost in micro-dollars (an
-integer; 1000000 is one dollar), left out where no price matched it. An
+integer; 1000000 is one dollar), left out where no price matched it, and
+tags (an object of tag names to values, where the event has any). An
 import keeps the cost as given instead of pricing the event again, and the
 team and org it was charged to. csv writes the same fields as columns under
-a header (empty where a jsonl line leaves the field out).
+a header (empty where a jsonl line leaves the field out; tags as
+name=value,name=value).
 
 Nothing but the events goes to stdout; notes go to stderr: the part of the
 range before the prune horizon ('budget prune') is only held as daily
@@ -36,7 +38,7 @@ Writes nothing to the database.
 `
 
 var exportColumns = []string{"request_id", "key", "provider", "model", "user", "team", "org", "input", "output",
-	"reasoning", "cache_read", "cache_write", "at", "cost"}
+	"reasoning", "cache_read", "cache_write", "at", "cost", "tags"}
 
 func (m *Main) runExport(ctx context.Context, args []string) (err error) {
 	fs := newFlagSet("export")
@@ -86,7 +88,7 @@ func (m *Main) runExport(ctx context.Context, args []string) (err error) {
 				cost = itoa(u.Cost)
 			}
 			jsonview.WriteCSVRecord(cw, []string{u.RequestID, u.Key, u.Provider, u.Model, u.User, u.Team, u.Org, itoa(u.Input), itoa(u.Output),
-				itoa(u.Reasoning), itoa(u.CacheRead), itoa(u.CacheWrite), u.At.UTC().Format(time.RFC3339Nano), cost})
+				itoa(u.Reasoning), itoa(u.CacheRead), itoa(u.CacheWrite), u.At.UTC().Format(time.RFC3339Nano), cost, string(u.Tags)})
 			return cw.Error()
 		}
 		flush = func() error { cw.Flush(); return cw.Error() }

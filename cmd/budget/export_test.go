@@ -18,9 +18,9 @@ func TestExport(t *testing.T) {
 		t.Errorf("export: got %v; want stdout\n%s", r, want)
 	}
 	r = mustRun(t, 0, "export", "--db", db, "--key", "k2", "--format", "csv")
-	want = `request_id,key,provider,model,user,team,org,input,output,reasoning,cache_read,cache_write,at,cost
-r3,k2,anthropic,claude,,,,50,5,0,0,0,2026-02-02T00:00:00Z,
-r5,k2,anthropic,claude,,,,70,0,0,0,0,2026-02-03T06:00:00Z,
+	want = `request_id,key,provider,model,user,team,org,input,output,reasoning,cache_read,cache_write,at,cost,tags
+r3,k2,anthropic,claude,,,,50,5,0,0,0,2026-02-02T00:00:00Z,,
+r5,k2,anthropic,claude,,,,70,0,0,0,0,2026-02-03T06:00:00Z,,
 `
 	if r.stdout != want {
 		t.Errorf("export --key k2 --format csv: got\n%s\nwant\n%s", r.stdout, want)

@@ -25,7 +25,8 @@ const importHelp = `usage: budget import [--db PATH] [--json] FILE|-
 Imports usage events from JSON lines (- reads stdin), one event per line
 with the record fields: request_id, key, provider, model, user, input,
 output, reasoning, cache_read, cache_write, at (RFC3339, default now), and
-team, org and cost, as 'budget export' writes them. key, provider and model
+team, org, cost and tags (an object: {"project": "atlas"}), as 'budget
+export' writes them. key, provider and model
 are required; unknown fields are invalid; blank lines are skipped. An event
 with a team or an org is charged to them as given (history exported
 elsewhere keeps its levels; neither needs to exist); one with neither is
@@ -285,6 +286,8 @@ type importLine struct {
 	// writes it: kept instead of pricing the event again; null keeps it an
 	// event no price matched.
 	Cost json.RawMessage `json:"cost"`
+	// Tags are an object of tag names to values, as export writes them.
+	Tags budget.Tags `json:"tags"`
 }
 
 // tokenCount is a token count as written: a JSON number, never a string
@@ -323,7 +326,7 @@ func parseLine(b []byte, n int, now time.Time, salt string) (budget.Usage, error
 			return budget.Usage{}, budget.Invalid("json", clip(b), "want one JSON object per line")
 		}
 	}
-	u := budget.Usage{RequestID: in.RequestID, Key: in.Key, Provider: in.Provider, Model: in.Model, User: in.User, At: now}
+	u := budget.Usage{RequestID: in.RequestID, Key: in.Key, Provider: in.Provider, Model: in.Model, User: in.User, Tags: in.Tags, At: now}
 	if in.Team != nil || in.Org != nil {
 		u.Placed = true
 		if in.Team != nil {
@@ -377,6 +380,9 @@ func parseLine(b []byte, n int, now time.Time, salt string) (budget.Usage, error
 
 // decodeError names the field a decoding error is about when it can.
 func decodeError(b []byte, err error) error {
+	if errors.Is(err, budget.ErrInvalid) { // a field that validates itself (tags)
+		return err
+	}
 	if errors.Is(err, errNotNumber) {
 		// The decoder does not say which field; find the first quoted count.
 		var raw map[string]json.RawMessage
@@ -399,7 +405,7 @@ func decodeError(b []byte, err error) error {
 	}
 	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		name, _ := strconv.Unquote(f)
-		return budget.Invalid("field", name, "unknown; want request_id, key, provider, model, user, team, org, input, output, reasoning, cache_read, cache_write, at, cost")
+		return budget.Invalid("field", name, "unknown; want request_id, key, provider, model, user, team, org, input, output, reasoning, cache_read, cache_write, at, cost, tags")
 	}
 	return budget.Invalid("json", clip(b), err.Error())
 }

@@ -19,7 +19,8 @@ Writes nothing. Without a flag it shows every limit but the defaults (they
 have no usage of their own); --key K shows what applies to K: its own
 limits, its team's and its org's, and the defaults with K's usage; --team T
 and --org O show only that team's or org's own limits, with its usage. A
-per-user (*) limit shows one entry per end user with usage in the window.
+per-user (*) limit shows one entry per end user with usage in the window, a
+per-value tag limit (NAME=*) one per value ("tag" in --json).
 
 By default each limit takes two lines that fit in 100 columns:
   ID  OWNER  SCOPE  METRIC  WINDOW

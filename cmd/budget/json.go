@@ -199,13 +199,17 @@ func ownerText(l *budget.Limit) string {
 
 // scopeString is l's scope for tables, each name through name: "global",
 // "provider=openai", "user=*", and for one user's counter of a per-user
-// limit "user=alice (*)". It has at most 9 runes more than a name.
+// limit "user=alice (*)", for one value's of a per-value tag limit
+// "tag=project=atlas (*)". It has at most 9 runes more than a name.
 func scopeString(l *budget.Limit, name func(string) string) string {
 	if l.Scope == budget.ScopeGlobal {
 		return l.ScopeString()
 	}
 	if u := jsonview.User(l); u != "" {
 		return string(l.Scope) + "=" + name(u) + " (" + budget.AllUsers + ")"
+	}
+	if tag := l.SubjectTag(); tag != "" { // "tag=project=atlas (*)": one value's counter of project=*
+		return string(l.Scope) + "=" + name(tag) + " (" + budget.AllValues + ")"
 	}
 	return string(l.Scope) + "=" + name(l.ScopeValue)
 }

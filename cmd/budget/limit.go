@@ -42,7 +42,7 @@ func (m *Main) runLimit(ctx context.Context, args []string) error {
 }
 
 const limitSetHelp = `usage: budget limit set (--key K | --team T | --org O | --default)
-	[--scope global|provider|model|user] [--value V] --limit N
+	[--scope global|provider|model|user|tag] [--value V] --limit N
 	[--metric tokens|input|output|requests|concurrent|usd] --window W [--reset-time HH:MM]
 	[--tz ZONE] [--id ID] [--disabled | --enabled] [--alert P1,P2,...] [--json]
 
@@ -58,7 +58,10 @@ raise'); concurrent limits take none. A model --value is matched normalised
 may be a pattern: * for any run of characters, ? for one. A user --value is
 one end user (the --user of check, record and reserve, the proxy's
 X-Budget-User), or * for each end user separately: every user gets a
-counter of their own.
+counter of their own. A tag --value is NAME=VALUE (project=atlas: the
+requests carrying that tag, the --tag of check, record and reserve, the
+proxy's X-Budget-Tags), or NAME=* for each value of the tag separately
+(project=*: every project gets a counter of its own).
 
 The owner is one of: --key, one key's limit; --team, a limit its keys share
 ('budget team set' creates the team); --org, a limit the keys of all its
@@ -87,8 +90,8 @@ func (m *Main) runLimitSet(ctx context.Context, args []string) (err error) {
 	team := fs.String("team", "", "team the limit belongs to: its keys share it")
 	org := fs.String("org", "", "organisation the limit belongs to: the keys of its teams share it")
 	isDefault := fs.Bool("default", false, "a default limit: applies to every key without an own limit of this shape")
-	scope := fs.String("scope", "global", "global, provider, model or user")
-	value := fs.String("value", "", "the provider, model or end user (* for each user) of a scoped limit")
+	scope := fs.String("scope", "global", "global, provider, model, user or tag")
+	value := fs.String("value", "", "the provider, model, end user (* for each user) or tag (NAME=VALUE, NAME=* for each value) of a scoped limit")
 	maxText := fs.String("limit", "", "the limit, > 0 (required to create); dollars (up to 6 decimals) for --metric usd")
 	metric := fs.String("metric", "tokens", "tokens, input, output, requests, concurrent or usd")
 	window := fs.String("window", "", "1m, 1h, 5h, ... or daily, weekly, monthly, once (required except for concurrent)")

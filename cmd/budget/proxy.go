@@ -174,6 +174,14 @@ name, provider, model, status, outcome, estimate, tokens charged, latency;
 never a secret or a prompt.
 
 ` + adminHelp + `
+OpenTelemetry: with OTEL_EXPORTER_OTLP_ENDPOINT (or a signal's own
+endpoint) set, the proxy exports a span per request (GenAI semantic
+conventions and tokenbudget.* attributes; W3C trace context taken from
+the client and passed upstream) and the /metrics series as OTel metrics,
+over OTLP (OTEL_EXPORTER_OTLP_PROTOCOL: http/protobuf or grpc); the SDK
+reads the other OTEL_* variables (service name, headers, sampler). Off
+without an endpoint.
+
 Also serves GET /healthz (200 "ok", or 503 with the reason while the
 database cannot be written, was deleted or replaced, or cannot be read)
 and GET /metrics (Prometheus), which includes tokenbudget_limit_used,
@@ -432,6 +440,10 @@ type runningProxy struct {
 	// stopConfig stops the SIGHUP reloads of --config (nil without it).
 	stopConfig func()
 	admin      adminServer // the dashboard (admin_listen.go)
+
+	// stopTelemetry exports the last spans and metrics (nil without an
+	// OTLP endpoint; proxy_otel.go).
+	stopTelemetry func(context.Context)
 }
 
 // startProxy opens the database (creating it), starts the mock upstream if
@@ -509,6 +521,9 @@ func (m *Main) startProxy(ctx context.Context, o proxyOptions) (_ *runningProxy,
 	}
 	if o.accessLog {
 		pc.AccessLog = o.log
+	}
+	if err := p.startTelemetry(ctx, o.log, reg, &pc); err != nil {
+		return nil, err
 	}
 	mw, err := proxy.New(p.tracker, pc)
 	if err != nil {
@@ -698,6 +713,9 @@ func (p *runningProxy) stop(ctx context.Context) error {
 		p.inflight.Wait() // handlers settle their usage before returning
 	}
 	p.stopAdmin(dctx)
+	if p.stopTelemetry != nil {
+		p.stopTelemetry(ctx)
+	}
 	if p.mock != nil {
 		p.mock.Close()
 	}

@@ -99,9 +99,16 @@ type proxyProc struct {
 // Cleanup kills it if it still runs.
 func startProxyProc(t *testing.T, bin string, args ...string) *proxyProc {
 	t.Helper()
+	return startProxyProcEnv(t, bin, nil, args...)
+}
+
+// startProxyProcEnv is startProxyProc with the variables env ("K=V") added
+// to its environment.
+func startProxyProcEnv(t *testing.T, bin string, env []string, args ...string) *proxyProc {
+	t.Helper()
 	p := &proxyProc{cmd: exec.Command(bin, append([]string{"proxy", "--listen", "127.0.0.1:0"}, args...)...),
 		stderr: &lockedBuffer{}, exited: make(chan struct{})}
-	p.cmd.Env = append(os.Environ(), "OPENAI_API_KEY=", "ANTHROPIC_API_KEY=")
+	p.cmd.Env = append(append(os.Environ(), "OPENAI_API_KEY=", "ANTHROPIC_API_KEY="), env...)
 	p.cmd.Stderr = p.stderr
 	out, err := p.cmd.StdoutPipe()
 	if err != nil {

@@ -8,12 +8,13 @@ import (
 	"github.com/tokenbudget/tokenbudget/budget"
 )
 
-const recordHelp = `usage: budget record --key K --provider P --model M [--user U] [--input N] [--output N]
-	[--reasoning N] [--cache-read N] [--cache-write N] [--request-id ID] [--at T] [--json]
+const recordHelp = `usage: budget record --key K --provider P --model M [--user U] [--tag NAME=VALUE]... [--input N]
+	[--output N] [--reasoning N] [--cache-read N] [--cache-write N] [--request-id ID] [--at T] [--json]
 
 Records one request's usage and waits until it is written. --input counts
 every prompt token; --cache-read and --cache-write are a breakdown inside it.
---user is the end user the request was for: user limits count it. The event
+--user is the end user the request was for: user limits count it; each
+--tag is what it was for (project=atlas): tag limits count it. The event
 is charged to the key's team and org as they are when it is written.
 A request id already recorded for the key is a duplicate: nothing changes.
 Prints the request id, or {"request_id", "duplicate"} with --json.
@@ -28,6 +29,7 @@ func (m *Main) runRecord(ctx context.Context, args []string) (err error) {
 	fs.StringVar(&u.Provider, "provider", "", "provider (required)")
 	fs.StringVar(&u.Model, "model", "", "model (required)")
 	fs.StringVar(&u.User, "user", "", "end user the request was for")
+	tags := tagFlag(fs)
 	fs.Int64Var(&u.Input, "input", 0, "prompt tokens, cached or not")
 	fs.Int64Var(&u.Output, "output", 0, "generated tokens other than reasoning")
 	fs.Int64Var(&u.Reasoning, "reasoning", 0, "reasoning tokens")
@@ -44,6 +46,9 @@ func (m *Main) runRecord(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	if u.At, err = at(); err != nil {
+		return err
+	}
+	if u.Tags, err = tags(); err != nil {
 		return err
 	}
 	if u, err = validUsage(u); err != nil {

@@ -15,8 +15,9 @@ const reportHelp = `usage: budget report [--db PATH] [--since T] [--until T] [--
 	[--format table|csv|json]
 
 Sums the usage of [--since, --until) by the dimensions of --by, a
-comma-separated list of key, team, org, user, provider, model, day, week
-and month (none: one row of totals). T is RFC3339 or a date (YYYY-MM-DD,
+comma-separated list of key, team, org, user, provider, model, day, week,
+month and tag:NAME (the value of tag NAME, as requests carry it: --by
+tag:project groups by project) (none: one row of totals). T is RFC3339 or a date (YYYY-MM-DD,
 a UTC midnight); --since defaults to the start of the history, --until to
 now. --key narrows it to one key's events. day, week (the ISO week's
 Monday) and month are UTC: 2026-03-02, 2026-03-02, 2026-03.
@@ -26,7 +27,7 @@ reasoning, cache_read, cache_write, tokens (billable: input + output +
 reasoning) and usd (dollars, 6 decimals). usd is empty in CSV, null in
 JSON and "-" in the table for a group holding an event that no price
 matched: its cost is not known. A dimension an event has no value for (no
-team, no end user) is empty in CSV, null in JSON, "-" in the table. Rows are
+team, no end user, no such tag) is empty in CSV, null in JSON, "-" in the table. Rows are
 sorted by the --by columns. CSV prints the header and the rows, nothing
 else; JSON prints {"rows": [{...}]}, one object per row with the CSV's
 columns as fields.
@@ -43,7 +44,7 @@ func (m *Main) runReport(ctx context.Context, args []string) (err error) {
 	dsn := m.dbFlag(fs)
 	since := fs.String("since", "", "start of the range, RFC3339 or YYYY-MM-DD (default: the start of the history)")
 	until := fs.String("until", "", "end of the range, exclusive, RFC3339 or YYYY-MM-DD (default: now)")
-	by := fs.String("by", "", "dimensions to group by: key, team, org, user, provider, model, day, week, month")
+	by := fs.String("by", "", "dimensions to group by: key, team, org, user, provider, model, day, week, month, tag:NAME")
 	key := fs.String("key", "", "only this key's usage")
 	format := fs.String("format", "table", "table, csv or json")
 	pos, err := m.parseArgs(fs, reportHelp, args)

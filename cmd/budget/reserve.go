@@ -9,12 +9,13 @@ import (
 	"github.com/tokenbudget/tokenbudget/budget"
 )
 
-const reserveHelp = `usage: budget reserve --key K [--provider P] [--model M] [--user U] --tokens N [--ttl D]
+const reserveHelp = `usage: budget reserve --key K [--provider P] [--model M] [--user U] [--tag NAME=VALUE]... --tokens N [--ttl D]
 	[--on-expiry release|charge] [--json]
 
 Holds an estimate of N tokens against every applicable enabled limit (the
 key's, its team's, its org's, the defaults counted for it; user limits by
---user, the end user the request is for), all or nothing, and takes a lease on each concurrent limit, until the reservation is
+--user, the end user the request is for; tag limits by each --tag, what it
+is for, which its commit is charged to too), all or nothing, and takes a lease on each concurrent limit, until the reservation is
 committed ('budget commit ID'), released ('budget release ID') or expires
 (--ttl, default 2m). At expiry a release reservation (the default) stops
 counting; a charge reservation keeps counting until recovery charges its
@@ -33,6 +34,7 @@ func (m *Main) runReserve(ctx context.Context, args []string) (err error) {
 	fs.StringVar(&req.Provider, "provider", "", "provider of the request")
 	fs.StringVar(&req.Model, "model", "", "model of the request")
 	fs.StringVar(&req.User, "user", "", "end user the request is for")
+	tags := tagFlag(fs)
 	fs.Int64Var(&req.Estimate.Tokens, "tokens", 0, "estimated tokens of the request, > 0 (required)")
 	ttl := fs.Duration("ttl", budget.DefaultReservationTTL, "how long the reservation holds unless settled, > 0")
 	onExpiry := fs.String("on-expiry", string(budget.ExpireRelease), "what expiry does: release (stop counting) or charge (charge the estimate)")
@@ -42,6 +44,9 @@ func (m *Main) runReserve(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	if err := noArgs("reserve", pos); err != nil {
+		return err
+	}
+	if req.Tags, err = tags(); err != nil {
 		return err
 	}
 	if req.Estimate.Tokens <= 0 {

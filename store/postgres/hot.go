@@ -188,14 +188,14 @@ func (t *tx) insertReservations(ctx context.Context, rs []budget.ReservationRow)
 		return nil
 	}
 	ids, keys, provs, models, states, pols, copies := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	teams, orgs, users := make([]string, n), make([]string, n), make([]string, n)
+	teams, orgs, users, tags := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	tok, in, out, at, exp, settled := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	var hr, hl, hs []string
 	var hw, ha, he []int64
 	for i := range rs {
 		r := &rs[i]
 		ids[i], keys[i], provs[i], models[i], states[i], pols[i] = r.ID, r.Key, r.Provider, r.Model, string(r.State), sqlrow.OnExpiry(r.OnExpiry)
-		teams[i], orgs[i], users[i] = r.Team, r.Org, r.User
+		teams[i], orgs[i], users[i], tags[i] = r.Team, r.Org, r.User, string(r.Tags)
 		tok[i], in[i], out[i], at[i], exp[i], settled[i] = r.Estimate.Tokens, r.Estimate.Input, r.Estimate.Output, ns(r.At), ns(r.ExpiresAt), ns(r.SettledAt)
 		copies[i] = sqlrow.EncodeHolds(r.Holds)
 		for _, h := range r.Holds {
@@ -205,8 +205,8 @@ func (t *tx) insertReservations(ctx context.Context, rs []budget.ReservationRow)
 	}
 	if _, err := t.tx.ExecContext(ctx, `INSERT INTO reservations (`+sqlrow.ReservationCols+`)
 		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::bigint[], $10::bigint[],
-			$11::bigint[], $12::bigint[], $13::text[], $14::bigint[], $15::text[], $16::text[])`,
-		ids, keys, teams, orgs, users, provs, models, tok, in, out, at, exp, states, settled, pols, copies); err != nil {
+			$11::bigint[], $12::bigint[], $13::text[], $14::bigint[], $15::text[], $16::text[], $17::text[])`,
+		ids, keys, teams, orgs, users, provs, models, tok, in, out, at, exp, states, settled, pols, copies, tags); err != nil {
 		return fmt.Errorf("insert reservations: %w", err)
 	}
 	if len(hr) == 0 {

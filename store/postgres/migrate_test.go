@@ -226,3 +226,34 @@ func TestMigrate13PricesCacheWrite1hAtCacheWrite(t *testing.T) {
 		t.Fatalf("prices after migration = %+v, %v; want claude's 1-hour price at its cache-write price $3.75", ps, err)
 	}
 }
+
+// A schema-14 database (limits that cannot have scope tag, rollups and
+// events without tags) keeps its rollups when migrated, its untagged
+// history stays untagged in reports, and it takes a tag limit that
+// counts only the tagged events.
+func TestMigrate14KeepsRollupsAndTakesTagLimits(t *testing.T) {
+	ctx := context.Background()
+	dsn := schemaAt(t, 14,
+		`INSERT INTO usage (key, request_id, provider, model, input, at) VALUES ('k', 'r1', 'p', 'm', 7, 3600000000000)`,
+		`INSERT INTO rollups (day, key, provider, model, requests, input) VALUES (0, 'k', 'p', 'm', 1, 7)`)
+	db, err := postgres.Open(ctx, dsn, postgres.Options{MaxConns: 2})
+	if err != nil {
+		t.Fatalf("Open(schema 14): %v", err)
+	}
+	defer db.Close()
+	c := storetest.NewClock(time.Unix(7200, 0))
+	tr := storetest.NewTracker(t, db, c, time.Second)
+	rows, err := tr.Report(ctx, budget.ReportQuery{Since: time.Unix(0, 0), Until: time.Unix(86400, 0), By: []budget.Dim{budget.TagDim("project")}})
+	if err != nil || len(rows) != 1 || rows[0].Values[0] != "" || rows[0].Input != 7 {
+		t.Fatalf("report by tag:project after migration = %+v, %v; want the day's 7 tokens, untagged", rows, err)
+	}
+	l := storetest.SetLimit(t, tr, budget.LimitSpec{Key: "k", Scope: "tag", ScopeValue: "project=*", Window: "daily"}, 100)
+	storetest.RecordSync(t, tr, budget.Usage{Key: "k", RequestID: "e1", Tags: "project=atlas", Input: 30, At: c.Now()},
+		budget.Usage{Key: "k", RequestID: "e2", Input: 50, At: c.Now()})
+	if u, _ := storetest.Used(t, tr, budget.Request{Key: "k", Tags: "project=atlas"}, c.Now(), l.ID); u != 30 {
+		t.Fatalf("atlas's counter used %d; want 30", u)
+	}
+	if drift, err := tr.Verify(ctx); err != nil || len(drift) != 0 {
+		t.Fatalf("Verify after migration = %+v, %v; want clean", drift, err)
+	}
+}

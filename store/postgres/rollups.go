@@ -28,8 +28,8 @@ import (
 // qAddRollups adds the rollups of a batch's inserted events (parallel
 // arrays in sqlrow.RollupCols order) to the stored ones, saturating.
 const qAddRollups = `INSERT INTO rollups (` + sqlrow.RollupCols + `)
-	SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
-		$9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[], $16::bigint[])
+	SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
+		$10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[], $16::bigint[], $17::bigint[])
 	ON CONFLICT (` + sqlrow.RollupDims + `) DO UPDATE SET
 		requests = LEAST(rollups.requests + excluded.requests, 9007199254740991),
 		input = LEAST(rollups.input + excluded.input, 9007199254740991),
@@ -49,18 +49,21 @@ func (t *tx) addRollups(ctx context.Context, rs []budget.Rollup) error {
 	}
 	slices.SortFunc(rs, func(a, b budget.Rollup) int {
 		return cmp.Or(a.Day.Compare(b.Day), strings.Compare(a.Key, b.Key), strings.Compare(a.Team, b.Team), strings.Compare(a.Org, b.Org),
-			strings.Compare(a.User, b.User), strings.Compare(a.Provider, b.Provider), strings.Compare(a.Model, b.Model))
+			strings.Compare(a.User, b.User), strings.Compare(a.Provider, b.Provider), strings.Compare(a.Model, b.Model),
+			strings.Compare(string(a.Tags), string(b.Tags)))
 	})
 	days, keys, teams, orgs, users, provs, models, norms := make([]int64, n), make([]string, n), make([]string, n), make([]string, n),
 		make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	tags := make([]string, n)
 	req, in, out, reas, cr, cw, cost, np := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n),
 		make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	for i := range rs {
 		r := &rs[i]
 		days[i], keys[i], teams[i], orgs[i], users[i], provs[i], models[i], norms[i] = ns(r.Day), r.Key, r.Team, r.Org, r.User, r.Provider, r.Model, budget.NormalizeModel(r.Model)
+		tags[i] = string(r.Tags)
 		req[i], in[i], out[i], reas[i], cr[i], cw[i], cost[i], np[i] = r.Requests, r.Input, r.Output, r.Reasoning, r.CacheRead, r.CacheWrite, r.Cost, r.NoPrice
 	}
-	if _, err := t.exec(ctx, qAddRollups, days, keys, teams, orgs, users, provs, models, norms, req, in, out, reas, cr, cw, cost, np); err != nil {
+	if _, err := t.exec(ctx, qAddRollups, days, keys, teams, orgs, users, provs, models, tags, norms, req, in, out, reas, cr, cw, cost, np); err != nil {
 		return fmt.Errorf("add daily rollups: %w", err)
 	}
 	return nil

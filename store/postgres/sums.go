@@ -96,6 +96,9 @@ func historyWhere(h budget.History, arg func(any) string) string {
 		b.WriteString(` AND model_norm = ` + arg(h.Model))
 	case h.User != "":
 		b.WriteString(` AND end_user = ` + arg(h.User))
+	case h.Tag != "":
+		// Stored normalized, "a=1,b=2": see the SQLite store's historyWhere.
+		b.WriteString(` AND strpos(',' || tags || ',', ` + arg(","+h.Tag+",") + `) > 0`)
 	}
 	return b.String()
 }

@@ -123,9 +123,9 @@ func (t *tx) LimitsVersion(ctx context.Context) (int64, error) {
 
 // qInsertUsage inserts a batch given as parallel arrays and returns the
 // rows it inserted (duplicates are skipped).
-const qInsertUsage = `INSERT INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm, cost, unpriced, team, org, end_user, no_price)
+const qInsertUsage = `INSERT INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm, cost, unpriced, team, org, end_user, no_price, tags)
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::text[], $12::bigint[], $13::boolean[],
-		$14::text[], $15::text[], $16::text[], $17::boolean[])
+		$14::text[], $15::text[], $16::text[], $17::boolean[], $18::text[])
 	ON CONFLICT DO NOTHING RETURNING key, request_id`
 
 type usageKey struct{ key, id string }
@@ -161,15 +161,15 @@ func (t *tx) insertUsage(ctx context.Context, evs []budget.EventWrite) ([]bool, 
 	keys, ids, provs, models, norms := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	in, out, reas, cr, cw, at := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	costs, unpriced, noPrice := make([]int64, n), make([]bool, n), make([]bool, n)
-	teams, orgs, users := make([]string, n), make([]string, n), make([]string, n)
+	teams, orgs, users, tags := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	for j, i := range order {
 		e := &events[i]
 		keys[j], ids[j], provs[j], models[j], norms[j] = e.Key, e.RequestID, e.Provider, e.Model, budget.NormalizeModel(e.Model)
 		in[j], out[j], reas[j], cr[j], cw[j], at[j] = e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, ns(e.At)
 		costs[j], unpriced[j], noPrice[j] = e.Cost, e.Unpriced, evs[i].NoPrice
-		teams[j], orgs[j], users[j] = e.Team, e.Org, e.User
+		teams[j], orgs[j], users[j], tags[j] = e.Team, e.Org, e.User, string(e.Tags)
 	}
-	rows, err := t.tx.QueryContext(ctx, qInsertUsage, keys, ids, provs, models, in, out, reas, cr, cw, at, norms, costs, unpriced, teams, orgs, users, noPrice)
+	rows, err := t.tx.QueryContext(ctx, qInsertUsage, keys, ids, provs, models, in, out, reas, cr, cw, at, norms, costs, unpriced, teams, orgs, users, noPrice, tags)
 	if err != nil {
 		return nil, fmt.Errorf("insert usage: %w", err)
 	}

@@ -124,7 +124,7 @@ func (t *tx) Reservations(ctx context.Context, ids []string) ([]budget.Reservati
 }
 
 const (
-	qInsertReservationsN = `INSERT INTO reservations (id, key, team, org, end_user, provider, model, est_tokens, est_input, est_output, at, expires_at, state, settled_at, on_expiry, holds)
+	qInsertReservationsN = `INSERT INTO reservations (id, key, team, org, end_user, provider, model, est_tokens, est_input, est_output, at, expires_at, state, settled_at, on_expiry, holds, tags)
 		VALUES %s`
 	qInsertHoldsN = `INSERT INTO holds (limit_id, subject, window_start, reservation_id, amount, expires_at) VALUES %s`
 
@@ -185,10 +185,10 @@ func (t *tx) insertRows(ctx context.Context, q string, cols, n int, row func(i i
 }
 
 func (t *tx) insertReservations(ctx context.Context, rs []budget.ReservationRow) error {
-	if err := t.insertRows(ctx, qInsertReservationsN, 16, len(rs), func(i int, a []any) []any {
+	if err := t.insertRows(ctx, qInsertReservationsN, 17, len(rs), func(i int, a []any) []any {
 		r := &rs[i]
 		return append(a, r.ID, r.Key, r.Team, r.Org, r.User, r.Provider, r.Model, r.Estimate.Tokens, r.Estimate.Input, r.Estimate.Output,
-			ns(r.At), ns(r.ExpiresAt), string(r.State), ns(r.SettledAt), sqlrow.OnExpiry(r.OnExpiry), sqlrow.EncodeHolds(r.Holds))
+			ns(r.At), ns(r.ExpiresAt), string(r.State), ns(r.SettledAt), sqlrow.OnExpiry(r.OnExpiry), sqlrow.EncodeHolds(r.Holds), string(r.Tags))
 	}); err != nil {
 		return fmt.Errorf("insert reservations: %w", err)
 	}

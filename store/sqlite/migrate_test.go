@@ -260,3 +260,58 @@ func olderDB(t *testing.T, stmts ...string) string {
 	}
 	return path
 }
+
+// A database of schema 14 (limits that cannot have scope tag, rollups and
+// events without tags) keeps its limits, raises, counters and rollups
+// when opened, and then takes a tag limit that counts tagged events.
+func TestMigrate14KeepsLimitsAndTakesTagLimits(t *testing.T) {
+	ctx := context.Background()
+	path := olderDB(t,
+		`INSERT INTO limits (id, key, scope, metric, max, window, window_seconds, created_at, updated_at)
+			VALUES ('lim_old', 'k', 'global', 'tokens', 100, '1h', 3600, 1, 1)`,
+		`INSERT INTO raises (id, limit_id, amount, until, created_at) VALUES ('rse_old', 'lim_old', 50, 0, 1)`,
+		`INSERT INTO usage (key, request_id, provider, model, input, at) VALUES ('k', 'r1', 'openai', 'gpt', 7, 3600000000000)`,
+		`INSERT INTO counters (limit_id, subject, window_start, window_end, used) VALUES ('lim_old', '', 3600000000000, 7200000000000, 7)`,
+		`INSERT INTO rollups (day, key, provider, model, requests, input) VALUES (0, 'k', 'openai', 'gpt', 1, 7)`,
+		`ALTER TABLE usage DROP COLUMN tags`,
+		`ALTER TABLE reservations DROP COLUMN tags`,
+		`PRAGMA user_version = 14`,
+	)
+	s := openStore(t, path)
+	defer s.Close()
+	err := s.View(ctx, func(tx budget.Tx) error {
+		l, err := tx.Limit(ctx, "lim_old")
+		if err != nil || l.Max != 100 || len(l.Raises) != 1 || l.Raises[0].Amount != 50 {
+			t.Errorf("limit after migration = %+v, %v; want lim_old with its raise of 50", l, err)
+		}
+		rows, err := tx.(budget.HistoryTx).CounterRows(ctx)
+		if err != nil || len(rows) != 1 || rows[0].Used != 7 {
+			t.Errorf("counters after migration = %+v, %v; want lim_old's 7", rows, err)
+		}
+		rs, err := tx.(budget.HistoryTx).Rollups(ctx, time.Unix(0, 0), time.Unix(86400, 0), "", budget.AllDims)
+		if err != nil || len(rs) != 1 || rs[0].Input != 7 || rs[0].Tags != "" {
+			t.Errorf("rollups after migration = %+v, %v; want the day's 7 input tokens, untagged", rs, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := newTracker(t, s, nil)
+	defer tr.Close(ctx)
+	max := int64(10)
+	l, _, err := tr.SetLimit(ctx, budget.LimitSpec{Key: "k", Scope: "tag", ScopeValue: "project=atlas", Window: "1h", Max: &max})
+	if err != nil {
+		t.Fatalf("set a tag limit after migration: %v", err)
+	}
+	if _, err := tr.RecordSync(ctx, budget.Usage{Key: "k", Input: 4, Tags: "project=atlas"}, budget.Usage{Key: "k", Input: 5, Tags: "project=other"}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := tr.Check(ctx, budget.Request{Key: "k", Tags: "project=atlas"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Limits) != 2 || d.Limits[1].Limit.ID != l.ID || d.Limits[1].Used != 4 || d.Limits[0].Used != 9 {
+		t.Errorf("statuses = %+v; want lim_old used 9 and the tag limit used 4 (the atlas event only)", d.Limits)
+	}
+}

@@ -37,7 +37,7 @@ import (
 )
 
 // SchemaVersion is the PRAGMA user_version this build writes and reads.
-const SchemaVersion = 14
+const SchemaVersion = 15
 
 // Options configure Open. The zero value is usable.
 type Options struct {
@@ -230,6 +230,7 @@ var migrationCode = map[int]struct {
 	11: {fn: addAlertKind},
 	13: {schema: true, fn: addKeyRules},
 	14: {fn: addCacheWrite1h},
+	15: {fn: addTags},
 }
 
 // migrations[i] upgrades a schema of version i to i+1: migrations[0] is the
@@ -285,7 +286,7 @@ func normalizeModelsV3(ctx context.Context, x *sqlx.Tx) error {
 // buildRollups builds schema 9's daily rollups from the history so far.
 func buildRollups(ctx context.Context, x *sqlx.Tx) error {
 	_, err := x.ExecContext(ctx, `INSERT INTO rollups (`+sqlrow.RollupCols+`)
-		SELECT `+dayOf("at")+`, key, team, org, end_user, provider, model, MAX(model_norm), `+rollupSums+`
+		SELECT `+dayOf("at")+`, key, team, org, end_user, provider, model, '', MAX(model_norm), `+rollupSums+`
 		FROM usage GROUP BY 1, key, team, org, end_user, provider, model`)
 	return err
 }
@@ -313,6 +314,16 @@ func addKeyRules(ctx context.Context, x *sqlx.Tx) error {
 func addCacheWrite1h(ctx context.Context, x *sqlx.Tx) error {
 	return addColumns(ctx, x, "prices", "cache_write_1h", `ALTER TABLE prices ADD COLUMN cache_write_1h INTEGER NOT NULL DEFAULT 0;
 		UPDATE prices SET cache_write_1h = cache_write`)
+}
+
+// addTags adds usage.tags and reservations.tags (events and reservations
+// before had none: ”), unless a test's database took the schema back
+// without dropping them.
+func addTags(ctx context.Context, x *sqlx.Tx) error {
+	if err := addColumns(ctx, x, "usage", "tags", `ALTER TABLE usage ADD COLUMN tags TEXT NOT NULL DEFAULT ''`); err != nil {
+		return err
+	}
+	return addColumns(ctx, x, "reservations", "tags", `ALTER TABLE reservations ADD COLUMN tags TEXT NOT NULL DEFAULT ''`)
 }
 
 // addColumns runs ddl, which adds column (and perhaps others) to table,

@@ -45,7 +45,7 @@ var errReadOnly = errors.New("store: write inside a read-only transaction")
 
 const (
 	// Multi-row statements: %s stands for the VALUES rows.
-	qInsertUsageN = `INSERT OR IGNORE INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm, cost, unpriced, team, org, end_user, no_price)
+	qInsertUsageN = `INSERT OR IGNORE INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm, cost, unpriced, team, org, end_user, no_price, tags)
 		VALUES %s RETURNING key, request_id`
 	qAddCountersN = `WITH v(lid, sub, ws, d) AS (VALUES %s)
 		UPDATE counters SET used = MIN(used + v.d, 9007199254740991) FROM v
@@ -60,7 +60,7 @@ var hotStatements = []string{qLimitsVersion, `PRAGMA data_version`,
 	multiRow(qInsertUsageN, usageCols, chunk), multiRow(qInsertUsageN, usageCols, 1), multiRow(qAddCountersN, 4, chunk)}
 
 // usageCols is the number of columns qInsertUsageN writes.
-const usageCols = 17
+const usageCols = 18
 
 var multiRows sync.Map // multiRowKey -> string
 
@@ -206,7 +206,7 @@ func (t *tx) insertUsage(ctx context.Context, evs []budget.EventWrite) ([]bool, 
 		for _, i := range part {
 			e := &evs[i].Usage
 			args = append(args, e.Key, e.RequestID, e.Provider, e.Model, e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, ns(e.At),
-				budget.NormalizeModel(e.Model), e.Cost, e.Unpriced, e.Team, e.Org, e.User, evs[i].NoPrice)
+				budget.NormalizeModel(e.Model), e.Cost, e.Unpriced, e.Team, e.Org, e.User, evs[i].NoPrice, string(e.Tags))
 		}
 		// The rows that went in come back (a duplicate of a stored row,
 		// or of an earlier row, does not): one statement either way.
@@ -306,6 +306,11 @@ func historyCond(h budget.History, partial bool, who, f string) (cond string, wh
 		fV = h.Model
 	case h.User != "":
 		cond, fV = cond+` AND end_user = `+f, h.User
+	case h.Tag != "":
+		// Tags are stored normalized, "a=1,b=2": the tag with a comma on
+		// each side is found in the tags with one on each side. Names
+		// and values hold no commas, so the match is exact.
+		cond, fV = cond+` AND instr(',' || tags || ',', `+f+`) > 0`, ","+h.Tag+","
 	}
 	return cond, whoV, fV
 }

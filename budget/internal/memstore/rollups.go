@@ -14,21 +14,22 @@ import (
 type rollupKey struct {
 	day                                   int64
 	key, team, org, user, provider, model string
+	tags                                  budget.Tags
 }
 
 func keyOf(r *budget.Rollup) rollupKey {
-	return rollupKey{ns(r.Day), r.Key, r.Team, r.Org, r.User, r.Provider, r.Model}
+	return rollupKey{ns(r.Day), r.Key, r.Team, r.Org, r.User, r.Provider, r.Model, r.Tags}
 }
 
 // matches reports whether an event or rollup with these dimensions is one
 // h selects.
-func matches(h *budget.History, key, team, org, user, provider, modelNorm string) bool {
+func matches(h *budget.History, key, team, org, user, provider, modelNorm string, tags budget.Tags) bool {
 	switch {
 	case h.Team != "" && team != h.Team, h.Org != "" && org != h.Org, h.Team == "" && h.Org == "" && key != h.Key:
 		return false
 	case h.Provider != "" && provider != h.Provider, h.User != "" && user != h.User:
 		return false
-	case h.Model != "" && !budget.MatchModel(h.Model, modelNorm):
+	case h.Model != "" && !budget.MatchModel(h.Model, modelNorm), h.Tag != "" && !tags.Has(h.Tag):
 		return false
 	}
 	return true
@@ -71,7 +72,7 @@ func (t *tx) EventTotals(_ context.Context, from, to time.Time, key string, by [
 		if a := u.At.UnixNano(); a < from.UnixNano() || a >= to.UnixNano() || key != "" && u.Key != key {
 			continue
 		}
-		r := budget.Rollup{Day: budget.Day(u.At), Key: u.Key, Team: u.Team, Org: u.Org, User: u.User, Provider: u.Provider, Model: u.Model}
+		r := budget.Rollup{Day: budget.Day(u.At), Key: u.Key, Team: u.Team, Org: u.Org, User: u.User, Provider: u.Provider, Model: u.Model, Tags: u.Tags}
 		k := keyOf(&r)
 		g := m[k]
 		if g == nil {

@@ -287,7 +287,7 @@ func (t *tx) sum(l *budget.Limit, start, end time.Time) (int64, error) {
 			from = from.AddDate(0, 0, 1)
 		}
 		for _, r := range t.st.rollups {
-			if d := r.Day.UnixNano(); d < ns(from) || d >= min(hi, hz) || !matches(&h, r.Key, r.Team, r.Org, r.User, r.Provider, budget.NormalizeModel(r.Model)) {
+			if d := r.Day.UnixNano(); d < ns(from) || d >= min(hi, hz) || !matches(&h, r.Key, r.Team, r.Org, r.User, r.Provider, budget.NormalizeModel(r.Model), r.Tags) {
 				continue
 			}
 			total = min(total+r.Amount(l.Metric), budget.MaxTokens)
@@ -315,7 +315,7 @@ func (t *tx) sum(l *budget.Limit, start, end time.Time) (int64, error) {
 			continue
 		case h.Model != "" && !budget.MatchModel(h.Model, e.modelNorm):
 			continue
-		case h.User != "" && e.u.User != h.User:
+		case h.User != "" && e.u.User != h.User, h.Tag != "" && !e.u.Tags.Has(h.Tag):
 			continue
 		}
 		total = min(total+e.u.Amount(l.Metric), budget.MaxTokens)

@@ -70,7 +70,7 @@ func (t Tx) ScanRollups(ctx context.Context, q string, args []any) ([]budget.Rol
 	var out []budget.Rollup
 	for rows.Next() {
 		var r sqlrow.Rollup
-		if err := rows.Scan(&r.Day, &r.Key, &r.Team, &r.Org, &r.User, &r.Provider, &r.Model, &r.Requests, &r.Input, &r.Output,
+		if err := rows.Scan(&r.Day, &r.Key, &r.Team, &r.Org, &r.User, &r.Provider, &r.Model, &r.Tags, &r.Requests, &r.Input, &r.Output,
 			&r.Reasoning, &r.CacheRead, &r.CacheWrite, &r.Cost, &r.NoPrice); err != nil {
 			return nil, err
 		}

@@ -6,13 +6,13 @@ import (
 
 // RollupCols are the columns of a rollups row, in order: its dimensions,
 // model_norm, then its sums.
-const RollupCols = `day, key, team, org, end_user, provider, model, model_norm, requests, input, output, reasoning, cache_read, cache_write, cost, no_price`
+const RollupCols = `day, key, team, org, end_user, provider, model, tags, model_norm, requests, input, output, reasoning, cache_read, cache_write, cost, no_price`
 
 // RollupDims are the rollups primary key's columns.
-const RollupDims = `day, key, team, org, end_user, provider, model`
+const RollupDims = `day, key, team, org, end_user, provider, model, tags`
 
 // RollupNCols is how many columns RollupCols names.
-const RollupNCols = 16
+const RollupNCols = 17
 
 // DimColumn is the column of rollups and usage holding dimension d (one
 // of budget.AllDims).
@@ -32,6 +32,7 @@ type Rollup struct {
 	User       string `db:"end_user"`
 	Provider   string `db:"provider"`
 	Model      string `db:"model"`
+	Tags       string `db:"tags"`
 	Requests   int64  `db:"requests"`
 	Input      int64  `db:"input"`
 	Output     int64  `db:"output"`
@@ -43,11 +44,11 @@ type Rollup struct {
 }
 
 // RollupSelect are the columns a Rollup scans (all but model_norm).
-const RollupSelect = `day, key, team, org, end_user, provider, model, requests, input, output, reasoning, cache_read, cache_write, cost, no_price`
+const RollupSelect = `day, key, team, org, end_user, provider, model, tags, requests, input, output, reasoning, cache_read, cache_write, cost, no_price`
 
 // Decode is the row as a budget.Rollup.
 func (r *Rollup) Decode() budget.Rollup {
-	return budget.Rollup{Day: FromNs(r.Day), Key: r.Key, Team: r.Team, Org: r.Org, User: r.User, Provider: r.Provider, Model: r.Model,
+	return budget.Rollup{Day: FromNs(r.Day), Key: r.Key, Team: r.Team, Org: r.Org, User: r.User, Provider: r.Provider, Model: r.Model, Tags: budget.Tags(r.Tags),
 		Totals: budget.Totals{Requests: r.Requests, Input: r.Input, Output: r.Output, Reasoning: r.Reasoning,
 			CacheRead: r.CacheRead, CacheWrite: r.CacheWrite, Cost: r.Cost, NoPrice: r.NoPrice}}
 }
@@ -63,7 +64,7 @@ func DecodeRollups(rows []Rollup) []budget.Rollup {
 
 // RollupArgs appends r's values in RollupCols order to a.
 func RollupArgs(a []any, r *budget.Rollup) []any {
-	return append(a, Ns(r.Day), r.Key, r.Team, r.Org, r.User, r.Provider, r.Model, budget.NormalizeModel(r.Model),
+	return append(a, Ns(r.Day), r.Key, r.Team, r.Org, r.User, r.Provider, r.Model, string(r.Tags), budget.NormalizeModel(r.Model),
 		r.Requests, r.Input, r.Output, r.Reasoning, r.CacheRead, r.CacheWrite, r.Cost, r.NoPrice)
 }
 
@@ -85,17 +86,18 @@ type Event struct {
 	Team       string `db:"team"`
 	Org        string `db:"org"`
 	User       string `db:"end_user"`
+	Tags       string `db:"tags"`
 }
 
 // EventCols are the columns an Event scans.
-const EventCols = `key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, cost, unpriced, no_price, team, org, end_user`
+const EventCols = `key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, cost, unpriced, no_price, team, org, end_user, tags`
 
 // Decode is the row as a budget.Usage: its cost and placement as
 // written.
 func (e *Event) Decode() budget.Usage {
 	return budget.Usage{RequestID: e.RequestID, Key: e.Key, Provider: e.Provider, Model: e.Model, Input: e.Input, Output: e.Output,
 		Reasoning: e.Reasoning, CacheRead: e.CacheRead, CacheWrite: e.CacheWrite, At: FromNs(e.At), Cost: e.Cost,
-		Unpriced: e.Unpriced, CostKnown: true, NoPrice: e.NoPrice, Placed: true, Team: e.Team, Org: e.Org, User: e.User}
+		Unpriced: e.Unpriced, CostKnown: true, NoPrice: e.NoPrice, Placed: true, Team: e.Team, Org: e.Org, User: e.User, Tags: budget.Tags(e.Tags)}
 }
 
 // Horizon splits [start, end) at the prune horizon h (zero: none) into

@@ -227,14 +227,15 @@ type Reservation struct {
 	SettledAt int64  `db:"settled_at"`
 	OnExpiry  string `db:"on_expiry"`
 	Holds     string `db:"holds"`
+	Tags      string `db:"tags"`
 }
 
 // ReservationCols are the columns of a Reservation, in order.
-const ReservationCols = `id, key, team, org, end_user, provider, model, est_tokens, est_input, est_output, at, expires_at, state, settled_at, on_expiry, holds`
+const ReservationCols = `id, key, team, org, end_user, provider, model, est_tokens, est_input, est_output, at, expires_at, state, settled_at, on_expiry, holds, tags`
 
 // Decode is the row as a budget.ReservationRow.
 func (r *Reservation) Decode() budget.ReservationRow {
-	return budget.ReservationRow{ID: r.ID, Key: r.Key, Team: r.Team, Org: r.Org, User: r.User, Provider: r.Provider, Model: r.Model,
+	return budget.ReservationRow{ID: r.ID, Key: r.Key, Team: r.Team, Org: r.Org, User: r.User, Tags: budget.Tags(r.Tags), Provider: r.Provider, Model: r.Model,
 		Estimate: budget.Estimate{Tokens: r.Tokens, Input: r.Input, Output: r.Output},
 		At:       FromNs(r.At), ExpiresAt: FromNs(r.ExpiresAt), State: budget.ReservationState(r.State), SettledAt: FromNs(r.SettledAt),
 		OnExpiry: budget.ExpiryPolicy(r.OnExpiry), Holds: DecodeHolds(r.ID, r.Holds, FromNs(r.ExpiresAt))}
