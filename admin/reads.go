@@ -95,6 +95,10 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request, p *Principal) e
 	if q.Key, err = queryKey(r, v); err != nil {
 		return err
 	}
+	// What this process queued is in it: a proxied response's settlement
+	// is written after the response. A store that takes no writes still
+	// answers the read, with what it holds.
+	h.cfg.Tracker.Flush(r.Context())
 	rows, err := h.scopedReport(r, v, q)
 	if err != nil {
 		return err

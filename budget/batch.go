@@ -181,6 +181,40 @@ func refAt(l *Limit, at time.Time) WindowRef {
 	return WindowRef{Limit: l, Start: start, End: end, PrevStart: ps, PrevEnd: pe}
 }
 
+// boundsMemo is one window's bounds, and the window's before it, as a
+// batch last computed them: a batch's events mostly fall in the same few
+// windows of the same few definitions, whose bounds cost calendar
+// arithmetic (and a zone's rules) each time.
+type boundsMemo struct {
+	w                              Window
+	start, end, prevStart, prevEnd time.Time
+}
+
+// maxBoundsMemo bounds a batch's memo: more definitions than this each
+// compute their bounds as refAt does.
+const maxBoundsMemo = 8
+
+// refAt is refAt(l, at) through the batch's memo.
+func (b *batch) refAt(l *Limit, at time.Time) WindowRef {
+	if l.Metric == MetricConcurrent {
+		return WindowRef{Limit: l}
+	}
+	for i := range b.bounds {
+		if m := &b.bounds[i]; m.w == l.Window && !at.Before(m.start) && at.Before(m.end) {
+			return WindowRef{Limit: l, Start: m.start, End: m.end, PrevStart: m.prevStart, PrevEnd: m.prevEnd}
+		}
+	}
+	r := refAt(l, at)
+	m := boundsMemo{l.Window, r.Start, r.End, r.PrevStart, r.PrevEnd}
+	if len(b.bounds) < maxBoundsMemo {
+		b.bounds = append(b.bounds, m)
+	} else {
+		b.bounds[b.nextBound] = m
+		b.nextBound = (b.nextBound + 1) % maxBoundsMemo
+	}
+	return r
+}
+
 // prevBounds is the window before the one starting at start; none (zero)
 // for a Once window, whose creation is no rollover.
 func prevBounds(w Window, start time.Time) (time.Time, time.Time) {
@@ -252,6 +286,11 @@ type batch struct {
 	staleLate       map[string][]Usage
 	recoveredLeases []string
 	maint           []*lease // the leases this look attends to
+
+	// bounds memoises the windows' bounds (refAt), nextBound the entry
+	// replaced next once it is full.
+	bounds    []boundsMemo
+	nextBound int
 }
 
 // events are o's events: Record's one or RecordSync's.
@@ -424,7 +463,7 @@ func (b *batch) needEvent(ctx context.Context, tx Tx, n *needs, who *Who, provid
 		}
 		l = l.forWho(who)
 		n.limits[l.ID] = true
-		r := refAt(l, at)
+		r := b.refAt(l, at)
 		k := windowKey(l, r.Start)
 		// A limit with alert thresholds must know its total to
 		// see one crossed.
@@ -527,8 +566,7 @@ func (b *batch) window(l *Limit, at time.Time) *memWindow {
 	if l.Metric == MetricConcurrent {
 		return b.t.w.mem.windows[windowKey(l, time.Time{})]
 	}
-	start, _ := l.Window.Bounds(at)
-	return b.t.w.mem.windows[windowKey(l, start)]
+	return b.t.w.mem.windows[windowKey(l, b.refAt(l, at).Start)]
 }
 
 // decide is step 2: every active operation, in queue order, against the
@@ -821,7 +859,7 @@ func (b *batch) needReserve(ctx context.Context, tx Tx, o *op, n *needs) error {
 		}
 		l = l.forWho(&who)
 		n.limits[l.ID] = true
-		r := refAt(l, o.at)
+		r := b.refAt(l, o.at)
 		n.refs[windowKey(l, r.Start)] = want{ref: r, reserve: true}
 		n.prices = n.prices || l.Metric == MetricUSD
 	}

@@ -26,6 +26,8 @@ func TestLateUsage(t *testing.T) {
 		{"unsplit covers input first", Usage{Input: 80, Output: 30}, Estimate{Tokens: 100}, Usage{Output: 10}},
 		{"unsplit after the split parts", Usage{Input: 120, Output: 70, Reasoning: 10}, Estimate{Input: 100, Output: 50, Tokens: 30}, Usage{Output: 10, Reasoning: 10}},
 		{"nothing estimated", Usage{Input: 1, Output: 2, Reasoning: 3}, Estimate{}, Usage{Input: 1, Output: 2, Reasoning: 3}},
+		// The whole usage's cost (budget.Tracker.PriceUsage) is not the excess's.
+		{"a priced cost dropped", Usage{Input: 130, Cost: 999, CostKnown: true}, Estimate{Input: 100}, Usage{Input: 30}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := tc.actual
@@ -39,6 +41,9 @@ func TestLateUsage(t *testing.T) {
 				t.Errorf("lateUsage(%+v, %+v) = in %d out %d reasoning %d cache %d/%d; want %d/%d/%d, no cache",
 					tc.actual, tc.est, got.Input, got.Output, got.Reasoning, got.CacheRead, got.CacheWrite,
 					tc.want.Input, tc.want.Output, tc.want.Reasoning)
+			}
+			if got.Cost != 0 || got.CostKnown || got.NoPrice {
+				t.Errorf("late cost %d known %v no price %v; want it priced again when written", got.Cost, got.CostKnown, got.NoPrice)
 			}
 			if _, err := got.Normalize(t0); err != nil {
 				t.Errorf("late event invalid: %v", err)

@@ -61,6 +61,33 @@ func (t *Tracker) writerPrices(ctx context.Context, tx Tx) (*Prices, error) {
 	return w.prices.table, nil
 }
 
+// PriceUsage prices u as its event will be stored: at the price in force
+// at u.At for its provider, normalised model, service tier and prompt, from
+// the price table the checks use (cached, re-read once older than the
+// refresh interval). It sets u.Cost and u.CostKnown, so the event is
+// written at exactly that cost whatever the table holds by the time the
+// writer takes it, and u.NoPrice when no price matches (the cost is 0).
+// A caller that shows a request its cost before the event is written (the
+// proxy's X-Tokenbudget-Cost) shows what the history will hold. A zero
+// u.At is priced at now.
+func (t *Tracker) PriceUsage(ctx context.Context, u *Usage) error {
+	clock := t.now()
+	table, err := t.pricesAt(ctx, clock.UnixNano())
+	if err != nil {
+		return err
+	}
+	at := u.At
+	if at.IsZero() {
+		at = clock
+	}
+	p := table.For(u.Provider, NormalizeModel(u.Model), u.ServiceTier, u.Input, at)
+	u.CostKnown, u.NoPrice, u.Cost = true, p == nil, 0
+	if p != nil {
+		u.Cost = p.Cost(u)
+	}
+	return nil
+}
+
 // priceEstimate fills req.Estimate.USD when a usd limit is among
 // statuses: the estimate priced at the price in force at at for the
 // request's tier and prompt estimate, which it returns (nil when no usd

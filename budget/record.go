@@ -145,28 +145,11 @@ func (t *Tracker) Stats() Stats {
 // When the key's limits are cached, the event shows in this process's
 // checks at once, before it is written.
 func (t *Tracker) Record(ctx context.Context, u Usage) error {
-	var now time.Time
-	if u.At.IsZero() {
-		now = t.now() // the clock costs as much as the rest of Record
-	}
-	u, err := u.Normalize(now)
+	wait, err := t.RecordQueued(ctx, u)
 	if err != nil {
 		return err
 	}
-	if err := t.checkHorizon(&u); err != nil {
-		return err
-	}
-	o := &op{kind: opUsage, ev: u}
-	if t.cfg.Durable {
-		o.done = make(chan opResult, 1)
-	}
-	if err := t.enqueue(ctx, o); err != nil {
-		return err
-	}
-	if o.done == nil {
-		return nil
-	}
-	return t.wait(ctx, o).err
+	return wait(ctx)
 }
 
 // checkHorizon refuses an event before the prune horizon: the history no
@@ -290,7 +273,7 @@ func (t *Tracker) addPendingEvent(o *op, ev *Usage) {
 		o.contribs = make([]contrib, 0, len(kl.lims))
 	}
 	model := NormalizeModel(ev.Model)
-	if kl.hasUSD() {
+	if kl.hasUSD() && !ev.CostKnown {
 		// The overlay's cost comes from the cached table (no I/O here); the
 		// writer prices the event again when it stores it.
 		if s := t.prices.Load(); s != nil {

@@ -193,18 +193,11 @@ func (t *Tracker) do(ctx context.Context, o *op) (opResult, error) {
 // the caller gets the error (after Config.FlushFailures attempts, or when
 // ctx ends) while the writer keeps retrying it like recorded usage.
 func (t *Tracker) Commit(ctx context.Context, id string, actual Usage) (Settlement, error) {
-	actual.Key = "commit" // validated below; the reservation's key is used
-	actual.RequestID = id
-	if _, err := actual.Normalize(time.Unix(0, 0)); err != nil {
+	wait, err := t.CommitQueued(ctx, id, actual)
+	if err != nil {
 		return Settlement{}, err
 	}
-	if s, ok, err := t.commitLeased(ctx, id, actual); ok {
-		return s, err
-	}
-	o := newOp(opCommit, &opArgs{id: id})
-	o.ev = actual
-	r, err := t.do(ctx, o)
-	return r.settlement, err
+	return wait(ctx)
 }
 
 // chargedUsage is the event recovery writes for an ExpireCharge
@@ -224,6 +217,9 @@ func lateUsage(actual Usage, est Estimate) Usage {
 	late := actual
 	late.RequestID += LateSuffix
 	late.CacheRead, late.CacheWrite, late.CacheWrite1h = 0, 0, 0
+	// A cost the caller priced (PriceUsage) is the whole usage's: the
+	// excess is priced again when it is written.
+	late.Cost, late.CostKnown, late.NoPrice = 0, false, false
 	shared := est.Tokens
 	over := func(v, allowance int64) int64 {
 		v -= min(v, allowance)
@@ -243,11 +239,11 @@ func lateUsage(actual Usage, est Estimate) Usage {
 // usage, for a request that failed. Releasing an expired, unsettled
 // reservation succeeds; a settled one returns ErrSettled.
 func (t *Tracker) Release(ctx context.Context, id string) error {
-	if ok, err := t.releaseLeased(id); ok {
+	wait, err := t.ReleaseQueued(ctx, id)
+	if err != nil {
 		return err
 	}
-	_, err := t.do(ctx, newOp(opRelease, &opArgs{id: id}))
-	return err
+	return wait(ctx)
 }
 
 // Renew extends reservation id and its leases to ttl from now (0:

@@ -15,6 +15,7 @@ import (
 type exchange struct {
 	http.ResponseWriter
 	start time.Time
+	end   time.Time // when the handler was over: the response's latency
 
 	status    int // the status the client got (0: none, the client left first)
 	outcome   string
@@ -24,7 +25,8 @@ type exchange struct {
 	user      string // the request's end user, once validated
 	requestID string
 	est       *budget.Estimate // what was admitted (Info.Estimate)
-	charged   *budget.Usage    // what was committed or recorded
+	settled   *settlement      // what a forwarded request was charged
+	write     func()           // its store write, once the response is sent
 	info      *Info            // once the request reached admission (Observer)
 
 	// A budget refusal's limit id, its level and the error code.
@@ -56,6 +58,15 @@ func (x *exchange) Flush() {
 // deadlines for the body timeout, flushes).
 func (x *exchange) Unwrap() http.ResponseWriter { return x.ResponseWriter }
 
+// chargedUsage is what a forwarded request was charged (its Cost priced,
+// see budget.Tracker.PriceUsage); nil when nothing was.
+func (x *exchange) chargedUsage() *budget.Usage {
+	if x.settled == nil || !x.settled.Charged {
+		return nil
+	}
+	return &x.settled.Usage
+}
+
 // logExchange writes the request's access log line. The attributes are
 // names and numbers the proxy chose or validated: never a secret (the key
 // is its name), never a prompt or an answer. A model is logged only once
@@ -86,12 +97,22 @@ func (m *Middleware) logExchange(x *exchange, r *http.Request) {
 	if x.est != nil {
 		attrs = append(attrs, slog.Int64("estimate_input", x.est.Input), slog.Int64("estimate_output", x.est.Output))
 	}
-	if u := x.charged; u != nil {
+	if s := x.settled; s != nil && s.Charged {
+		u := &s.Usage
 		attrs = append(attrs, slog.Int64("charged_tokens", u.Input+u.Output+u.Reasoning),
 			slog.Int64("charged_input", u.Input), slog.Int64("charged_output", u.Output+u.Reasoning))
 	} else {
 		attrs = append(attrs, slog.Int64("charged_tokens", 0))
 	}
-	attrs = append(attrs, slog.Float64("latency_ms", float64(time.Since(x.start).Microseconds())/1000))
+	if s := x.settled; s != nil {
+		// What the cost header or trailer said; absent when unknown.
+		if c, ok := s.cost(); ok {
+			attrs = append(attrs, slog.String("cost", c))
+		}
+	}
+	if s := x.settled; s != nil && s.Err != nil {
+		attrs = append(attrs, slog.Bool("settle_failed", true))
+	}
+	attrs = append(attrs, slog.Float64("latency_ms", float64(x.end.Sub(x.start).Microseconds())/1000))
 	m.cfg.AccessLog.LogAttrs(context.Background(), slog.LevelInfo, "request", attrs...)
 }

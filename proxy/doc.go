@@ -69,16 +69,30 @@
 //     request never served may be charged, a served one is never missed) and
 //     the concurrency leases are free within the TTL;
 //  5. the wrapped handler, with stream_options.include_usage added to a
-//     streamed chat request and no Accept-Encoding, whose response passes
+//     streamed chat request and no Accept-Encoding, whose stream passes
 //     through as it comes, each SSE event flushed (a usage-only chunk the
 //     client did not ask for is dropped), its usage and streamed text read
-//     on the way. Every answer carries X-Tokenbudget-Request-Id: the
+//     on the way; a 2xx non-streamed body is held until it ends (up to
+//     MaxResponseBody; a larger or compressed one passes through as it
+//     comes) so that its settlement is known before its first byte goes
+//     out. Every answer carries X-Tokenbudget-Request-Id: the
 //     request id its usage is recorded under (the reservation id, or a
 //     generated one in check mode), whatever the upstream sent; a 2xx
 //     also the rate-limit headers of the limit with the least room left
 //     (X-Tokenbudget-Limit, -Limit-Scope) and, when a cap was injected,
 //     X-Tokenbudget-Max-Output;
-//  6. settlement, on a context the client leaving does not cancel: the usage
+//  6. settlement, decided in memory once the upstream's answer ended and
+//     priced by the tracker's price table (budget.Tracker.PriceUsage, the
+//     cost the event is stored at): a held body goes out with
+//     X-Tokenbudget-Cost (dollars, six places; absent when no price
+//     matches) and X-Tokenbudget-Charged-Tokens, a stream sends them as
+//     trailers it declared, an upstream error says 0. The
+//     settlement is queued in the tracker (budget.Tracker.CommitQueued,
+//     ReleaseQueued, RecordQueued: in memory, so the client's next request
+//     is decided after it); then the handler returns, so the client's
+//     response completes, and the wait for the store write follows on a
+//     goroutine of its own (Middleware.Close waits for these), on a context
+//     the client leaving does not cancel: the usage
 //     is committed (recorded in check mode, with the end user; a commit and
 //     a charge on expiry take it from the reservation); a response without
 //     usage, or with an invalid one (a count or the billable sum over
@@ -89,12 +103,13 @@
 //     error answer releases the reservation. A commit the store cannot take
 //     yet stays queued in the tracker until it can. Upstream 429, 529,
 //     repeated 503, 401 and 403 answers park the provider;
-//  7. one AccessLog line (key name, provider, model, end user, status,
-//     outcome, estimate, tokens charged, latency; never a secret or a
-//     prompt), and the Observer's End (Config.Observer; its Begin saw the
-//     request arrive and may have set trace-context headers that go
+//  7. after the write, the Observer's End (Config.Observer; its Begin saw
+//     the request arrive and may have set trace-context headers that go
 //     upstream): the seam the telemetry package's OpenTelemetry spans use,
-//     so that this package imports no tracing library.
+//     so that this package imports no tracing library; then one AccessLog
+//     line (key name, provider, model, end user, status, outcome, estimate,
+//     tokens charged, cost, latency to the response's end; never a secret
+//     or a prompt).
 //
 // GET /v1/models (and /v1/models/ID) needs a valid gateway key, costs no
 // budget, and goes to the wrapped handler as it is, with the Info of the
@@ -194,10 +209,15 @@
 // adapters hold no state. The usage reader of one response holds its
 // state and is fed and queried by that request's goroutine alone. The
 // middleware starts a timer per reservation (renewal every third of its
-// TTL), NewUpstream's transport two per upstream call (headers,
+// TTL), a goroutine per forwarded request for its settlement's store write
+// and access log line once its response is complete (Middleware.Close
+// waits for them; after Close a request settles before its handler
+// returns), NewUpstream's transport two timers per upstream call (headers,
 // body idle), and Keys a goroutine per recorded key use (at most one a
 // minute per key; Keys.Wait waits for them); nothing else runs in the
-// background, and the package keeps no global mutable state. An Observer
-// is called on the request's goroutine and must be safe for concurrent
-// use.
+// background, and the package keeps no global mutable state. An
+// Observer's Begin is called on the request's goroutine, its End after
+// the response, on the goroutine that waited for the settlement's write
+// (the request's own when nothing was settled); it must be safe for
+// concurrent use.
 package proxy

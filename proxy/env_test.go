@@ -54,8 +54,14 @@ func (e *env) advance(d time.Duration) { e.now.Add(int64(d)) }
 type envOptions struct {
 	mode  proxy.Mode
 	clock bool // the tracker's clock starts at testNow and moves by advance
-	cfg   func(*proxy.Config)
-	up    func(*proxy.UpstreamConfig)
+	// leases decides reservations in memory (budget.Config.Leases, the
+	// journal beside the database): budget proxy --leases.
+	leases bool
+	// unsignalled: the proxy does not count its requests on served
+	// (benchmarks, which wait for no request).
+	unsignalled bool
+	cfg         func(*proxy.Config)
+	up          func(*proxy.UpstreamConfig)
 }
 
 // syncBuffer is a bytes.Buffer safe for concurrent writes (the log).
@@ -86,6 +92,7 @@ func newEnv(t testing.TB, o envOptions, upstream http.HandlerFunc) *env {
 		e.now.Store(testNow.UnixNano())
 		cfg.Now = func() time.Time { return time.Unix(0, e.now.Load()).UTC() }
 	}
+	cfg.Leases = o.leases
 	e.path = filepath.Join(t.TempDir(), "budget.db")
 	db, err := tokenbudget.Open(ctx, e.path, tokenbudget.Options{Create: true, Config: &cfg})
 	if err != nil {
@@ -118,6 +125,13 @@ func newEnv(t testing.TB, o envOptions, upstream http.HandlerFunc) *env {
 	if e.mw, err = proxy.New(db.Tracker, pc); err != nil {
 		t.Fatal(err)
 	}
+	// After the server's close (registered later, run earlier), before the
+	// database's: no settlement is dropped.
+	t.Cleanup(func() {
+		if err := e.mw.Close(context.Background()); err != nil {
+			t.Errorf("close the middleware: %v", err)
+		}
+	})
 	u, _ := url.Parse(e.upstream.URL)
 	uc := proxy.UpstreamConfig{URL: u, OpenAIKey: upstreamOpenAIKey, AnthropicKey: upstreamAnthropicKey, Logger: pc.Logger}
 	if o.up != nil {
@@ -132,7 +146,19 @@ func newEnv(t testing.TB, o envOptions, upstream http.HandlerFunc) *env {
 		t.Fatal(err)
 	}
 	e.proxy = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer func() { e.served <- struct{}{} }()
+		if o.unsignalled {
+			h.ServeHTTP(w, r)
+			return
+		}
+		// Its store write follows the response, which must not wait for
+		// it: a test reads the store once the request is over, write
+		// included. (Deferred: an aborted handler panics.)
+		defer func() {
+			go func() {
+				e.mw.WaitSettled()
+				e.served <- struct{}{}
+			}()
+		}()
 		h.ServeHTTP(w, r)
 	}))
 	t.Cleanup(e.proxy.Close)
@@ -172,9 +198,10 @@ func (e *env) used(id string) (used, reserved int64) {
 
 // response is what a client got.
 type response struct {
-	status int
-	header http.Header
-	body   string
+	status  int
+	header  http.Header
+	body    string
+	trailer http.Header // after the body (a stream's cost)
 }
 
 // do sends body to path with the gateway secret as a bearer token, waits
@@ -206,7 +233,7 @@ func (e *env) send(path, body string, header ...string) response {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return response{resp.StatusCode, resp.Header, string(b)}
+	return response{status: resp.StatusCode, header: resp.Header, body: string(b), trailer: resp.Trailer}
 }
 
 // wait waits until the proxy has finished n more requests.

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"io"
 
 	"github.com/tokenbudget/tokenbudget/proxy/internal/bedrock"
@@ -64,3 +65,7 @@ func newJSONStreamParser(f Format) usageStream {
 	s, _ := adapterOf(f).Stream("application/json", true)
 	return s
 }
+
+// WaitSettled waits until no store write of an answered request is in
+// progress: the tests' signal that a request is over, store included.
+func (m *Middleware) WaitSettled() { m.settling.wait(context.Background()) }

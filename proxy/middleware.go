@@ -330,6 +330,8 @@ type Middleware struct {
 	inflightMu  sync.Mutex
 	inflight    int64            // request body bytes held (MaxInflightBytes)
 	inflightKey map[string]int64 // by key (MaxInflightBytesPerKey); no zero entries
+
+	settling settling // the store writes that follow their responses
 }
 
 // providerState is what the middleware remembers of a provider's answers.
@@ -481,17 +483,22 @@ func InfoFrom(ctx context.Context) (*Info, bool) {
 // it is. GET /v1/budget (BudgetPath) needs a valid key, costs no budget
 // and is answered here: the key's limits (see Budget). Every request gets
 // one AccessLog line.
+//
+// The settlement (the usage charged and its cost) is decided in memory
+// before the response's last bytes go out: a non-streamed answer carries
+// it in X-Tokenbudget-Cost and X-Tokenbudget-Charged-Tokens, a stream in
+// trailers of those names. The commit, release or record is queued in
+// the tracker before the handler returns; the wait for its store write,
+// the Observer's End and the access log line follow once it returned, on
+// a goroutine Close waits for: the client never waits for the store.
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		x := &exchange{ResponseWriter: w, start: time.Now()}
-		if m.cfg.AccessLog != nil {
-			defer m.logExchange(x, r)
-		}
+		var end func(*Observation)
 		if m.cfg.Observer != nil {
-			var end func()
-			r, end = m.begin(x, r)
-			defer end()
+			r, end = m.begin(r)
 		}
+		defer m.done(x, r, end)
 		m.serve(x, r, next)
 	})
 }
@@ -633,7 +640,7 @@ func (m *Middleware) serve(x *exchange, r *http.Request, next http.Handler) {
 		if renew != nil {
 			renew.stop()
 		}
-		m.settle(r, rec, info, route, res, p != nil)
+		m.settle(x, r, rec, info, route, res, p != nil)
 		if p != nil {
 			panic(p)
 		}

@@ -83,7 +83,7 @@ func (m *Middleware) passThrough(x *exchange, r *http.Request, next http.Handler
 			m.outcome(x, OutcomeClientClosed)
 			panic(p)
 		}
-		rec.finish(route.Provider, false)
+		rec.finish(route.Provider, false, nil)
 		switch {
 		case rec.status/100 == 2:
 			m.outcome(x, OutcomeOK)

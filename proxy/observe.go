@@ -10,9 +10,11 @@ import (
 
 // Observer sees every request the middleware answers (Config.Observer):
 // the seam for tracing and metrics this package knows nothing of, such as
-// the telemetry package's OpenTelemetry spans. Both calls run on the
-// request's goroutine, so a slow observer slows every request; an
-// implementation must be safe for concurrent use.
+// the telemetry package's OpenTelemetry spans. Begin runs on the
+// request's goroutine, so a slow one slows every request; End runs once
+// the response is complete and the settlement written, on the goroutine
+// that waited for that write (the request's own when nothing was
+// settled). An implementation must be safe for concurrent use.
 type Observer interface {
 	// Begin is called when a request arrives, before anything of it is
 	// read. The context it returns is the request's from then on (a span
@@ -21,8 +23,8 @@ type Observer interface {
 	// still removed.
 	Begin(r *http.Request) context.Context
 	// End is called once the request is answered and its usage settled
-	// (or its reservation released), with the context Begin returned. o
-	// is valid only during the call.
+	// (or its reservation released) and written, with the context Begin
+	// returned. o is valid only during the call.
 	End(ctx context.Context, o *Observation)
 }
 
@@ -53,17 +55,16 @@ type Observation struct {
 
 // begin hands r to the observer (Begin) and returns the request to serve
 // and the call that reports its end (End).
-func (m *Middleware) begin(x *exchange, r *http.Request) (*http.Request, func()) {
+func (m *Middleware) begin(r *http.Request) (*http.Request, func(*Observation)) {
 	ctx := m.cfg.Observer.Begin(r)
-	r = r.WithContext(ctx)
-	return r, func() { m.cfg.Observer.End(ctx, x.observation(r)) }
+	return r.WithContext(ctx), func(o *Observation) { m.cfg.Observer.End(ctx, o) }
 }
 
 // observation is the Observation of the request x answered.
 func (x *exchange) observation(r *http.Request) *Observation {
 	o := &Observation{Start: x.start, Method: r.Method, Path: r.URL.Path, Status: x.status, Outcome: x.outcome,
 		Key: x.key, Provider: x.provider, Model: x.model, User: x.user, Info: x.info,
-		Limit: x.refusedLimit, LimitLevel: x.refusedLevel, Code: x.refusedCode, Charged: x.charged}
+		Limit: x.refusedLimit, LimitLevel: x.refusedLevel, Code: x.refusedCode, Charged: x.chargedUsage()}
 	if o.Limit == "" && x.info != nil {
 		o.Limit = x.Header().Get(limitHeader)
 	}

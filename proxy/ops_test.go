@@ -133,7 +133,7 @@ func TestModels(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		e.wait(1)
-		return response{resp.StatusCode, resp.Header, string(b)}
+		return response{status: resp.StatusCode, header: resp.Header, body: string(b)}
 	}
 	if r := get("/v1/models"); r.status != http.StatusUnauthorized || e.hits.Load() != 0 {
 		t.Errorf("no key: status %d, %d upstream calls; want 401 and none", r.status, e.hits.Load())

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"errors"
 	"mime"
 	"net/http"
 	"strconv"
@@ -14,10 +13,12 @@ import (
 )
 
 // recorder is the ResponseWriter the wrapped handler writes to: it passes
-// the response through as it comes (each SSE event as soon as it is
-// complete when usage-only chunks are stripped) and reads its usage on the
-// way. Upstream 401 and 403 answers are replaced: the client's gateway key
-// is fine, the gateway's upstream credential is not.
+// a stream through as it comes (each SSE event as soon as it is complete
+// when usage-only chunks are stripped) and reads its usage on the way; it
+// holds a 2xx non-streamed body (up to maxJSON), so that the settlement is
+// known and its cost headers set before the first byte goes out (finish
+// writes it). Upstream 401 and 403 answers are replaced: the client's
+// gateway key is fine, the gateway's upstream credential is not.
 type recorder struct {
 	w          http.ResponseWriter
 	f          Format
@@ -33,6 +34,8 @@ type recorder struct {
 	retryAfter time.Duration
 	sse        bool
 	encoded    bool // a Content-Encoding we cannot read through
+	held       bool // a 2xx non-streamed body held in buf until finish
+	trailers   bool // the cost goes out in trailers (a 2xx stream)
 	parser     wire.Stream
 	sw         *wire.StripWriter
 	buf        []byte // a 2xx non-streamed body, for its usage
@@ -68,22 +71,47 @@ func (rc *recorder) WriteHeader(code int) {
 		rc.replaced = true
 		return
 	}
-	if code/100 == 2 {
-		for k, v := range rc.extra {
-			h[k] = v
+	if code/100 != 2 {
+		if rc.a != nil {
+			setCost(h, nil) // an upstream error is charged nothing
 		}
-		ct, _, _ := mime.ParseMediaType(h.Get("Content-Type"))
-		rc.sse = ct == "text/event-stream"
-		ce := h.Get("Content-Encoding")
-		rc.encoded = ce != "" && !strings.EqualFold(ce, "identity")
-		if !rc.encoded && rc.a != nil {
-			var streamed bool
-			rc.parser, streamed = rc.a.Stream(ct, rc.stream)
-			rc.sse = rc.sse || streamed // for the logs
-			if p, ok := rc.parser.(*wire.SSE); ok && rc.stripUsage {
-				h.Del("Content-Length")
-				rc.sw = wire.NewStripWriter(rc.w, p)
+		rc.w.WriteHeader(code)
+		return
+	}
+	for k, v := range rc.extra {
+		h[k] = v
+	}
+	ct, _, _ := mime.ParseMediaType(h.Get("Content-Type"))
+	rc.sse = ct == "text/event-stream"
+	ce := h.Get("Content-Encoding")
+	rc.encoded = ce != "" && !strings.EqualFold(ce, "identity")
+	if !rc.encoded && rc.a != nil {
+		var streamed bool
+		rc.parser, streamed = rc.a.Stream(ct, rc.stream)
+		rc.sse = rc.sse || streamed // for the logs
+		if p, ok := rc.parser.(*wire.SSE); ok && rc.stripUsage {
+			h.Del("Content-Length")
+			rc.sw = wire.NewStripWriter(rc.w, p)
+		}
+		if rc.parser == nil {
+			n, err := strconv.ParseInt(h.Get("Content-Length"), 10, 64)
+			if err != nil || n <= rc.maxJSON {
+				rc.held = true
+				if err == nil && n > 0 {
+					rc.buf = make([]byte, 0, n)
+				}
+				return // finish writes it, with the cost
 			}
+			rc.over = true // declared too large to hold: it passes through
+		}
+		if rc.parser != nil {
+			// A stream's headers are gone before its usage is known: the
+			// cost follows the body, in trailers, which need chunked
+			// framing.
+			rc.trailers = true
+			h.Del("Content-Length")
+			h.Add("Trailer", costHeader)
+			h.Add("Trailer", chargedTokensHeader)
 		}
 	}
 	rc.w.WriteHeader(code)
@@ -96,6 +124,22 @@ func (rc *recorder) Write(b []byte) (int, error) {
 	if rc.replaced {
 		return len(b), nil
 	}
+	if rc.held {
+		if int64(len(rc.buf)+len(b)) <= rc.maxJSON {
+			rc.buf = append(rc.buf, b...)
+			return len(b), nil
+		}
+		// Too large to hold: it goes out as it comes from here, without
+		// the cost, and is charged at the estimate.
+		rc.held, rc.over = false, true
+		rc.w.WriteHeader(rc.status)
+		held := rc.buf
+		rc.buf = nil
+		if _, err := rc.w.Write(held); err != nil {
+			rc.writeErr = err
+			return 0, err
+		}
+	}
 	if rc.sw != nil {
 		n, err := rc.sw.Write(b)
 		if err != nil {
@@ -105,12 +149,6 @@ func (rc *recorder) Write(b []byte) (int, error) {
 	}
 	if rc.parser != nil {
 		rc.parser.Write(b)
-	} else if rc.status/100 == 2 && !rc.encoded && !rc.over {
-		if int64(len(rc.buf)+len(b)) > rc.maxJSON {
-			rc.over, rc.buf = true, nil
-		} else {
-			rc.buf = append(rc.buf, b...)
-		}
 	}
 	n, err := rc.w.Write(b)
 	if err != nil {
@@ -120,9 +158,9 @@ func (rc *recorder) Write(b []byte) (int, error) {
 }
 
 // Flush sends what has been written; an unfinished event held for
-// stripping stays held until its end arrives.
+// stripping stays held until its end arrives, a held body until finish.
 func (rc *recorder) Flush() {
-	if rc.replaced {
+	if rc.replaced || rc.held {
 		return
 	}
 	if f, ok := rc.w.(http.Flusher); ok {
@@ -130,27 +168,49 @@ func (rc *recorder) Flush() {
 	}
 }
 
-// finish ends the response once the handler returned: it lets the held
-// end of a stripped stream through, or answers a replaced upstream 401/403.
-func (rc *recorder) finish(provider string, parked bool) {
-	if rc.finished {
-		return
-	}
-	rc.finished = true
-	if rc.sw != nil && rc.writeErr == nil {
+// endStream lets the held end of a stripped stream through once the
+// handler returned, before its usage is read.
+func (rc *recorder) endStream() {
+	if rc.sw != nil && rc.writeErr == nil && !rc.finished {
 		if err := rc.sw.Close(); err != nil {
 			rc.writeErr = err
 		}
+	}
+}
+
+// finish ends the response once the handler returned and its settlement
+// s is known (nil: none, a pass-through): it writes a held body with s's
+// cost headers, or a stream's cost trailers, or answers a replaced
+// upstream 401/403.
+func (rc *recorder) finish(provider string, parked bool, s *settlement) {
+	if rc.finished {
 		return
 	}
-	if rc.replaced {
-		h := rc.w.Header()
+	rc.endStream()
+	rc.finished = true
+	h := rc.w.Header()
+	switch {
+	case rc.held:
+		setCost(h, s)
+		if h.Get("Content-Length") == "" && rc.status != http.StatusNoContent {
+			h.Set("Content-Length", strconv.Itoa(len(rc.buf)))
+		}
+		rc.w.WriteHeader(rc.status)
+		if _, err := rc.w.Write(rc.buf); err != nil {
+			rc.writeErr = err
+		}
+	case rc.trailers:
+		setCost(h, s)
+	case rc.replaced:
 		for k := range h {
 			if k != requestIDHeader {
 				delete(h, k)
 			}
 		}
 		h.Set("X-Should-Retry", "false")
+		if rc.a != nil {
+			setCost(h, nil)
+		}
 		msg := "the upstream provider rejected the gateway's own credential (HTTP " + strconv.Itoa(rc.status) + "); ask the gateway's operator to fix it"
 		if parked {
 			msg += "; provider " + provider + " is parked (auth_missing) meanwhile"
@@ -199,142 +259,6 @@ func retryAfter(h http.Header, now time.Time) time.Duration {
 		return t.Sub(now)
 	}
 	return 0
-}
-
-// settle charges or frees what the request held once the handler returned
-// (or panicked: ReverseProxy aborts that way when the client goes away).
-func (m *Middleware) settle(r *http.Request, rc *recorder, info *Info, route Route, res *budget.Reservation, panicked bool) {
-	parked := m.observe(route.Provider, rc, info.RequestID)
-	if !panicked {
-		rc.finish(route.Provider, parked)
-	}
-	gone := panicked || rc.writeErr != nil || r.Context().Err() != nil
-	stalled := info.stalled.Load()
-	est := info.Estimate
-	// A commit takes the user from its reservation; a check-mode record
-	// from here.
-	u := budget.Usage{RequestID: info.RequestID, Key: info.Key, User: info.User, Tags: info.Tags, Provider: route.Provider, Model: info.Request.Model, At: info.At, ServiceTier: info.Request.ServiceTier}
-	charge, outcome := true, OutcomeOK
-	switch {
-	case rc.status/100 == 2:
-		tok, found, final, perr := rc.usage()
-		// A count the tracker cannot store (over 2^53-1, alone or summed)
-		// makes the whole report untrustworthy: the estimate stands in.
-		invalid := errors.Is(perr, errCount)
-		if invalid {
-			found = false
-		}
-		// A client that left mid-stream stopped the generation when the
-		// proxy hung up on the upstream: it is charged what streamed, not
-		// the cap it never got. An upstream that cut its own stream short
-		// (or stalled) may have generated more than it sent: the estimate
-		// of the rest is charged.
-		cancelled := gone && !stalled && rc.parser != nil && !(found && final) && !invalid
-		switch {
-		case found && final:
-			tok.Fill(&u)
-		case cancelled:
-			streamed := ceilDiv(rc.parser.TextBytes(), BytesPerToken)
-			if found { // what the upstream reported so far: the input is known
-				tok.Output = max(tok.Output, streamed)
-				tok.Fill(&u)
-			} else {
-				u.Input, u.Output = est.Input, streamed
-			}
-		case found: // a stream cut short: the input is known, the output is not
-			tok.Output = max(tok.Output, est.Output)
-			tok.Fill(&u)
-		default:
-			u.Input, u.Output = est.Input, est.Output
-		}
-		switch {
-		case stalled:
-			outcome = OutcomeUpstreamError
-			m.log.Warn("proxy: the upstream stalled mid-response past the stream idle timeout; charged the usage known so far, the estimate for the rest",
-				"request_id", info.RequestID, "key", info.Key, "provider", route.Provider, "model", info.Request.Model,
-				"usage_found", found, "input", u.Input, "output", u.Output)
-		case cancelled:
-			outcome = OutcomeClientClosed
-			m.log.Info("proxy: client left mid-stream; charged the usage reported so far, else the input estimate and the text streamed",
-				"request_id", info.RequestID, "key", info.Key, "provider", route.Provider, "model", info.Request.Model,
-				"usage_found", found, "input", u.Input, "output", u.Output)
-		case gone && !(found && final) && !invalid:
-			outcome = OutcomeClientClosed
-			m.log.Info("proxy: response cut short; charged the usage known so far, the estimate for the rest",
-				"request_id", info.RequestID, "key", info.Key, "provider", route.Provider, "model", info.Request.Model,
-				"usage_found", found, "input", u.Input, "output", u.Output)
-		case !found:
-			m.cfg.Metrics.noUsage(route.Provider)
-			args := []any{"request_id", info.RequestID, "key", info.Key, "provider", route.Provider, "model", info.Request.Model,
-				"status", rc.status, "stream", rc.sse, "estimate_input", est.Input, "estimate_output", est.Output}
-			if perr != nil {
-				args = append(args, "parse_error", perr.Error())
-			}
-			if rc.over {
-				args = append(args, "reason", "response larger than the parse cap")
-			} else if rc.encoded {
-				args = append(args, "reason", "compressed response")
-			} else if invalid {
-				args = append(args, "reason", "invalid usage")
-			}
-			m.log.Warn("proxy: response without usage; recorded at the estimate", args...)
-		}
-	case rc.status == 0 && gone:
-		// The client left before any answer: the upstream had the prompt.
-		u.Input, u.Output = est.Input, est.Output
-		outcome = OutcomeClientClosed
-	default:
-		charge, outcome = false, OutcomeUpstreamError
-	}
-	m.outcome(rc.w, outcome)
-	// Not cancelled with the request: the client leaving (or having its
-	// answer) must not cut the settlement short.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), settleTimeout)
-	defer cancel()
-	var err error
-	switch {
-	case res != nil && charge:
-		var s budget.Settlement
-		s, err = m.t.Commit(ctx, res.ID, u)
-		if err == nil {
-			// A commit writes its event on the tracker's transaction, which
-			// the tracker's written count does not see (it counts what the
-			// recorder writes).
-			if s.Charged {
-				if s.LateRequestID != "" {
-					m.cfg.Metrics.committed()
-				}
-				m.log.Warn("proxy: the reservation had expired and was charged its estimate; recorded the excess only",
-					"request_id", info.RequestID, "late_request_id", s.LateRequestID)
-			} else if u.Billable() > 0 {
-				m.cfg.Metrics.committed()
-			}
-		}
-	case res != nil:
-		err = m.t.Release(ctx, res.ID)
-	case charge:
-		err = m.t.Record(ctx, u)
-	}
-	if charge {
-		if x, ok := rc.w.(*exchange); ok {
-			x.charged = &u
-		}
-	}
-	if err != nil {
-		m.cfg.Metrics.settleError()
-		msg := "proxy: settling a request's usage failed"
-		if res != nil && !errors.Is(err, budget.ErrInvalid) && !errors.Is(err, budget.ErrNotFound) && !errors.Is(err, budget.ErrSettled) {
-			// A queued commit or release is never given up: the tracker
-			// writes it once the database takes writes again.
-			msg = "proxy: settling a request's usage is not written yet; the tracker keeps retrying it"
-		}
-		m.log.Error(msg, "request_id", info.RequestID, "key", info.Key,
-			"charge", charge, "input", u.Input, "output", u.Output, "reasoning", u.Reasoning, "err", err)
-		return
-	}
-	if charge {
-		m.cfg.Metrics.recorded(route.Provider, &u)
-	}
 }
 
 // ceilDiv is ceil(a / b) for a >= 0, b > 0.

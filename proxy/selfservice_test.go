@@ -36,7 +36,7 @@ func (e *env) get(path string, header ...string) response {
 		e.t.Fatal(err)
 	}
 	e.wait(1)
-	return response{resp.StatusCode, resp.Header, string(b)}
+	return response{status: resp.StatusCode, header: resp.Header, body: string(b)}
 }
 
 // selfServiceEnv: keys "team" and "other" in team eng, each with a limit

@@ -117,12 +117,18 @@ func TestRequestIDHeader(t *testing.T) {
 // policy and a 20 s TTL by default. A reservation whose proxy stops
 // renewing it (here: the clock jumps past its expiry) is charged its
 // estimate by recovery under its id; the commit that still arrives records
-// only the excess, as id:late. Nothing is charged twice or lost.
+// only the excess, as id:late, priced as the excess (its trailer still
+// states the response's whole usage and cost). Nothing is charged twice
+// or lost.
 func TestReservationChargedOnExpiry(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
 	e := newEnv(t, envOptions{clock: true}, sseUpstream(anthropicStart+anthropicDelta, anthropicEnd, release))
 	id := e.limit("", "", "tokens", "1h", 1000)
+	if _, err := e.db.SetPrices(context.Background(), budget.PriceSpec{Provider: "anthropic", Model: "claude-x", Input: "3", Output: "15",
+		From: testNow.Add(-time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
 	resp := e.openStream(context.Background(), "/v1/messages",
 		`{"model":"claude-x","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"hi"}]}`)
 	rid := resp.Header.Get("X-Tokenbudget-Request-Id")
@@ -154,6 +160,20 @@ func TestReservationChargedOnExpiry(t *testing.T) {
 	}
 	if used, reserved := e.used(id); used != 120 || reserved != 0 {
 		t.Errorf("used %d reserved %d; want 120 0", used, reserved)
+	}
+	// The late event costs its 14 input tokens at $3 (the whole usage,
+	// 20 in and 9 out, would be 195 micro-dollars), the trailer the whole.
+	late := int64(-1)
+	for _, ev := range e.events() {
+		if ev.RequestID == rid+":late" {
+			late = ev.Cost
+		}
+	}
+	if late != 42 {
+		t.Errorf("the late event costs %d micro-dollars (-1: none); want 42, its excess's", late)
+	}
+	if c := resp.Trailer.Get("X-Tokenbudget-Cost"); c != "0.000195" {
+		t.Errorf("trailer cost %q; want 0.000195, the response's usage", c)
 	}
 }
 

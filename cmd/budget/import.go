@@ -37,7 +37,7 @@ table at its instant.
 
 Every line is validated before anything is written: a bad line exits 2
 naming its line number, and so does an event before the prune horizon
-('budget prune': its request id could no longer be deduplicated). Events are then written in batches of 1000, each one
+('budget prune': its request id could no longer be deduplicated). Events are then written in batches of 10000, each one
 transaction, in file order, so an interrupted import leaves a clean prefix
 and running it again completes it: events already stored are duplicates. A
 line without request_id gets a deterministic one, "imp_" and a hash of the
@@ -49,8 +49,11 @@ Prints a summary, or {"imported", "duplicates"} with --json.
 
 `
 
-// importBatch is how many events one RecordSync call (one transaction) writes.
-const importBatch = 1000
+// importBatch is how many events one RecordSync call (one transaction)
+// writes. A transaction's pages are mostly its keys' leaf pages, whatever
+// the events per key: the more events per transaction, the fewer pages
+// each event writes.
+const importBatch = 10000
 
 func (m *Main) runImport(ctx context.Context, args []string) (err error) {
 	fs := newFlagSet("import")
@@ -122,27 +125,47 @@ func (m *Main) runImport(ctx context.Context, args []string) (err error) {
 	}
 	progress := isTerminal(m.Stderr)
 	var imported, dups int
-	batch := make([]budget.Usage, 0, importBatch)
-	flush := func() error {
-		if len(batch) == 0 {
+	// One batch is written while the next is read and parsed: at most one
+	// in flight, so batches commit in file order and a failure leaves a
+	// clean prefix.
+	type written struct {
+		dups []bool
+		err  error
+	}
+	var inflight chan written
+	wait := func() error {
+		if inflight == nil {
 			return nil
 		}
-		d, err := db.RecordSync(ctx, batch...)
-		if err != nil {
+		w := <-inflight
+		inflight = nil
+		if w.err != nil {
 			return fmt.Errorf("import %s stopped with at least %d of %d events stored (run it again to complete it): %w",
-				name, imported+dups, total, err)
+				name, imported+dups, total, w.err)
 		}
-		for _, dup := range d {
+		for _, dup := range w.dups {
 			if dup {
 				dups++
 			} else {
 				imported++
 			}
 		}
-		batch = batch[:0]
 		if progress {
 			fmt.Fprintf(m.Stderr, "\rimporting %s: %d/%d events", name, imported+dups, total)
 		}
+		return nil
+	}
+	batch := make([]budget.Usage, 0, importBatch)
+	flush := func() error {
+		if err := wait(); err != nil || len(batch) == 0 {
+			return err
+		}
+		inflight = make(chan written, 1)
+		go func(evs []budget.Usage, done chan<- written) {
+			d, err := db.RecordSync(ctx, evs...)
+			done <- written{d, err}
+		}(batch, inflight)
+		batch = make([]budget.Usage, 0, importBatch)
 		return nil
 	}
 	err = scanEvents(ctx, src, now, salt, func(line int, u budget.Usage) error {
@@ -154,6 +177,9 @@ func (m *Main) runImport(ctx context.Context, args []string) (err error) {
 	})
 	if err == nil {
 		err = flush()
+	}
+	if werr := wait(); err == nil {
+		err = werr
 	}
 	if progress && imported+dups > 0 {
 		fmt.Fprintln(m.Stderr)
@@ -285,15 +311,20 @@ var errNotNumber = errors.New("not a JSON number")
 // without at.
 func parseLine(b []byte, n int, now time.Time, salt string) (budget.Usage, error) {
 	b = bytes.TrimSpace(b)
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	dec.UseNumber()
 	var in importLine
-	if err := dec.Decode(&in); err != nil {
-		return budget.Usage{}, decodeError(b, err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return budget.Usage{}, budget.Invalid("json", clip(b), "want one JSON object per line")
+	if !in.decodePlain(b) {
+		// Anything decodePlain does not take, and every error, is
+		// encoding/json's to read and to name.
+		in = importLine{}
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		dec.UseNumber()
+		if err := dec.Decode(&in); err != nil {
+			return budget.Usage{}, decodeError(b, err)
+		}
+		if _, err := dec.Token(); err != io.EOF {
+			return budget.Usage{}, budget.Invalid("json", clip(b), "want one JSON object per line")
+		}
 	}
 	u := budget.Usage{RequestID: in.RequestID, Key: in.Key, Provider: in.Provider, Model: in.Model, User: in.User, Tags: in.Tags, At: now}
 	if in.Team != nil || in.Org != nil {

@@ -94,6 +94,49 @@ func TestImportBatches(t *testing.T) {
 	mustRun(t, 0, "verify", "--db", db)
 }
 
+// TestImportAcrossBatches: an import longer than one transaction, whose
+// next batch is parsed while the one before is written, stores every event
+// once and counts the repeated ids as duplicates, within a batch and across
+// its edges.
+func TestImportAcrossBatches(t *testing.T) {
+	t.Parallel()
+	db := tempDB(t)
+	mustRun(t, 0, "limit", "set", "--db", db, "--key", "k", "--limit", "100000000000", "--window", "daily", "--id", "d")
+	var b strings.Builder
+	n, want := 2*importBatch+1, 0
+	for i := range n {
+		// Every tenth line repeats the request id of the line before it,
+		// across the batches' edges too.
+		id := i - boolInt(i%10 == 0 && i > 0)
+		fmt.Fprintf(&b, `{"request_id":"r%d","key":"k","provider":"p","model":"m","input":%d,"at":"2026-03-02T11:00:00Z"}`+"\n", id, id)
+		if i%10 != 0 || i == 0 {
+			want += id
+		}
+	}
+	r := runStdin(t, b.String(), "import", "--db", db, "--json", "-")
+	if r.code != 0 {
+		t.Fatalf("import: %v", r)
+	}
+	var got struct{ Imported, Duplicates int }
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatal(err)
+	}
+	if dups := (n - 1) / 10; got.Imported != n-dups || got.Duplicates != dups {
+		t.Errorf("import of %d lines: got %+v; want %d imported, %d duplicates", n, got, n-dups, dups)
+	}
+	if u := usedAt(t, db, "d", "2026-03-02T11:59:59Z"); u != float64(want) {
+		t.Errorf("used: got %v; want %d", u, want)
+	}
+	mustRun(t, 0, "verify", "--db", db)
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // TestImportBadLine: a bad line 3 exits 2 naming line 3, and nothing is
 // imported, not even lines 1 and 2.
 func TestImportBadLine(t *testing.T) {

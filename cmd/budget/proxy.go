@@ -436,6 +436,7 @@ type runningProxy struct {
 	store    budget.Store
 	keyStore proxy.KeyStore // store's gateway keys
 	keys     *proxy.Keys
+	mw       *proxy.Middleware
 	srv      *http.Server
 	mock     *http.Server
 	served   chan error // Serve's error, if it stops by itself
@@ -541,6 +542,7 @@ func (m *Main) startProxy(ctx context.Context, o proxyOptions) (_ *runningProxy,
 	if err != nil {
 		return nil, err
 	}
+	p.mw = mw
 	hc := proxy.HandlerConfig{Middleware: mw, Upstream: up, Registry: reg, Health: proxy.TrackerHealth(p.tracker)}
 	if dashboard.IsLoopback(o.listen) {
 		hc.OpsHost = dashboard.LoopbackHost // the dashboard's rule: no DNS rebinding onto the gauges
@@ -722,7 +724,17 @@ func (p *runningProxy) stop(ctx context.Context) error {
 			p.srv.Close()
 			errs = append(errs, fmt.Errorf("drain: %w", err))
 		}
-		p.inflight.Wait() // handlers settle their usage before returning
+		p.inflight.Wait()
+	}
+	if p.mw != nil {
+		// The store writes that follow the responses (each bounded by the
+		// middleware's own timeout): none is dropped.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+		err := p.mw.Close(sctx)
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("drain settlements: %w", err))
+		}
 	}
 	p.stopAdmin(dctx)
 	if p.stopTelemetry != nil {

@@ -1,18 +1,13 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestProxyAzure: --provider azure serves Azure OpenAI's deployment paths,
@@ -78,15 +73,7 @@ func TestProxySDKAzure(t *testing.T) {
 	line, done := startCLI(t, ctx, nil, "proxy", "--db", db, "--mock-upstream", "--provider", "azure", "--listen", "127.0.0.1:0")
 	base := listenURL(t, line)
 
-	nctx, ncancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer ncancel()
-	cmd := exec.CommandContext(nctx, "node", filepath.Join(sdkDir, "azure.cjs"))
-	cmd.Env = append(os.Environ(), "NODE_PATH="+modules, "PROXY_URL="+base, "GATEWAY_KEY="+secret)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("node azure.cjs: %v\n%s\n%s", err, stdout.String(), stderr.String())
-	}
+	out := nodeScript(t, modules, "azure.cjs", base, secret)
 	var got struct {
 		Chat struct {
 			TotalTokens int64 `json:"total_tokens"`
@@ -97,8 +84,8 @@ func TestProxySDKAzure(t *testing.T) {
 			TotalTokens int64 `json:"total_tokens"`
 		} `json:"embedding_usage"`
 	}
-	if err := json.Unmarshal(bytes.TrimSpace(stdout.Bytes()), &got); err != nil {
-		t.Fatalf("node azure.cjs printed %q: %v", stdout.String(), err)
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("node azure.cjs printed %q: %v", out, err)
 	}
 	if got.Chat.TotalTokens == 0 || got.Embedding.TotalTokens == 0 || got.StreamText == "" || got.StreamUsage {
 		t.Errorf("the SDK got %+v; want usage on the chat and the embedding, text and no usage chunk on the stream", got)

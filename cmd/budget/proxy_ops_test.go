@@ -76,17 +76,36 @@ func TestProxyOperate(t *testing.T) {
 	if len(access) != 4 {
 		t.Fatalf("%d access log lines; want 4:\n%s", len(access), stderr.String())
 	}
-	for i, want := range []struct {
-		key     string
-		status  float64
-		outcome string
-	}{{"bare", 403, "no_budget"}, {"app", 200, "ok"}, {"app", 200, "ok"}, {"app", 429, "refused"}} {
-		if l := access[i]; l["key"] != want.key || l["status"] != want.status || l["outcome"] != want.outcome {
-			t.Errorf("access line %d: %v; want %+v", i, l, want)
+	// A forwarded request's line follows its settlement's write, which
+	// follows its response: the lines are in no set order.
+	lines := map[string]map[string]any{}
+	for _, l := range access {
+		lines[l["method"].(string)+" "+l["path"].(string)+" "+l["key"].(string)] = l
+	}
+	for _, want := range []struct {
+		line, outcome string
+		status        float64
+		charged       float64
+	}{
+		{"POST /v1/chat/completions bare", "no_budget", 403, 0},
+		{"GET /v1/models app", "ok", 200, 0},
+	} {
+		if l := lines[want.line]; l == nil || l["status"] != want.status || l["outcome"] != want.outcome || l["charged_tokens"] != want.charged {
+			t.Errorf("access line %q: %v; want status %v outcome %s charged %v", want.line, l, want.status, want.outcome, want.charged)
 		}
 	}
-	if access[1]["charged_tokens"] != 30.0 {
-		t.Errorf("charged: %v; want 30", access[1]["charged_tokens"])
+	// Key app's two chat lines share a path: the answered one charged 5 + 25.
+	var ok, refused int
+	for _, l := range access {
+		switch {
+		case l["key"] == "app" && l["path"] == "/v1/chat/completions" && l["status"] == 200.0 && l["outcome"] == "ok" && l["charged_tokens"] == 30.0:
+			ok++
+		case l["key"] == "app" && l["path"] == "/v1/chat/completions" && l["status"] == 429.0 && l["outcome"] == "refused":
+			refused++
+		}
+	}
+	if ok != 1 || refused != 1 {
+		t.Errorf("chat lines of key app: %d answered with 30 charged, %d refused; want 1 and 1:\n%s", ok, refused, stderr.String())
 	}
 	if s := stderr.String(); strings.Contains(s, secret) || strings.Contains(s, bare) {
 		t.Errorf("a secret on stderr:\n%s", s)

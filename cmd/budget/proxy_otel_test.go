@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenbudget/tokenbudget/proxy"
 	"github.com/tokenbudget/tokenbudget/proxy/mock"
 	"github.com/tokenbudget/tokenbudget/telemetry/otlptest"
 )
@@ -138,16 +139,22 @@ func TestProxyExportsOTLP(t *testing.T) {
 
 	// The usage row, once the proxy has drained: the span's usage is
 	// what the database holds.
-	var input, output, reasoning int64
+	var input, output, reasoning, cost int64
 	d, err := sql.Open("sqlite", "file:"+db+"?mode=ro&_pragma=busy_timeout(5000)")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	if err := d.QueryRow(`SELECT input, output, reasoning FROM usage WHERE request_id = ?`, id).Scan(&input, &output, &reasoning); err != nil {
+	if err := d.QueryRow(`SELECT input, output, reasoning, cost FROM usage WHERE request_id = ?`, id).Scan(&input, &output, &reasoning, &cost); err != nil {
 		t.Fatalf("the usage row of %s: %v", id, err)
 	}
 	if in != input || out != output+reasoning {
 		t.Errorf("span usage %d in, %d out; the database has %d in, %d out, %d reasoning", in, out, input, output, reasoning)
+	}
+	// The charged cost: the span's, the response's header and the row's.
+	if got, _ := s.Attrs["tokenbudget.cost_usd"].(float64); cost <= 0 || resp.Header.Get("X-Tokenbudget-Cost") != proxy.FormatCost(cost) ||
+		got < float64(cost)/1e6-1e-9 || got > float64(cost)/1e6+1e-9 {
+		t.Errorf("cost: span %v, header %q, database %d micro-dollars; want the same, above 0", s.Attrs["tokenbudget.cost_usd"],
+			resp.Header.Get("X-Tokenbudget-Cost"), cost)
 	}
 }

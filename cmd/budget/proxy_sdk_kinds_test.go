@@ -1,15 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestProxySDKGeminiAndBedrock: the official @google/genai and
@@ -37,17 +32,7 @@ func TestProxySDKGeminiAndBedrock(t *testing.T) {
 	}
 	var seen int64
 	for _, script := range []string{"google.cjs", "bedrock.cjs"} {
-		nctx, ncancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		cmd := exec.CommandContext(nctx, "node", filepath.Join(sdkDir, script))
-		cmd.Env = append(os.Environ(), "NODE_PATH="+modules, "PROXY_URL="+base, "GATEWAY_KEY="+secret,
-			"AWS_BEARER_TOKEN_BEDROCK="+secret, "REFUSE=1", "NODE_NO_WARNINGS=1")
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		ncancel()
-		if err != nil {
-			t.Fatalf("node %s: %v\n%s\n%s", script, err, stdout.String(), stderr.String())
-		}
+		out := nodeScript(t, modules, script, base, secret, "AWS_BEARER_TOKEN_BEDROCK="+secret, "REFUSE=1", "NODE_NO_WARNINGS=1")
 		var got struct {
 			Text          string `json:"text"`
 			Usage         usage  `json:"usage"`
@@ -58,8 +43,8 @@ func TestProxySDKGeminiAndBedrock(t *testing.T) {
 			RefusalName   string `json:"refusal_name"`
 			RefusalMsg    string `json:"refusal_message"`
 		}
-		if err := json.Unmarshal(bytes.TrimSpace(stdout.Bytes()), &got); err != nil {
-			t.Fatalf("node %s printed %q: %v", script, stdout.String(), err)
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("node %s printed %q: %v", script, out, err)
 		}
 		total := got.Usage.Total + got.Usage.Sum + got.StreamUsage.Total + got.StreamUsage.Sum
 		if got.Text == "" || got.StreamText == "" || got.Usage.Total+got.Usage.Sum == 0 || got.StreamUsage.Total+got.StreamUsage.Sum == 0 {

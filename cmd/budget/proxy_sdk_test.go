@@ -105,22 +105,31 @@ type sdkResult struct {
 	MS     float64 `json:"ms"`
 }
 
-// runSDKs runs testdata/sdk/refusal.cjs against the proxy at base.
-func runSDKs(t *testing.T, modules, base, secret string, abort time.Duration) []sdkResult {
+// nodeScript runs testdata/sdk/script with the SDKs in modules against the
+// proxy at base with the gateway key secret (and the variables env,
+// NAME=VALUE), within 2 minutes, and returns what it printed, trimmed; a
+// script that fails fails the test with its output.
+func nodeScript(t *testing.T, modules, script, base, secret string, env ...string) []byte {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", filepath.Join(sdkDir, "refusal.cjs"))
-	cmd.Env = append(os.Environ(), "NODE_PATH="+modules, "PROXY_URL="+base, "GATEWAY_KEY="+secret,
-		"ABORT_MS="+itoa(abort.Milliseconds()))
+	cmd := exec.CommandContext(ctx, "node", filepath.Join(sdkDir, script))
+	cmd.Env = append(append(os.Environ(), "NODE_PATH="+modules, "PROXY_URL="+base, "GATEWAY_KEY="+secret), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("node refusal.cjs: %v\n%s\n%s", err, stdout.String(), stderr.String())
+		t.Fatalf("node %s: %v\n%s\n%s", script, err, stdout.String(), stderr.String())
 	}
+	return bytes.TrimSpace(stdout.Bytes())
+}
+
+// runSDKs runs testdata/sdk/refusal.cjs against the proxy at base.
+func runSDKs(t *testing.T, modules, base, secret string, abort time.Duration) []sdkResult {
+	t.Helper()
+	out := nodeScript(t, modules, "refusal.cjs", base, secret, "ABORT_MS="+itoa(abort.Milliseconds()))
 	var rs []sdkResult
-	if err := json.Unmarshal(bytes.TrimSpace(stdout.Bytes()), &rs); err != nil || len(rs) != 2 {
-		t.Fatalf("node refusal.cjs printed %q (%v); stderr:\n%s", stdout.String(), err, stderr.String())
+	if err := json.Unmarshal(out, &rs); err != nil || len(rs) != 2 {
+		t.Fatalf("node refusal.cjs printed %q (%v)", out, err)
 	}
 	return rs
 }

@@ -96,12 +96,35 @@ func (t *tx) Windows(ctx context.Context, refs []budget.WindowRef, now time.Time
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read counters and holds: %w", err)
 	}
-	sum := func(l *budget.Limit, start, end time.Time) (int64, error) { return t.SumUsage(ctx, l, start, end) }
-	err = sqlrow.CompleteWindows(refs, out, sum, func(l *budget.Limit, prevStart time.Time) (latest, prev *int64, err error) {
-		return t.CounterBefore(ctx, l, prevStart)
-	})
+	err = sqlrow.CompleteWindows(refs, out, func(ss []sqlrow.Sum) ([]int64, error) { return t.sums(ctx, ss) },
+		func(refs []budget.WindowRef) ([]sqlrow.Before, error) { return t.befores(ctx, refs) })
 	if err != nil {
 		return nil, err
+	}
+	return out, nil
+}
+
+// befores reads sqlrow.CompleteWindows' Before of each ref, in one round
+// trip.
+func (t *tx) befores(ctx context.Context, refs []budget.WindowRef) ([]sqlrow.Before, error) {
+	idx, ids, subs, prevs := make([]int64, len(refs)), make([]string, len(refs)), make([]string, len(refs)), make([]int64, len(refs))
+	for i, r := range refs {
+		idx[i], ids[i], subs[i], prevs[i] = int64(i), r.Limit.ID, r.Limit.Subject, ns(r.PrevStart)
+	}
+	out := make([]sqlrow.Before, len(refs))
+	err := t.each(ctx, `SELECT v.i, (SELECT MAX(window_start) FROM counters c WHERE c.limit_id = v.lid AND c.subject = v.sub),
+		(SELECT used FROM counters c WHERE c.limit_id = v.lid AND c.subject = v.sub AND c.window_start = v.ps)
+		FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[]) AS v(i, lid, sub, ps)`, []any{idx, ids, subs, prevs}, func(s scanner) error {
+		var i int64
+		var b sqlrow.Before
+		if err := s.Scan(&i, &b.Latest, &b.Prev); err != nil {
+			return err
+		}
+		out[i] = b
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read counters before windows: %w", err)
 	}
 	return out, nil
 }
@@ -230,55 +253,25 @@ func (t *tx) settle(ctx context.Context, ss []budget.Settle) error {
 	return nil
 }
 
-// applyCounters creates the counters w creates and adds to the others what
-// their inserted events contribute, in w's order.
+// applyCounters creates the counters w creates, then adds to the others
+// (and to any it found created already) what their inserted events
+// contribute, in w's order.
 func (t *tx) applyCounters(ctx context.Context, w *budget.WriteSet, inserted []bool) error {
-	deltas := w.CounterDeltas(inserted)
-	var ids, subs []string
-	var starts, ds []int64
-	for i := range w.Counters {
-		c := &w.Counters[i]
-		l := c.Ref.Limit
-		if c.Create {
-			if err := t.createCounter(ctx, l, c.Ref.Start, c.Ref.End, deltas[i]); err != nil {
-				return err
+	return sqlrow.ApplyCounters(w, inserted, func(cs []*budget.CounterWrite) ([]bool, error) { return t.createCounters(ctx, cs) },
+		func(cs []*budget.CounterWrite, ds []int64) error {
+			ids, subs, starts := make([]string, len(cs)), make([]string, len(cs)), make([]int64, len(cs))
+			for i, c := range cs {
+				ids[i], subs[i], starts[i] = c.Ref.Limit.ID, c.Ref.Limit.Subject, ns(c.Ref.Start)
 			}
-			continue
-		}
-		if deltas[i] != 0 {
-			ids, subs, starts, ds = append(ids, l.ID), append(subs, l.Subject), append(starts, ns(c.Ref.Start)), append(ds, deltas[i])
-		}
-	}
-	if len(ids) == 0 {
-		return nil
-	}
-	n, err := t.exec(ctx, `UPDATE counters c SET used = LEAST(c.used + d.delta, 9007199254740991)
-		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS d(limit_id, subject, window_start, delta)
-		WHERE c.limit_id = d.limit_id AND c.subject = d.subject AND c.window_start = d.window_start`, ids, subs, starts, ds)
-	if err != nil {
-		return fmt.Errorf("add to counters: %w", err)
-	}
-	if n != int64(len(ids)) {
-		return fmt.Errorf("%w: add to counters: %d of %d rows are gone", budget.ErrConflict, int64(len(ids))-n, len(ids))
-	}
-	return nil
-}
-
-// createCounter inserts l's row seeded from the history this statement sees
-// (which holds this transaction's events; rollups before the prune
-// horizon); if another transaction created it first, delta is added to
-// that row.
-func (t *tx) createCounter(ctx context.Context, l *budget.Limit, start, end time.Time, delta int64) error {
-	sum, sumArgs, err := historySum(l, start, end, 6)
-	if err != nil {
-		return err
-	}
-	q := `INSERT INTO counters (limit_id, window_start, window_end, subject, used)
-		SELECT $1::text, $2::bigint, $3::bigint, $4::text, ` + sum + `
-		ON CONFLICT (limit_id, subject, window_start) DO UPDATE SET used = LEAST(counters.used + $5::bigint, 9007199254740991)`
-	args := append([]any{l.ID, start.UnixNano(), end.UnixNano(), l.Subject, delta}, sumArgs...)
-	if _, err := t.exec(ctx, q, args...); err != nil {
-		return fmt.Errorf("create counter %s@%d: %w", l.ID, start.Unix(), err)
-	}
-	return nil
+			n, err := t.exec(ctx, `UPDATE counters c SET used = LEAST(c.used + d.delta, 9007199254740991)
+				FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS d(limit_id, subject, window_start, delta)
+				WHERE c.limit_id = d.limit_id AND c.subject = d.subject AND c.window_start = d.window_start`, ids, subs, starts, ds)
+			if err != nil {
+				return fmt.Errorf("add to counters: %w", err)
+			}
+			if n != int64(len(ids)) {
+				return fmt.Errorf("%w: add to counters: %d of %d rows are gone", budget.ErrConflict, int64(len(ids))-n, len(ids))
+			}
+			return nil
+		})
 }

@@ -60,13 +60,18 @@ func historySum(l *budget.Limit, start, end time.Time, first int) (string, []any
 		return "$" + strconv.Itoa(first+len(args)-1)
 	}
 	s, e, rf := arg(start.UnixNano())+`::bigint`, arg(end.UnixNano())+`::bigint`, arg(ceilDay(start.UnixNano()))+`::bigint`
-	where := historyWhere(l.History(), arg)
+	return sumOver(ev, rx, s, e, rf, historyWhere(l.History(), arg)), args, nil
+}
+
+// sumOver is historySum's expression given its SQL parts: the sums of
+// events (ev) and of rollups (rx), the range's start, end and first whole
+// day (s, e, rf) and the condition on the rows (where).
+func sumOver(ev, rx, s, e, rf, where string) string {
 	const h = qHorizon
-	q := `LEAST(COALESCE((SELECT ` + rx + ` FROM rollups WHERE ` + h + ` <> 0 AND ` + s + ` < ` + h +
+	return `LEAST(COALESCE((SELECT ` + rx + ` FROM rollups WHERE ` + h + ` <> 0 AND ` + s + ` < ` + h +
 		` AND day >= ` + rf + ` AND day < LEAST(` + e + `, ` + h + `)` + where + `), 0)
 		+ (SELECT ` + ev + ` FROM usage WHERE at >= CASE WHEN ` + h + ` <> 0 AND ` + s + ` < ` + h + ` THEN ` + h + ` ELSE ` + s + ` END
 			AND at < ` + e + where + `), 9007199254740991)::bigint`
-	return q, args, nil
 }
 
 // historyWhere is the condition (" AND ...") selecting the events or

@@ -87,32 +87,21 @@ func (t *tx) Windows(ctx context.Context, refs []budget.WindowRef, now time.Time
 			return nil, fmt.Errorf("read holds: %w", err)
 		}
 	}
-	sum := func(l *budget.Limit, start, end time.Time) (int64, error) { return t.SumUsage(ctx, l, start, end) }
-	err := sqlrow.CompleteWindows(refs, out, sum, func(l *budget.Limit, prevStart time.Time) (latest, prev *int64, err error) {
-		return t.CounterBefore(ctx, l, prevStart)
-	})
+	err := sqlrow.CompleteWindows(refs, out, func(ss []sqlrow.Sum) ([]int64, error) { return t.sums(ctx, ss) },
+		func(refs []budget.WindowRef) ([]sqlrow.Before, error) { return t.befores(ctx, refs) })
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-// scanner is the part of *sqlx.Rows a scan callback needs.
-type scanner interface{ Scan(dest ...any) error }
+// scanner is the part of a result row a scan callback needs.
+type scanner = sqlrow.Scanner
 
 // scan runs q and calls row for each result row.
 func (t *tx) scan(ctx context.Context, q string, args []any, row func(scanner) error) error {
 	rows, err := t.query(ctx, q, args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := row(rows); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
+	return sqlrow.EachRow(rows, err, row)
 }
 
 func (t *tx) Reservations(ctx context.Context, ids []string) ([]budget.ReservationRow, error) {
@@ -258,71 +247,27 @@ func (t *tx) settle(ctx context.Context, ss []budget.Settle) error {
 	return nil
 }
 
-// applyCounters creates the counters w creates and adds to the others what
-// their inserted events contribute.
+// applyCounters creates the counters w creates, then adds to the others
+// (and to any it found created already) what their inserted events
+// contribute.
 func (t *tx) applyCounters(ctx context.Context, w *budget.WriteSet, inserted []bool) error {
-	deltas := w.CounterDeltas(inserted)
-	var args []any
-	rows := 0
-	flush := func() error {
-		if rows == 0 {
+	return sqlrow.ApplyCounters(w, inserted, func(cs []*budget.CounterWrite) ([]bool, error) { return t.createCounters(ctx, cs) },
+		func(cs []*budget.CounterWrite, ds []int64) error {
+			for lo := 0; lo < len(cs); lo += chunk {
+				hi := min(lo+chunk, len(cs))
+				args := make([]any, 0, 4*(hi-lo))
+				for i := lo; i < hi; i++ {
+					r := &cs[i].Ref
+					args = append(args, r.Limit.ID, r.Limit.Subject, ns(r.Start), ds[i])
+				}
+				n, err := t.db.exec(ctx, t.tx, multiRow(qAddCountersN, 4, hi-lo), args...)
+				if err != nil {
+					return fmt.Errorf("add to counters: %w", err)
+				}
+				if n != int64(hi-lo) {
+					return fmt.Errorf("%w: add to counters: %d of %d rows are gone", budget.ErrConflict, int64(hi-lo)-n, hi-lo)
+				}
+			}
 			return nil
-		}
-		n, err := t.db.exec(ctx, t.tx, multiRow(qAddCountersN, 4, rows), args...)
-		if err != nil {
-			return fmt.Errorf("add to counters: %w", err)
-		}
-		if n != int64(rows) {
-			return fmt.Errorf("%w: add to counters: %d of %d rows are gone", budget.ErrConflict, int64(rows)-n, rows)
-		}
-		args, rows = args[:0], 0
-		return nil
-	}
-	for i := range w.Counters {
-		c := &w.Counters[i]
-		l := c.Ref.Limit
-		if c.Create {
-			if err := t.createCounter(ctx, l, c.Ref.Start, c.Ref.End, deltas[i]); err != nil {
-				return err
-			}
-			continue
-		}
-		if deltas[i] == 0 {
-			continue
-		}
-		args = append(args, l.ID, l.Subject, ns(c.Ref.Start), deltas[i])
-		if rows++; rows == chunk {
-			if err := flush(); err != nil {
-				return err
-			}
-		}
-	}
-	return flush()
-}
-
-// createCounter creates l's row for [start, end) from the history, which
-// already holds this transaction's events; if the row exists after all,
-// delta is added to it instead.
-func (t *tx) createCounter(ctx context.Context, l *budget.Limit, start, end time.Time, delta int64) error {
-	rolled, from, err := t.rolledUp(ctx, l, start, end)
-	if err != nil {
-		return err
-	}
-	evEnd := end
-	if evEnd.Before(from) {
-		evEnd = from // the whole window is before the horizon
-	}
-	q, sumArgs, err := sumQuery(l, from, evEnd)
-	if err != nil {
-		return err
-	}
-	q = strings.Replace(q, "SELECT ", "INSERT INTO counters (limit_id, subject, window_start, window_end, used) SELECT ?, ?, ?, ?, MIN(? + ", 1)
-	q = strings.Replace(q, " FROM usage", ", 9007199254740991) FROM usage", 1) +
-		` ON CONFLICT (limit_id, subject, window_start) DO UPDATE SET used = MIN(used + ?, 9007199254740991)`
-	args := append([]any{l.ID, l.Subject, start.UnixNano(), end.UnixNano(), rolled}, sumArgs...)
-	args = append(args, delta)
-	if _, err := t.exec(ctx, q, args...); err != nil {
-		return fmt.Errorf("create counter %s@%d: %w", l.ID, start.Unix(), err)
-	}
-	return nil
+		})
 }

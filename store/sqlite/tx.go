@@ -1,9 +1,11 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -44,8 +46,8 @@ var errReadOnly = errors.New("store: write inside a read-only transaction")
 
 const (
 	// Multi-row statements: %s stands for the VALUES rows.
-	qInsertUsageN = `INSERT INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm, cost, unpriced, team, org, end_user, no_price, tags)
-		VALUES %s ON CONFLICT DO NOTHING RETURNING key, request_id`
+	qInsertUsageN = `INSERT OR IGNORE INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm, cost, unpriced, team, org, end_user, no_price, tags)
+		VALUES %s RETURNING key, request_id`
 	qAddCountersN = `WITH v(lid, sub, ws, d) AS (VALUES %s)
 		UPDATE counters SET used = MIN(used + v.d, 9007199254740991) FROM v
 		WHERE counters.limit_id = v.lid AND counters.subject = v.sub AND counters.window_start = v.ws`
@@ -174,28 +176,44 @@ func (t *tx) UnpricedEvents(ctx context.Context) (int64, error) {
 
 // ---- usage and counters
 
+// insertUsage inserts the events in (key, request id) order, the history's
+// own: consecutive rows land on the same leaf page of the table and of the
+// covering index, each page read and written once for its run of rows
+// rather than once per event. OR IGNORE, not an upsert: a statement that
+// cannot abort needs no statement journal (a copy of every page it
+// touches). It would also skip a row failing a NOT NULL or CHECK
+// constraint: the table has no CHECK and every column is bound to a
+// non-NULL value, so only the key's uniqueness can fail (a CHECK added to
+// usage needs ON CONFLICT DO NOTHING back, or events would be dropped).
 func (t *tx) insertUsage(ctx context.Context, evs []budget.EventWrite) ([]bool, error) {
-	events := make([]budget.Usage, len(evs))
-	for i := range evs {
-		events[i] = evs[i].Usage
-	}
 	if err := t.write(); err != nil {
 		return nil, err
 	}
-	inserted := make([]bool, len(events))
-	for lo := 0; lo < len(events); lo += chunk {
-		part := events[lo:min(lo+chunk, len(events))]
-		args := make([]any, 0, len(part)*usageCols)
-		for i := range part {
-			e := &part[i]
+	inserted := make([]bool, len(evs))
+	order := make([]int, len(evs))
+	for i := range order {
+		order[i] = i
+	}
+	// Stable: of two rows with one id, the first in the batch goes in.
+	slices.SortStableFunc(order, func(a, b int) int {
+		x, y := &evs[a].Usage, &evs[b].Usage
+		return cmp.Or(strings.Compare(x.Key, y.Key), strings.Compare(x.RequestID, y.RequestID))
+	})
+	args := make([]any, 0, min(len(order), chunk)*usageCols)
+	first := make(map[[2]string]int, min(len(order), chunk))
+	for lo := 0; lo < len(order); lo += chunk {
+		part := order[lo:min(lo+chunk, len(order))]
+		args = args[:0]
+		for _, i := range part {
+			e := &evs[i].Usage
 			args = append(args, e.Key, e.RequestID, e.Provider, e.Model, e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, ns(e.At),
-				budget.NormalizeModel(e.Model), e.Cost, e.Unpriced, e.Team, e.Org, e.User, evs[lo+i].NoPrice, string(e.Tags))
+				budget.NormalizeModel(e.Model), e.Cost, e.Unpriced, e.Team, e.Org, e.User, evs[i].NoPrice, string(e.Tags))
 		}
-		// The rows that went in come back (a duplicate of a stored row, or
-		// of an earlier row of the chunk, does not): one statement either way.
-		first := make(map[[2]string]int, len(part))
-		for i := len(part) - 1; i >= 0; i-- {
-			first[[2]string{part[i].Key, part[i].RequestID}] = lo + i
+		// The rows that went in come back (a duplicate of a stored row,
+		// or of an earlier row, does not): one statement either way.
+		clear(first)
+		for _, i := range slices.Backward(part) {
+			first[[2]string{evs[i].Usage.Key, evs[i].Usage.RequestID}] = i
 		}
 		err := t.scan(ctx, multiRow(qInsertUsageN, usageCols, len(part)), args, func(s scanner) error {
 			var k [2]string
@@ -247,45 +265,53 @@ var rollupExpr = map[budget.Metric]string{
 // historyWhere narrows q (which ends in a WHERE clause, with args) to the
 // rows h selects; partial names the partial indexes' condition (events).
 func historyWhere(q string, args []any, h budget.History, partial bool) (string, []any) {
+	cond, who, f := historyCond(h, partial, "?", "?")
+	args = append(args, who)
+	if f != nil {
+		args = append(args, f)
+	}
+	return q + cond, args
+}
+
+// historyCond is the condition (" AND ...") selecting the rows h selects,
+// comparing with the SQL who (the level: key, team or org) and f (the
+// scope's value), placeholders or a VALUES row's columns, and the values
+// they stand for (f nil when h has no scope: the condition has no f).
+// partial names the partial indexes' condition (events).
+func historyCond(h budget.History, partial bool, who, f string) (cond string, whoV, fV any) {
 	switch {
 	case h.Team != "":
-		q += ` AND team = ?`
+		cond, whoV = ` AND team = `+who, h.Team
 		if partial {
-			q += ` AND team <> ''`
+			cond += ` AND team <> ''`
 		}
-		args = append(args, h.Team)
 	case h.Org != "":
-		q += ` AND org = ?`
+		cond, whoV = ` AND org = `+who, h.Org
 		if partial {
-			q += ` AND org <> ''`
+			cond += ` AND org <> ''`
 		}
-		args = append(args, h.Org)
 	default:
-		q += ` AND key = ?`
-		args = append(args, h.Key)
+		cond, whoV = ` AND key = `+who, h.Key
 	}
 	switch {
 	case h.Provider != "":
-		q += ` AND provider = ?`
-		args = append(args, h.Provider)
+		cond, fV = cond+` AND provider = `+f, h.Provider
 	case h.Model != "":
 		// A pattern's * and ? mean in GLOB what they mean to
 		// budget.MatchModel; brackets are refused in model values.
 		if budget.IsModelPattern(h.Model) {
-			q += ` AND model_norm GLOB ?`
+			cond += ` AND model_norm GLOB ` + f
 		} else {
-			q += ` AND model_norm = ?`
+			cond += ` AND model_norm = ` + f
 		}
-		args = append(args, h.Model)
+		fV = h.Model
 	case h.User != "":
-		q += ` AND end_user = ?`
-		args = append(args, h.User)
+		cond, fV = cond+` AND end_user = `+f, h.User
 	case h.Tag != "":
 		// Tags are stored normalized, "a=1,b=2": the tag with a comma on
 		// each side is found in the tags with one on each side. Names
 		// and values hold no commas, so the match is exact.
-		q += ` AND instr(',' || tags || ',', ?) > 0`
-		args = append(args, ","+h.Tag+",")
+		cond, fV = cond+` AND instr(',' || tags || ',', `+f+`) > 0`, ","+h.Tag+","
 	}
-	return q, args
+	return cond, whoV, fV
 }

@@ -31,8 +31,6 @@ var (
 	qRenewHold        = New(`UPDATE holds SET expires_at = ?, amount = ? WHERE limit_id = ? AND subject = ? AND window_start = ? AND reservation_id = ?`)
 	qDeleteSettled    = New(`DELETE FROM reservations WHERE state <> 'live' AND settled_at < ? AND (state <> 'expired' OR settled_at < ?)`)
 
-	qCounterBefore = New(`SELECT (SELECT MAX(window_start) FROM counters WHERE limit_id = ? AND subject = ?),
-		(SELECT used FROM counters WHERE limit_id = ? AND subject = ? AND window_start = ?)`)
 	qCounterRows = New(`SELECT limit_id, subject, window_start, window_end, used FROM counters
 		ORDER BY limit_id COLLATE "C", subject COLLATE "C", window_start`)
 	qSubjects = New(`SELECT subject FROM (SELECT subject FROM counters WHERE limit_id = ? AND window_start = ?
@@ -107,19 +105,6 @@ func (t Tx) DeleteSettled(ctx context.Context, w *budget.WriteSet) (int64, error
 		return 0, fmt.Errorf("delete settled reservations: %w", err)
 	}
 	return n, nil
-}
-
-// CounterBefore is, for sqlrow.CompleteWindows, the start of l's newest
-// counter row and the use of its row starting at prevStart (nil for none).
-func (t Tx) CounterBefore(ctx context.Context, l *budget.Limit, prevStart time.Time) (latest, prev *int64, err error) {
-	rows, err := t.query(ctx, &qCounterBefore, l.ID, l.Subject, l.ID, l.Subject, sqlrow.Ns(prevStart))
-	if err == nil {
-		err = scanOne(rows, &latest, &prev)
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("read counters of %s: %w", l.ID, err)
-	}
-	return latest, prev, nil
 }
 
 func (t Tx) CounterRows(ctx context.Context) ([]budget.CounterRow, error) {

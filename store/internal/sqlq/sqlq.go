@@ -15,7 +15,6 @@ package sqlq
 
 import (
 	"context"
-	"database/sql"
 	"strings"
 
 	"github.com/jmoiron/sqlx"
@@ -81,19 +80,4 @@ func (t Tx) query(ctx context.Context, q *Query, args ...any) (*sqlx.Rows, error
 
 func (t Tx) exec(ctx context.Context, q *Query, args ...any) (int64, error) {
 	return t.X.Exec(ctx, q.In(t.D), args...)
-}
-
-// scanOne scans the one row of rows into dest and closes rows.
-func scanOne(rows *sqlx.Rows, dest ...any) error {
-	defer rows.Close()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		return sql.ErrNoRows
-	}
-	if err := rows.Scan(dest...); err != nil {
-		return err
-	}
-	return rows.Close()
 }

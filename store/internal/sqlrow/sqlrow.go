@@ -340,3 +340,29 @@ func OnExpiry(p budget.ExpiryPolicy) string {
 	}
 	return string(p)
 }
+
+// Scanner is the part of a result row a scan callback needs.
+type Scanner interface{ Scan(dest ...any) error }
+
+// Rows is what EachRow reads: *sql.Rows, or sqlx's.
+type Rows interface {
+	Scanner
+	Next() bool
+	Err() error
+	Close() error
+}
+
+// EachRow calls row for each row of a query's result (rows, err), stopping
+// at the first error, and closes rows.
+func EachRow[R Rows](rows R, err error, row func(Scanner) error) error {
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := row(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
