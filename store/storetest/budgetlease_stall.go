@@ -17,10 +17,13 @@ import (
 func init() {
 	extra = append(extra,
 		suiteCase{"BudgetLeaseWithoutItsJournalChargedTheRest", func(t *testing.T, newDB NewDB) {
-			testBudgetLeaseUnjournaled(t, newDB, false)
+			testBudgetLeaseUnjournaled(t, newDB, false, budget.ExpireRelease)
 		}},
 		suiteCase{"BudgetLeaseChargedWholeThenExpiredByTheOwnerCountsOnce", func(t *testing.T, newDB NewDB) {
-			testBudgetLeaseUnjournaled(t, newDB, true)
+			testBudgetLeaseUnjournaled(t, newDB, true, budget.ExpireRelease)
+		}},
+		suiteCase{"BudgetLeaseChargedWholeThenChargedByExpiryCountsOnce", func(t *testing.T, newDB NewDB) {
+			testBudgetLeaseUnjournaled(t, newDB, true, budget.ExpireCharge)
 		}},
 		suiteCase{"BudgetLeaseRoomGivenBackBeforeTheWholeChargeRecordedWhole", testBudgetLeaseGivenBackThenCharged},
 	)
@@ -33,8 +36,9 @@ func init() {
 // With look, the owner's writer looks after its leases (as its idle tick
 // may, first thing when it wakes) before the commit: that settles the
 // carved reservation by expiry, its room back to the lost lease's free
-// part, which the whole charge still covered.
-func testBudgetLeaseUnjournaled(t *testing.T, newDB NewDB, look bool) {
+// part (ExpireRelease) or charging its estimate (ExpireCharge), which the
+// whole charge covered already.
+func testBudgetLeaseUnjournaled(t *testing.T, newDB NewDB, look bool, policy budget.ExpiryPolicy) {
 	open := newDB(t)
 	c := NewClock(T0)
 	a := NewLeaseTracker(t, open(), c, time.Second, t.TempDir(), true)
@@ -42,8 +46,12 @@ func testBudgetLeaseUnjournaled(t *testing.T, newDB NewDB, look bool) {
 	l := SetLimit(t, b, budget.LimitSpec{Key: "k", Window: "daily"}, 100_000)
 	ctx := context.Background()
 	var ids []string
-	for range 3 {
-		r, err := a.Reserve(ctx, leaseReq(100), 20*time.Second)
+	for i := range 3 {
+		o := budget.ReserveOptions{TTL: 20 * time.Second}
+		if i == 2 { // carved from the lease
+			o.OnExpiry = policy
+		}
+		r, err := a.ReserveWith(ctx, leaseReq(100), o)
 		if err != nil {
 			t.Fatal(err)
 		}
