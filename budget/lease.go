@@ -82,7 +82,7 @@ type lease struct {
 	expires time.Time // the row's expiry as stored
 	created bool      // its row landed
 	at      time.Time // its row's instant
-	whole   int8      // once lost: 0 not known, 1 recovered from its journal, 2 charged whole (chargedWhole)
+	whole   bool      // once lost: found charged whole (chargedWhole)
 }
 
 // leasedRes is a reservation carved from a lease: everything one carve

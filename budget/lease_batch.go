@@ -202,18 +202,18 @@ func (b *batch) decideLeaseCommit(ctx context.Context, tx Tx, o *op) error {
 
 // chargedWhole reports whether lost lease l was recovered without its
 // journal (unjournaledEvents): its first charge event is in the history.
+// Only a whole charge is remembered: a lease this process found past its
+// TTL may not be recovered yet, and a later commit must find the charge
+// once it is.
 func (b *batch) chargedWhole(ctx context.Context, tx Tx, l *lease) (bool, error) {
-	if l.whole == 0 {
+	if !l.whole {
 		ev, err := storedEvent(ctx, tx, &Usage{Key: l.route.key, RequestID: l.id + ":0", At: l.at})
-		if err != nil {
+		if err != nil || ev == nil {
 			return false, err
 		}
-		l.whole = 1
-		if ev != nil {
-			l.whole = 2
-		}
+		l.whole = true
 	}
-	return l.whole == 2, nil
+	return true, nil
 }
 
 // coveredByCharge reports whether lr's estimate was within the hold its
