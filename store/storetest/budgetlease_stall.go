@@ -26,6 +26,7 @@ func init() {
 			testBudgetLeaseUnjournaled(t, newDB, true, budget.ExpireCharge)
 		}},
 		suiteCase{"BudgetLeaseRoomGivenBackBeforeTheWholeChargeRecordedWhole", testBudgetLeaseGivenBackThenCharged},
+		suiteCase{"BudgetLeaseFoundLostBeforeItsRecoveryThenCommitsOnlyTheExcess", testBudgetLeaseLostBeforeRecovery},
 	)
 }
 
@@ -162,6 +163,47 @@ func testBudgetLeaseGivenBackThenCharged(t *testing.T, newDB NewDB) {
 	// the 100 charged for it.
 	if used, _ = Used(t, b, leaseReq(100), c.Now(), l.ID); used != 60+100+170+70 {
 		t.Fatalf("after the returning tracker's commits of 170 each: used %d; want %d", used, 60+100+170+70)
+	}
+	noDrift(t, b)
+}
+
+// A process that finds its lease past its TTL before any other recovered
+// it (its look settles an ExpireCharge carve by expiry meanwhile), then
+// sees it charged whole by a recovery without its journal, commits a
+// carve that was in flight through it all for only the excess over its
+// estimate: the whole charge is looked for again, not remembered absent.
+func testBudgetLeaseLostBeforeRecovery(t *testing.T, newDB NewDB) {
+	open := newDB(t)
+	c := NewClock(T0)
+	a := NewLeaseTracker(t, open(), c, time.Second, t.TempDir(), true)
+	b := NewLeaseTracker(t, open(), c, 0, t.TempDir(), false) // another machine's directory
+	l := SetLimit(t, b, budget.LimitSpec{Key: "k", Window: "daily"}, 100_000)
+	ctx := context.Background()
+	var ids []string
+	for _, o := range []budget.ReserveOptions{{TTL: 20 * time.Second}, {TTL: 20 * time.Second},
+		{TTL: 20 * time.Second, OnExpiry: budget.ExpireCharge}, {TTL: time.Minute}} {
+		r, err := a.ReserveWith(ctx, leaseReq(100), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.ID)
+	}
+	c.Advance(30 * time.Second)
+	if _, err := a.Flush(ctx); err != nil { // finds the lease lost, charges ids[2]'s expiry
+		t.Fatal(err)
+	}
+	if _, err := b.Recover(ctx, c.Now()); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := Used(t, b, leaseReq(100), c.Now(), l.ID)
+	if _, err := a.Commit(ctx, ids[3], budget.Usage{Input: 100, Output: 70}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if used, _ := Used(t, b, leaseReq(100), c.Now(), l.ID); used-before != 70 {
+		t.Fatalf("the commit of 170 (estimate 100) after the whole charge added %d; want 70", used-before)
 	}
 	noDrift(t, b)
 }
