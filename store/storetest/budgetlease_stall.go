@@ -40,24 +40,9 @@ func init() {
 // part (ExpireRelease) or charging its estimate (ExpireCharge), which the
 // whole charge covered already.
 func testBudgetLeaseUnjournaled(t *testing.T, newDB NewDB, look bool, policy budget.ExpiryPolicy) {
-	open := newDB(t)
-	c := NewClock(T0)
-	a := NewLeaseTracker(t, open(), c, time.Second, t.TempDir(), true)
-	b := NewLeaseTracker(t, open(), c, 0, t.TempDir(), false) // another machine's directory
-	l := SetLimit(t, b, budget.LimitSpec{Key: "k", Window: "daily"}, 100_000)
+	opts := []budget.ReserveOptions{{TTL: 20 * time.Second}, {TTL: 20 * time.Second}, {TTL: 20 * time.Second, OnExpiry: policy}}
+	a, b, c, l, ids := stalling(t, newDB, opts...)
 	ctx := context.Background()
-	var ids []string
-	for i := range 3 {
-		o := budget.ReserveOptions{TTL: 20 * time.Second}
-		if i == 2 { // carved from the lease
-			o.OnExpiry = policy
-		}
-		r, err := a.ReserveWith(ctx, leaseReq(100), o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, r.ID)
-	}
 	if _, err := a.Commit(ctx, ids[1], budget.Usage{Input: 30, Output: 30}); err != nil {
 		t.Fatal(err)
 	}
@@ -117,20 +102,9 @@ func testBudgetLeaseUnjournaled(t *testing.T, newDB NewDB, look bool, policy bud
 // recovery charges whole: its late commit records its whole usage, while
 // one still in flight at the recovery records only its excess.
 func testBudgetLeaseGivenBackThenCharged(t *testing.T, newDB NewDB) {
-	open := newDB(t)
-	c := NewClock(T0)
-	a := NewLeaseTracker(t, open(), c, time.Second, t.TempDir(), true)
-	b := NewLeaseTracker(t, open(), c, 0, t.TempDir(), false) // another machine's directory
-	l := SetLimit(t, b, budget.LimitSpec{Key: "k", Window: "daily"}, 100_000)
+	a, b, c, l, ids := stalling(t, newDB, budget.ReserveOptions{TTL: 20 * time.Second}, budget.ReserveOptions{TTL: 20 * time.Second},
+		budget.ReserveOptions{TTL: 2 * time.Second}, budget.ReserveOptions{TTL: time.Minute})
 	ctx := context.Background()
-	var ids []string
-	for _, ttl := range []time.Duration{20 * time.Second, 20 * time.Second, 2 * time.Second, time.Minute} {
-		r, err := a.Reserve(ctx, leaseReq(100), ttl)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, r.ID)
-	}
 	if _, err := a.Commit(ctx, ids[1], budget.Usage{Input: 30, Output: 30}); err != nil {
 		t.Fatal(err)
 	}
@@ -173,21 +147,9 @@ func testBudgetLeaseGivenBackThenCharged(t *testing.T, newDB NewDB) {
 // carve that was in flight through it all for only the excess over its
 // estimate: the whole charge is looked for again, not remembered absent.
 func testBudgetLeaseLostBeforeRecovery(t *testing.T, newDB NewDB) {
-	open := newDB(t)
-	c := NewClock(T0)
-	a := NewLeaseTracker(t, open(), c, time.Second, t.TempDir(), true)
-	b := NewLeaseTracker(t, open(), c, 0, t.TempDir(), false) // another machine's directory
-	l := SetLimit(t, b, budget.LimitSpec{Key: "k", Window: "daily"}, 100_000)
+	a, b, c, l, ids := stalling(t, newDB, budget.ReserveOptions{TTL: 20 * time.Second}, budget.ReserveOptions{TTL: 20 * time.Second},
+		budget.ReserveOptions{TTL: 20 * time.Second, OnExpiry: budget.ExpireCharge}, budget.ReserveOptions{TTL: time.Minute})
 	ctx := context.Background()
-	var ids []string
-	for _, o := range []budget.ReserveOptions{{TTL: 20 * time.Second}, {TTL: 20 * time.Second},
-		{TTL: 20 * time.Second, OnExpiry: budget.ExpireCharge}, {TTL: time.Minute}} {
-		r, err := a.ReserveWith(ctx, leaseReq(100), o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, r.ID)
-	}
 	c.Advance(30 * time.Second)
 	if _, err := a.Flush(ctx); err != nil { // finds the lease lost, charges ids[2]'s expiry
 		t.Fatal(err)
@@ -206,4 +168,26 @@ func testBudgetLeaseLostBeforeRecovery(t *testing.T, newDB NewDB) {
 		t.Fatalf("the commit of 170 (estimate 100) after the whole charge added %d; want 70", used-before)
 	}
 	noDrift(t, b)
+}
+
+// stalling is a leasing tracker a, b another machine's (leases off, its
+// own journal directory) that recovers a's leases without their journal,
+// the clock they share, a daily limit on k, and a's reservations made
+// with opts in order: the first holds its own row, the rest are carved
+// from the lease the second takes.
+func stalling(t *testing.T, newDB NewDB, opts ...budget.ReserveOptions) (a, b *budget.Tracker, c *Clock, l budget.Limit, ids []string) {
+	t.Helper()
+	open := newDB(t)
+	c = NewClock(T0)
+	a = NewLeaseTracker(t, open(), c, time.Second, t.TempDir(), true)
+	b = NewLeaseTracker(t, open(), c, 0, t.TempDir(), false)
+	l = SetLimit(t, b, budget.LimitSpec{Key: "k", Window: "daily"}, 100_000)
+	for _, o := range opts {
+		r, err := a.ReserveWith(context.Background(), leaseReq(100), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.ID)
+	}
+	return a, b, c, l, ids
 }
