@@ -140,7 +140,11 @@
 // journal: a lease whose journal recovery cannot find is charged the rest
 // of the lease, its holds as last written (never less than it served; the
 // one overcharge, bounded by the lease's unused room), as events
-// "<lease id>:N"; see the README's crash costs. The journal name it left
+// "<lease id>:N"; see the README's crash costs. That charge covers each
+// reservation whose room it held at its estimate, also one the waking
+// owner settles by expiry before its commit (an ExpireCharge one is not
+// charged again; an ExpireRelease one's room counts once, from the
+// lease's free part, unless it was given back before the charge). The journal name it left
 // on its own machine is settled by the next Recover of any tracker there
 // (its own restart included): the commits it holds that the history does
 // not add what they exceed their estimates by, as <id>:late, and the name

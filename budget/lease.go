@@ -82,7 +82,7 @@ type lease struct {
 	expires time.Time // the row's expiry as stored
 	created bool      // its row landed
 	at      time.Time // its row's instant
-	whole   int8      // once lost: 0 not known, 1 recovered from its journal, 2 charged whole (chargedWhole)
+	whole   bool      // once lost: found charged whole (chargedWhole)
 }
 
 // leasedRes is a reservation carved from a lease: everything one carve
@@ -99,6 +99,10 @@ type leasedRes struct {
 	// returned.
 	exp     int64
 	expired bool
+	// cover is, for an expired ExpireRelease one committed after its lease
+	// was charged whole, whether that charge covered its estimate: 0 not
+	// known, 1 covered, 2 not (writer-owned; see coveredByCharge).
+	cover int8
 }
 
 // leaseTable is a Tracker's leases by route and its carved reservations by
@@ -314,19 +318,23 @@ func (t *Tracker) commitLeased(ctx context.Context, id string, actual Usage) (Se
 	ev.Key, ev.Provider, ev.Model, ev.At = r.Key, r.Provider, r.Model, r.At
 	ev.Team, ev.Org, ev.User, ev.Placed = r.Team, r.Org, r.User, true
 	o := &op{kind: opLeaseCommit, ev: ev, opArgs: &opArgs{id: id}, out: new(opResult), leased: lr}
-	if lr.expired {
-		// Its room was settled by expiry: the event alone is written, the
-		// excess only if its estimate was charged.
-		if r.OnExpiry == ExpireCharge {
-			out.Charged = true
-			o.ev = lateUsage(ev, r.Estimate)
-			if o.ev.Billable() == 0 {
-				return out, true, nil
-			}
-			out.LateRequestID = o.ev.RequestID
+	switch {
+	case lr.expired && r.OnExpiry == ExpireCharge:
+		// Its room was settled by expiry and charged its estimate: only the
+		// excess is written.
+		out.Charged = true
+		o.ev = lateUsage(ev, r.Estimate)
+		if o.ev.Billable() == 0 {
+			return out, true, nil
 		}
+		out.LateRequestID = o.ev.RequestID
 		o.leased = nil
-	} else {
+	case lr.expired:
+		// Released by expiry: its room went back to its lease's free part,
+		// and the event is written whole, unless the lease was charged
+		// whole meanwhile (its owner stalled past its TTL) with that room
+		// still in its hold: o.leased stays for decideLeaseCommit to tell.
+	default:
 		// Journaled before it is answered: a crash from here on still
 		// charges the actual usage.
 		if err := journalCommit(lr.lease.j, id, &actual); err != nil {

@@ -157,7 +157,9 @@ func (b *batch) decideLeaseCommit(ctx context.Context, tx Tx, o *op) error {
 				return err
 			}
 		}
-		b.shrink(o.leased)
+		if !o.leased.expired { // an expired one's room is back in the lease's free part
+			b.shrink(o.leased)
+		}
 		return nil
 	}
 	if o.leased != nil && !b.stored(o.ev) {
@@ -168,7 +170,7 @@ func (b *batch) decideLeaseCommit(ctx context.Context, tx Tx, o *op) error {
 		if err != nil {
 			return err
 		}
-		if whole {
+		if whole && b.coveredByCharge(o.leased) {
 			late := lateUsage(o.ev, o.leased.r.Estimate)
 			if late.Billable() == 0 || b.stored(late) {
 				return nil
@@ -200,18 +202,51 @@ func (b *batch) decideLeaseCommit(ctx context.Context, tx Tx, o *op) error {
 
 // chargedWhole reports whether lost lease l was recovered without its
 // journal (unjournaledEvents): its first charge event is in the history.
+// Only a whole charge is remembered: a lease this process found past its
+// TTL may not be recovered yet, and a later commit must find the charge
+// once it is.
 func (b *batch) chargedWhole(ctx context.Context, tx Tx, l *lease) (bool, error) {
-	if l.whole == 0 {
+	if !l.whole {
 		ev, err := storedEvent(ctx, tx, &Usage{Key: l.route.key, RequestID: l.id + ":0", At: l.at})
-		if err != nil {
+		if err != nil || ev == nil {
 			return false, err
 		}
-		l.whole = 1
-		if ev != nil {
-			l.whole = 2
-		}
+		l.whole = true
 	}
-	return l.whole == 2, nil
+	return true, nil
+}
+
+// coveredByCharge reports whether lr's estimate was within the hold its
+// lost lease was charged whole for. A live carve's was: its room was in
+// the hold as last written. One released by expiry gave its room back to
+// the lease's free part, which stays in the hold until a give-back lands
+// and may be carved again: it is covered only by free room no other
+// commit took, taken here once (free first, then room taken back but
+// never written), so that one charge covers no two estimates. Decided
+// once per carve: a retried batch finds the same answer.
+func (b *batch) coveredByCharge(lr *leasedRes) bool {
+	if !lr.expired {
+		return true
+	}
+	if lr.cover == 0 {
+		lr.cover = 2
+		l := lr.lease
+		l.mu.Lock()
+		ok := true
+		for i := range l.limits {
+			ok = ok && l.free[i]+l.giving[i] >= lr.amounts[i]
+		}
+		if ok {
+			for i := range l.limits {
+				f := min(l.free[i], lr.amounts[i])
+				l.free[i] -= f
+				l.giving[i] -= lr.amounts[i] - f
+			}
+			lr.cover = 1
+		}
+		l.mu.Unlock()
+	}
+	return lr.cover == 1
 }
 
 // storedEvent is the history's event with ev's key and request id at

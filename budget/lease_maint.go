@@ -125,6 +125,18 @@ func (b *batch) expireCarved() {
 func (b *batch) decideMaintain(ctx context.Context, tx Tx) error {
 	charge := &op{kind: opLeaseCommit}
 	for _, lr := range b.t.w.leaseCharges {
+		if !b.leaseLive(lr.lease) {
+			// Its lease was recovered while this process stalled: if it was
+			// charged whole, that charge covered its estimate (its room never
+			// left the hold, no shrink of it landed).
+			whole, err := b.chargedWhole(ctx, tx, lr.lease)
+			if err != nil {
+				return err
+			}
+			if whole {
+				continue
+			}
+		}
 		ev := chargedUsage(ReservationRow{ID: lr.r.ID, Key: lr.r.Key, Team: lr.r.Team, Org: lr.r.Org, User: lr.r.User,
 			Provider: lr.r.Provider, Model: lr.r.Model, Estimate: lr.r.Estimate, At: lr.r.At})
 		ev.Placed = true

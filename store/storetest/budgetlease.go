@@ -22,7 +22,6 @@ func init() {
 		suiteCase{"BudgetLeaseRecoveredElsewhereFenced", testBudgetLeaseFenced},
 		suiteCase{"BudgetLeaseFencedCommitsRecordOnlyTheExcess", testBudgetLeaseLate},
 		suiteCase{"BudgetLeaseCarvedExpiryAndRenew", testBudgetLeaseExpiry},
-		suiteCase{"BudgetLeaseWithoutItsJournalChargedTheRest", testBudgetLeaseUnjournaled},
 		suiteCase{"BudgetLeaseRoomReadAsReserved", testBudgetLeaseReads},
 	)
 }
@@ -357,61 +356,6 @@ func testBudgetLeaseExpiry(t *testing.T, newDB NewDB) {
 	// ids[0] (the store's path) is still held: not recovered here.
 	if used, _ := Used(t, b, leaseReq(100), c.Now(), l.ID); used != 60+100+50 {
 		t.Fatalf("used = %d; want %d (60 committed, 100 charged at expiry, 50 late)", used, 60+100+50)
-	}
-	noDrift(t, b)
-}
-
-// A lease whose journal the recovering process cannot read (its owner ran
-// on another machine and never came back) is charged the rest of the
-// lease: its holds as last written, never less than what was in flight.
-// What that overcharges (the lease's unused room) is the bound logged.
-func testBudgetLeaseUnjournaled(t *testing.T, newDB NewDB) {
-	open := newDB(t)
-	c := NewClock(T0)
-	a := NewLeaseTracker(t, open(), c, time.Second, t.TempDir(), true)
-	b := NewLeaseTracker(t, open(), c, 0, t.TempDir(), false) // another machine's directory
-	l := SetLimit(t, b, budget.LimitSpec{Key: "k", Window: "daily"}, 100_000)
-	ctx := context.Background()
-	var ids []string
-	for range 3 {
-		r, err := a.Reserve(ctx, leaseReq(100), 20*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, r.ID)
-	}
-	if _, err := a.Commit(ctx, ids[1], budget.Usage{Input: 30, Output: 30}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// A's first reservation is its own row (100); the rest is the lease.
-	used, reserved := Used(t, b, leaseReq(100), c.Now(), l.ID)
-	lease := reserved - 100
-	if used != 60 || lease < 100 {
-		t.Fatalf("before the crash: used %d, reserved %d; want 60, and a lease holding at least the one in flight", used, reserved)
-	}
-	c.Advance(30 * time.Second)
-	if _, err := b.Recover(ctx, c.Now()); err != nil {
-		t.Fatal(err)
-	}
-	used, reserved = Used(t, b, leaseReq(100), c.Now(), l.ID)
-	if used != 60+lease || reserved != 0 {
-		t.Fatalf("after recovering without the journal: used %d, reserved %d; want %d (the rest of the lease), 0", used, reserved, 60+lease)
-	}
-	t.Logf("charged beyond what was served (one request of 100 in flight): %d tokens", lease-100)
-	// A comes back: its commit adds only what exceeds the estimate the
-	// lease's charge covered, as <id>:late.
-	s, err := a.Commit(ctx, ids[2], budget.Usage{Input: 100, Output: 70})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if used, _ = Used(t, b, leaseReq(100), c.Now(), l.ID); used != 60+lease+70 || s.RequestID != ids[2] {
-		t.Fatalf("after the returning tracker's commit of 170 (estimate 100): used %d; want %d", used, 60+lease+70)
 	}
 	noDrift(t, b)
 }
