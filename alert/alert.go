@@ -210,7 +210,7 @@ func NewClient(rt http.RoundTripper) *http.Client {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
-// Post POSTs body to url with c as contentType, header's fields set, and
+// Post POSTs body to dest with c as contentType, header's fields set, and
 // with a secret an X-Budget-Signature (Sign); nil means a 2xx answer. The
 // answer's body is read (at most 64 KiB) and dropped.
 //
