@@ -28,6 +28,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
@@ -208,13 +210,17 @@ func NewClient(rt http.RoundTripper) *http.Client {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
-// Post POSTs body to url with c as contentType, header's fields set, and
+// Post POSTs body to dest with c as contentType, header's fields set, and
 // with a secret an X-Budget-Signature (Sign); nil means a 2xx answer. The
 // answer's body is read (at most 64 KiB) and dropped.
-func Post(ctx context.Context, c *http.Client, url, contentType string, body, secret []byte, header http.Header) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+//
+// An error names the URL as RedactURL shows it: it is stored as the
+// outbox's last error and printed by 'budget outbox ls', and a webhook's
+// query often holds its token.
+func Post(ctx context.Context, c *http.Client, dest, contentType string, body, secret []byte, header http.Header) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, dest, bytes.NewReader(body))
 	if err != nil {
-		return err
+		return redactedErr(err, dest)
 	}
 	for k, v := range header {
 		req.Header[k] = v
@@ -225,7 +231,7 @@ func Post(ctx context.Context, c *http.Client, url, contentType string, body, se
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return err
+		return redactedErr(err, dest)
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 	resp.Body.Close()
@@ -259,4 +265,48 @@ func Every(ctx context.Context, tick <-chan time.Time, onErr func(error), round 
 		case <-tick:
 		}
 	}
+}
+
+// RedactURL is dest as errors, tables and metrics show it: a URL with
+// credentials or a query (where webhooks often carry a token) loses both,
+// and its fragment, and gains "#" and 8 hex digits of its SHA-256 so that
+// two such URLs stay apart. A URL that does not parse is "(unparsable
+// URL)": its text may hold anything. Any other name is itself.
+func RedactURL(dest string) string {
+	u, err := url.Parse(dest)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || (u.User == nil && u.RawQuery == "" && u.Fragment == "") {
+		return dest
+	}
+	sum := sha256.Sum256([]byte(dest))
+	u.User, u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = nil, "", false, "", ""
+	return u.String() + "#" + hex.EncodeToString(sum[:4])
+}
+
+// redactedErr is err with the URL of its *url.Error (what http.Client
+// and url.Parse return) redacted (RedactURL): named as dest is when it is
+// dest (http.Client shows a password as "***", which would change the
+// hash). Only that *url.Error is kept: a wrapper's message would repeat
+// the URL.
+func redactedErr(err error, dest string) error {
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return err
+	}
+	r := *ue
+	r.URL = RedactURL(ue.URL)
+	if d := RedactURL(dest); unhashed(d) == unhashed(r.URL) {
+		r.URL = d
+	}
+	return &r
+}
+
+// unhashed is a RedactURL without its hash.
+func unhashed(s string) string {
+	if i := strings.LastIndexByte(s, '#'); i >= 0 {
+		return s[:i]
+	}
+	return s
 }

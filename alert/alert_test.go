@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -182,5 +183,30 @@ func TestRetryDelays(t *testing.T) {
 		if got := budget.AlertRetryDelay(n); got != want {
 			t.Errorf("AlertRetryDelay(%d) = %v; want %v", n, got, want)
 		}
+	}
+}
+
+// TestPostErrorHidesTheURLsToken: Post's error (stored as the outbox's
+// last error) names the webhook's URL without its query and credentials,
+// where a token sits: a refused connection, and a URL that does not
+// parse.
+func TestPostErrorHidesTheURLsToken(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	srv.Close() // every connection refused
+	dest := strings.Replace(srv.URL, "http://", "http://u:pw@", 1) + "/hook?token=s3cret"
+	for _, c := range []struct{ dest, want string }{
+		{dest, alert.RedactURL(dest)},
+		{"http://127.0.0.1/%zz?token=s3cret", "(unparsable URL)"},
+	} {
+		err := alert.Post(context.Background(), alert.NewClient(nil), c.dest, "application/json", []byte("{}"), nil, nil)
+		if err == nil {
+			t.Fatalf("Post to %s succeeded; want an error", c.dest)
+		}
+		if msg := err.Error(); strings.Contains(msg, "s3cret") || strings.Contains(msg, "pw") || !strings.Contains(msg, c.want) {
+			t.Errorf("Post's error %q; want it to name %s, no token", msg, c.want)
+		}
+	}
+	if r := alert.RedactURL(dest); !strings.HasPrefix(r, srv.URL+"/hook#") {
+		t.Errorf("RedactURL(%s) = %s; want %s/hook#<hash>", dest, r, srv.URL)
 	}
 }

@@ -91,6 +91,10 @@ func (m *Middleware) logExchange(x *exchange, r *http.Request) {
 	if x.user != "" {
 		attrs = append(attrs, slog.String("user", x.user))
 	}
+	if x.info != nil && x.info.Tags != "" {
+		// Normalized (budget.NormalizeTags): names and values checked.
+		attrs = append(attrs, slog.String("tags", string(x.info.Tags)))
+	}
 	if x.requestID != "" {
 		attrs = append(attrs, slog.String("request_id", x.requestID))
 	}

@@ -51,6 +51,10 @@ type Observation struct {
 	// Charged is what was committed or recorded; nil when nothing was
 	// charged (a refusal, an upstream error, a release).
 	Charged *budget.Usage
+	// SettleErr is the store's answer to the request's settlement (its
+	// commit, release or record), written before End: nil when it was
+	// written or nothing needed writing. The access log's settle_failed.
+	SettleErr error
 }
 
 // begin hands r to the observer (Begin) and returns the request to serve

@@ -2,14 +2,19 @@ package proxy_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
+	"github.com/tokenbudget/tokenbudget/budget"
 	"github.com/tokenbudget/tokenbudget/proxy"
 	"github.com/tokenbudget/tokenbudget/proxy/mock"
 )
@@ -198,5 +203,84 @@ func TestEventsWrittenMetric(t *testing.T) {
 		if m == nil || m[1] != "3" {
 			t.Errorf("%s: events written %v; want 3", mode, m)
 		}
+	}
+}
+
+// settleObserver is a proxy.Observer keeping what End was told of each
+// request: its tags and its settlement's store error.
+type settleObserver struct {
+	mu   sync.Mutex
+	tags []budget.Tags
+	errs []error
+}
+
+func (o *settleObserver) Begin(r *http.Request) context.Context { return r.Context() }
+
+func (o *settleObserver) End(_ context.Context, ob *proxy.Observation) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var tags budget.Tags
+	if ob.Info != nil {
+		tags = ob.Info.Tags
+	}
+	o.tags = append(o.tags, tags)
+	o.errs = append(o.errs, ob.SettleErr)
+}
+
+// TestAccessLogTagsAndFailedSettlement: a tagged request's access log
+// line carries its tags, normalized, and the Observer sees them; a request
+// whose settlement the store did not take (the tracker closed while it
+// was upstream) is answered, and its line says settle_failed while the
+// Observer's End gets the store's error (Observation.SettleErr), which a
+// written settlement's End does not.
+func TestAccessLogTagsAndFailedSettlement(t *testing.T) {
+	t.Parallel()
+	log := &syncBuffer{}
+	obs := &settleObserver{}
+	var closeTracker atomic.Bool
+	var e *env
+	e = newEnv(t, envOptions{mode: proxy.ModeCheck, cfg: func(pc *proxy.Config) {
+		pc.AccessLog = slog.New(slog.NewJSONHandler(log, nil))
+		pc.Observer = obs
+	}}, func(w http.ResponseWriter, r *http.Request) {
+		if closeTracker.Load() {
+			if err := e.db.Tracker.Close(context.Background()); err != nil {
+				t.Errorf("close the tracker: %v", err)
+			}
+		}
+		okUpstream(w, r)
+	})
+	if r := e.do("/v1/chat/completions", chatBody("gpt-4o", 50, false), proxy.TagsHeader, "Project=atlas, feature=search"); r.status != http.StatusOK {
+		t.Fatalf("tagged request: %d %s", r.status, r.body)
+	}
+	closeTracker.Store(true)
+	if r := e.do("/v1/chat/completions", chatBody("gpt-4o", 50, false)); r.status != http.StatusOK {
+		t.Fatalf("request settled after the tracker closed: %d %s; want its answer", r.status, r.body)
+	}
+	var lines []map[string]any
+	sc := bufio.NewScanner(strings.NewReader(log.String()))
+	for sc.Scan() {
+		var l map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatalf("not a JSON line: %v\n%s", err, sc.Text())
+		}
+		lines = append(lines, l)
+	}
+	if len(lines) != 2 {
+		t.Fatalf("%d access log lines; want 2:\n%s", len(lines), log.String())
+	}
+	if lines[0]["tags"] != "feature=search,project=atlas" || lines[0]["settle_failed"] != nil {
+		t.Errorf("the tagged request's line has tags %v, settle_failed %v; want feature=search,project=atlas and no failure",
+			lines[0]["tags"], lines[0]["settle_failed"])
+	}
+	if _, ok := lines[1]["tags"]; ok || lines[1]["settle_failed"] != true {
+		t.Errorf("the untagged request's line has tags %v, settle_failed %v; want no tags and settle_failed true",
+			lines[1]["tags"], lines[1]["settle_failed"])
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if len(obs.errs) != 2 || obs.tags[0] != "feature=search,project=atlas" || obs.errs[0] != nil ||
+		obs.tags[1] != "" || !errors.Is(obs.errs[1], budget.ErrClosed) {
+		t.Errorf("the Observer saw tags %q and settlement errors %v; want the tags then none, no error then budget.ErrClosed", obs.tags, obs.errs)
 	}
 }

@@ -223,6 +223,9 @@ func (m *Middleware) done(x *exchange, r *http.Request, end func(*Observation)) 
 		}
 		if end != nil {
 			o.Charged = x.chargedUsage()
+			if x.settled != nil {
+				o.SettleErr = x.settled.Err
+			}
 			end(o)
 		}
 		if m.cfg.AccessLog != nil {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,6 +44,8 @@ type harness struct {
 	// ended and the access log line is written (a client may have its
 	// whole answer before).
 	served chan struct{}
+	// beforeUpstream, when set, runs as the upstream gets a request.
+	beforeUpstream atomic.Pointer[func()]
 }
 
 // newHarness starts the proxy in mode with a daily limit of max tokens on
@@ -82,6 +85,9 @@ func newHarness(t testing.TB, mode proxy.Mode, max int64, observe func(*harness)
 
 	mu := &mock.Upstream{}
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if f := h.beforeUpstream.Load(); f != nil {
+			(*f)()
+		}
 		select {
 		case h.upstream <- r.Header.Clone():
 		default: // a benchmark's: nobody reads them

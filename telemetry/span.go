@@ -42,6 +42,8 @@ const (
 	AttrCost            = attribute.Key("tokenbudget.cost_usd")          // the charged usage priced, as its event is stored
 	AttrUnpriced        = attribute.Key("tokenbudget.unpriced")          // no price matched the charged usage
 	AttrInjectedCap     = attribute.Key("tokenbudget.injected_max_output")
+	AttrTags            = attribute.Key("tokenbudget.tags")          // the request's tags, normalized: "name=value,..."
+	AttrSettleFailed    = attribute.Key("tokenbudget.settle_failed") // the settlement's store write failed
 	attrOperation       = semconv.GenAIOperationNameKey
 	attrProviderName    = semconv.GenAIProviderNameKey
 	attrRequestModel    = semconv.GenAIRequestModelKey
@@ -136,6 +138,7 @@ func (o *Observer) End(ctx context.Context, ob *proxy.Observation) {
 		}
 		str(AttrTeam, team)
 		str(AttrOrg, org)
+		str(AttrTags, string(i.Tags))
 		e := i.Estimate
 		attrs = append(attrs, AttrEstimateInput.Int64(e.Input), AttrEstimateOutput.Int64(e.Output))
 		if e.USD > 0 {
@@ -174,6 +177,13 @@ func (o *Observer) End(ctx context.Context, ob *proxy.Observation) {
 		// for HTTP server spans).
 		attrs = append(attrs, semconv.ErrorTypeKey.String(ob.Outcome))
 		span.SetStatus(codes.Error, ob.Outcome)
+	}
+	if ob.SettleErr != nil {
+		// The client got its answer, but what it was charged (or the
+		// release of its reservation) is not in the store: the proxy's
+		// failure, whatever the outcome.
+		attrs = append(attrs, AttrSettleFailed.Bool(true))
+		span.SetStatus(codes.Error, "settlement not written: "+ob.SettleErr.Error())
 	}
 	span.SetName(name)
 	span.SetAttributes(attrs...)

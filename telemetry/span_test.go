@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -79,7 +80,8 @@ func TestSpanOfAnAdmittedRequest(t *testing.T) {
 	obs, sr := recorder()
 	h := newHarness(t, proxy.ModeReserve, 1_000_000, recorded(obs, false))
 	resp, body := h.post("/v1/chat/completions", chatBody, map[string]string{
-		"traceparent": "00-" + clientTrace + "-" + clientSpan + "-01", proxy.UserHeader: "alice"})
+		"traceparent": "00-" + clientTrace + "-" + clientSpan + "-01", proxy.UserHeader: "alice",
+		proxy.TagsHeader: "Project=atlas, feature=search"})
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
 	}
@@ -127,7 +129,14 @@ func TestSpanOfAnAdmittedRequest(t *testing.T) {
 		"tokenbudget.estimate.output_tokens": capOut,
 		"tokenbudget.injected_max_output":    capOut,
 		"tokenbudget.charged.tokens":         ev.Billable(),
+		"tokenbudget.tags":                   "feature=search,project=atlas", // normalized, as stored
 	})
+	if _, ok := attrs["tokenbudget.settle_failed"]; ok {
+		t.Errorf("a written settlement's span has tokenbudget.settle_failed")
+	}
+	if line["tags"] != "feature=search,project=atlas" || ev.Tags != "feature=search,project=atlas" {
+		t.Errorf("access log tags %v, stored tags %q; want feature=search,project=atlas", line["tags"], ev.Tags)
+	}
 	if line["estimate_output"].(float64) != float64(capOut) {
 		t.Errorf("access log estimate_output %v; want the injected cap %d", line["estimate_output"], capOut)
 	}
@@ -136,6 +145,41 @@ func TestSpanOfAnAdmittedRequest(t *testing.T) {
 	want := "00-" + clientTrace + "-" + span.SpanContext().SpanID().String() + "-01"
 	if got := up.Get("Traceparent"); got != want {
 		t.Errorf("the upstream got traceparent %q; want the proxy's span %q", got, want)
+	}
+}
+
+// TestSpanOfAnUnwrittenSettlementIsAnError: a request answered whose
+// settlement the store did not take (the tracker closed while it was
+// upstream) has a span of status error naming the failure and
+// tokenbudget.settle_failed, as its access log line says settle_failed;
+// its outcome is still the client's (ok, 200). An untagged request's span
+// has no tags.
+func TestSpanOfAnUnwrittenSettlementIsAnError(t *testing.T) {
+	obs, sr := recorder()
+	h := newHarness(t, proxy.ModeCheck, 1_000_000, recorded(obs, false))
+	closeTracker := func() {
+		if err := h.db.Tracker.Close(context.Background()); err != nil {
+			t.Errorf("close the tracker: %v", err)
+		}
+	}
+	h.beforeUpstream.Store(&closeTracker)
+	resp, body := h.post("/v1/chat/completions", chatBody, nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	line := h.accessLine(resp.Header.Get("X-Tokenbudget-Request-Id"))
+	span, attrs := onlySpan(t, sr)
+	if span.Status().Code != codes.Error || !strings.Contains(span.Status().Description, "settlement not written") ||
+		!strings.Contains(span.Status().Description, budget.ErrClosed.Error()) {
+		t.Errorf("status %v; want error, settlement not written: %v", span.Status(), budget.ErrClosed)
+	}
+	wantAttrs(t, attrs, map[string]any{"tokenbudget.settle_failed": true, "tokenbudget.outcome": proxy.OutcomeOK,
+		"http.response.status_code": int64(200)})
+	if line["settle_failed"] != true {
+		t.Errorf("access log settle_failed %v; want true", line["settle_failed"])
+	}
+	if v, ok := attrs["tokenbudget.tags"]; ok {
+		t.Errorf("an untagged request's span has tags %v", v.AsInterface())
 	}
 }
 

@@ -2,13 +2,11 @@ package usagehook
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"net/url"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tokenbudget/tokenbudget/alert"
 	"github.com/tokenbudget/tokenbudget/budget"
 )
 
@@ -69,16 +67,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// Label is dest as metrics and logs show it: a URL with credentials or a
-// query (where webhooks often carry a token) loses both, and gains "#"
-// and 8 hex digits of its SHA-256 so that two such URLs stay apart. Any
-// other name is itself.
-func Label(dest string) string {
-	u, err := url.Parse(dest)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || (u.User == nil && u.RawQuery == "" && u.Fragment == "") {
-		return dest
-	}
-	sum := sha256.Sum256([]byte(dest))
-	u.User, u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = nil, "", false, "", ""
-	return u.String() + "#" + hex.EncodeToString(sum[:4])
-}
+// Label is dest as metrics and logs show it: alert.RedactURL, a URL with
+// credentials or a query (where webhooks often carry a token) loses both,
+// and gains "#" and 8 hex digits of its SHA-256 so that two such URLs stay
+// apart. Any other name is itself.
+func Label(dest string) string { return alert.RedactURL(dest) }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/usagehook"
 )
 
 const outboxHelp = `usage: budget outbox ls|rm ...
@@ -25,9 +27,14 @@ oldest pending one was queued (alerts: logged), ATTEMPTS the most failed
 deliveries of one of them, NEXT TRY the earliest a failed one is tried
 again, LAST ERROR the latest failure's (usage hooks only).
 
+A URL's query and credentials, where a webhook's token often sits, are
+shown as "#" and a short hash (as /metrics labels them), in DESTINATION
+and in LAST ERROR.
+
 With --json prints {"outbox": [...]}, each with kind ("usage" or
-"alert"), destination ("" for alerts), pending, oldest, attempts,
-next_attempt (null when none waits) and last_error.
+"alert"), destination ("" for alerts; the URL as registered, query and
+credentials included: what 'outbox rm' takes), pending, oldest, attempts,
+next_attempt (null when none waits) and last_error (redacted).
 
 `
 
@@ -91,7 +98,8 @@ func (m *Main) runOutboxLs(ctx context.Context, args []string) (err error) {
 	if *asJSON {
 		objs := make([]outboxObject, len(bl))
 		for i, b := range bl {
-			objs[i] = outboxObject{Kind: b.Kind, Destination: b.Dest, Pending: b.Pending, Attempts: b.Attempts, LastError: b.LastError,
+			// The destination as registered: what 'outbox rm' takes.
+			objs[i] = outboxObject{Kind: b.Kind, Destination: b.Dest, Pending: b.Pending, Attempts: b.Attempts, LastError: redactedError(b),
 				Oldest: optTime(b.Oldest), NextAttempt: optTime(b.NextAttempt)}
 		}
 		return writeJSON(m.Stdout, struct {
@@ -105,7 +113,7 @@ func (m *Main) runOutboxLs(ctx context.Context, args []string) (err error) {
 	w := newTable(m.Stdout)
 	fmt.Fprintln(w, "KIND\tDESTINATION\tPENDING\tOLDEST\tATTEMPTS\tNEXT TRY\tLAST ERROR")
 	for _, b := range bl {
-		dest, last := b.Dest, b.LastError
+		dest, last := usagehook.Label(b.Dest), redactedError(b)
 		if dest == "" {
 			dest = "-"
 		}
@@ -116,6 +124,16 @@ func (m *Main) runOutboxLs(ctx context.Context, args []string) (err error) {
 			strconv.Itoa(b.Attempts), tsText(b.NextAttempt), budget.Visible(last))
 	}
 	return w.Flush()
+}
+
+// redactedError is b's last error without its destination's query and
+// credentials (usagehook.Label): delivery errors are stored redacted
+// (alert.Post), but one stored by an older version may name the URL whole.
+func redactedError(b budget.OutboxBacklog) string {
+	if b.Dest == "" || b.LastError == "" {
+		return b.LastError
+	}
+	return strings.ReplaceAll(b.LastError, b.Dest, usagehook.Label(b.Dest))
 }
 
 // optTime is t as JSON: null for the zero time.

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tokenbudget/tokenbudget/usagehook"
 )
 
 // downHook is the URL of a webhook that refuses every connection.
@@ -113,4 +115,45 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestOutboxLsHidesAWebhooksToken: a webhook URL's query and credentials
+// (its token) appear nowhere in outbox ls's table, neither in its
+// destination nor in the stored delivery error, which names the URL
+// redacted; --json keeps the destination as registered (what outbox rm
+// takes) but not in last_error.
+func TestOutboxLsHidesAWebhooksToken(t *testing.T) {
+	t.Parallel()
+	db := tempDB(t)
+	url := strings.Replace(downHook(t), "http://", "http://u:pw@", 1) + "?token=s3cret"
+	p := startUsageProxy(t, db, url) // registers the hook
+	if err := p.stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, 0, "record", "--db", db, "--key", "app", "--provider", "openai", "--model", "m", "--input", "60", "--at", ts(testNow))
+	var logs lockedBuffer
+	o := testProxyOptions(db, slog.New(slog.NewTextHandler(&logs, nil)))
+	ticks := make(chan time.Time)
+	o.usageWebhook, o.usageTicks = url, ticks
+	p = startChecked(t, &Main{Now: func() time.Time { return testNow }, Getenv: func(string) string { return "" }}, o, "")
+	ticks <- time.Time{} // a delivery round, which fails
+	ticks <- time.Time{} // that round has reported
+	if err := p.stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(logs.String(), "s3cret") || strings.Contains(logs.String(), "pw@") {
+		t.Errorf("the proxy's log holds the webhook's token:\n%s", logs.String())
+	}
+	out := mustRun(t, 0, "outbox", "ls", "--db", db).stdout
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	label := usagehook.Label(url)
+	if len(lines) != 2 || !strings.HasPrefix(lines[1], "usage  "+label+"  1 ") || !strings.Contains(lines[1], "Post \""+label+"\"") ||
+		strings.Contains(out, "s3cret") || strings.Contains(out, "pw@") {
+		t.Errorf("outbox ls:\n%s\nwant the hook as %s, 1 pending, its error naming it so, no token", out, label)
+	}
+	v := decode(t, mustRun(t, 0, "outbox", "ls", "--db", db, "--json").stdout)["outbox"].([]any)
+	u := v[0].(map[string]any)
+	if last, _ := u["last_error"].(string); u["destination"] != url || !strings.Contains(last, label) || strings.Contains(last, "s3cret") {
+		t.Errorf("outbox ls --json: destination %v, last_error %q; want %s, and the error naming %s", u["destination"], last, url, label)
+	}
 }

@@ -61,6 +61,8 @@ leases the proxy holds in the database, exact all the same; every admission
 and settlement is journaled in --lease-journal (default: beside a SQLite
 database, FILE.leases; required on PostgreSQL, the same directory for every
 replica of a machine) before it is answered, so a crash charges exactly.
+A tagged request (X-Budget-Tags) always takes the store path, even when no
+tag limit applies to it: the journal records no tags.
 
 Output caps: a request is estimated at the largest of its max_tokens,
 max_completion_tokens and max_output_tokens (times n). A request with none
@@ -120,7 +122,12 @@ may send the gateway key as Authorization: Bearer, x-api-key, api-key,
 x-goog-api-key or ?key=; it never goes upstream.
 
 Every proxied response carries X-Tokenbudget-Request-Id: the request id its
-usage is recorded under (the reservation id in reserve mode). In reserve
+usage is recorded under (the reservation id in reserve mode), and what it
+was charged: X-Tokenbudget-Cost (dollars, six places; absent when no price
+matched) and X-Tokenbudget-Charged-Tokens (input + output + reasoning),
+sent as trailers of a streamed answer. A request names its tags with
+X-Budget-Tags: name=value,... (at most 8; tag limits count them; never
+forwarded; a bad one is 400). In reserve
 mode a reservation lasts --reservation-ttl and is renewed every third of it
 while the request runs; if the proxy dies, recovery charges its estimate
 (a request that was never served may be charged; one that was is never
@@ -171,8 +178,9 @@ the status of every limit that applies to that key, as 'budget inspect
 no budget; without a valid key it is 401.
 
 One line per request goes to stderr (--log-format text or json): key
-name, provider, model, status, outcome, estimate, tokens charged, latency;
-never a secret or a prompt.
+name, provider, model, end user and tags (when given), status, outcome,
+estimate, tokens charged, cost, latency (settle_failed when the store did
+not take the settlement); never a secret or a prompt.
 
 ` + adminHelp + `
 OpenTelemetry: with OTEL_EXPORTER_OTLP_ENDPOINT (or a signal's own
@@ -282,7 +290,7 @@ func (m *Main) runProxy(ctx context.Context, args []string) (err error) {
 	fs.DurationVar(&o.maxClientWait, "max-client-wait", proxy.DefaultMaxClientWait, "a refusal with a longer wait says x-should-retry: false (0s: every refusal)")
 	fs.StringVar(&o.capField, "cap-field", proxy.CapAuto, "field an injected output cap goes in: auto, none, max_tokens, max_completion_tokens or max_output_tokens")
 	fs.BoolVar(&o.requireLimits, "require-limits", false, "refuse (403 no_budget) a request that no enabled limit applies to")
-	fs.BoolVar(&o.leases, "leases", false, "reserve mode: decide requests in memory from budget leases (journaled)")
+	fs.BoolVar(&o.leases, "leases", false, "reserve mode: decide requests in memory from budget leases (journaled; tagged requests keep the store path)")
 	fs.StringVar(&o.leaseJournal, "lease-journal", "", "`directory` of the lease journals (default: FILE.leases beside a SQLite database)")
 	retain := fs.String("retain", "", "prune the usage history older than this at start and daily: days (400d) or a duration (default: keep it all)")
 	logFormat := fs.String("log-format", "text", "stderr log lines as text or json")

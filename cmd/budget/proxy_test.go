@@ -66,7 +66,8 @@ func TestProxyFlags(t *testing.T) {
 		"-reservation-ttl duration", "(default 20s)", "-body-timeout duration", "(default 30s)",
 		"-header-timeout duration", "(default 10m0s)", "-stream-idle-timeout duration", "(default 5m0s)",
 		"-max-inflight-bytes int", "(default 268435456)", "-max-inflight-bytes-per-key int", "-min-body-rate int", "(default 4096)", "-max-client-wait duration", "(default 1m0s)",
-		"-cap-field string", `(default "auto")`, "-max-write-backoff duration", "(default 5s)", "-require-limits", "-log-format string", "GET /v1/models"} {
+		"-cap-field string", `(default "auto")`, "-max-write-backoff duration", "(default 5s)", "-require-limits", "-log-format string", "GET /v1/models",
+		"X-Budget-Tags", "X-Tokenbudget-Cost", "X-Tokenbudget-Charged-Tokens", "trailers", "tagged requests keep the store path", "settle_failed"} {
 		if !strings.Contains(help, want) {
 			t.Errorf("proxy -h lacks %q:\n%s", want, help)
 		}
