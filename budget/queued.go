@@ -18,17 +18,11 @@ import (
 // queued (a carved reservation's is settled in memory and journaled), and
 // wait waits for its write and returns what Commit returns.
 func (t *Tracker) CommitQueued(ctx context.Context, id string, actual Usage) (wait func(context.Context) (Settlement, error), err error) {
-	actual.Key = "commit" // validated below; the reservation's key is used
-	actual.RequestID = id
-	if _, err := actual.Normalize(time.Unix(0, 0)); err != nil {
-		return nil, err
-	}
-	if s, ok, err := t.commitLeased(ctx, id, actual); ok {
+	o, mem, s, err := t.commitQueued(ctx, id, actual)
+	switch {
+	case mem:
 		return func(context.Context) (Settlement, error) { return s, err }, nil
-	}
-	o := newOp(opCommit, &opArgs{id: id})
-	o.ev = actual
-	if err := t.enqueue(ctx, o); err != nil {
+	case err != nil:
 		return nil, err
 	}
 	return func(ctx context.Context) (Settlement, error) {
@@ -37,17 +31,52 @@ func (t *Tracker) CommitQueued(ctx context.Context, id string, actual Usage) (wa
 	}, nil
 }
 
+// commitQueued is CommitQueued without the closure, which the one-step
+// Commit does not need (a leased pair allocates nothing it can avoid): mem
+// says the commit was settled in memory, s and err its answer; otherwise
+// err is a failure to queue, or o the queued operation.
+func (t *Tracker) commitQueued(ctx context.Context, id string, actual Usage) (o *op, mem bool, s Settlement, err error) {
+	actual.Key = "commit" // validated below; the reservation's key is used
+	actual.RequestID = id
+	if _, err := actual.Normalize(time.Unix(0, 0)); err != nil {
+		return nil, false, Settlement{}, err
+	}
+	if s, ok, err := t.commitLeased(ctx, id, actual); ok {
+		return nil, true, s, err
+	}
+	o = newOp(opCommit, &opArgs{id: id})
+	o.ev = actual
+	if err := t.enqueue(ctx, o); err != nil {
+		return nil, false, Settlement{}, err
+	}
+	return o, false, Settlement{}, nil
+}
+
 // ReleaseQueued is Release up to the queueing (a carved reservation's room
 // goes back to its lease at once); wait returns what Release returns.
 func (t *Tracker) ReleaseQueued(ctx context.Context, id string) (wait func(context.Context) error, err error) {
-	if ok, err := t.releaseLeased(id); ok {
+	o, mem, err := t.releaseQueued(ctx, id)
+	switch {
+	case mem && err == nil:
+		return noWait, nil
+	case mem:
 		return func(context.Context) error { return err }, nil
-	}
-	o := newOp(opRelease, &opArgs{id: id})
-	if err := t.enqueue(ctx, o); err != nil {
+	case err != nil:
 		return nil, err
 	}
 	return func(ctx context.Context) error { return t.wait(ctx, o).err }, nil
+}
+
+// releaseQueued is ReleaseQueued without the closure, as commitQueued.
+func (t *Tracker) releaseQueued(ctx context.Context, id string) (o *op, mem bool, err error) {
+	if ok, err := t.releaseLeased(id); ok {
+		return nil, true, err
+	}
+	o = newOp(opRelease, &opArgs{id: id})
+	if err := t.enqueue(ctx, o); err != nil {
+		return nil, false, err
+	}
+	return o, false, nil
 }
 
 // RecordQueued is Record up to the queueing: the event counts in this

@@ -193,11 +193,12 @@ func (t *Tracker) do(ctx context.Context, o *op) (opResult, error) {
 // the caller gets the error (after Config.FlushFailures attempts, or when
 // ctx ends) while the writer keeps retrying it like recorded usage.
 func (t *Tracker) Commit(ctx context.Context, id string, actual Usage) (Settlement, error) {
-	wait, err := t.CommitQueued(ctx, id, actual)
-	if err != nil {
-		return Settlement{}, err
+	o, mem, s, err := t.commitQueued(ctx, id, actual)
+	if mem || err != nil {
+		return s, err
 	}
-	return wait(ctx)
+	r := t.wait(ctx, o)
+	return r.settlement, r.err
 }
 
 // chargedUsage is the event recovery writes for an ExpireCharge
@@ -239,11 +240,11 @@ func lateUsage(actual Usage, est Estimate) Usage {
 // usage, for a request that failed. Releasing an expired, unsettled
 // reservation succeeds; a settled one returns ErrSettled.
 func (t *Tracker) Release(ctx context.Context, id string) error {
-	wait, err := t.ReleaseQueued(ctx, id)
-	if err != nil {
+	o, mem, err := t.releaseQueued(ctx, id)
+	if mem || err != nil {
 		return err
 	}
-	return wait(ctx)
+	return t.wait(ctx, o).err
 }
 
 // Renew extends reservation id and its leases to ttl from now (0:
