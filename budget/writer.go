@@ -54,6 +54,10 @@ func (t *Tracker) writeLoop() {
 		}
 		timer.Stop()
 		t.process(batch)
+		// The array outlives the batch: pointers left in it would keep
+		// up to BatchSize written operations, their events and their
+		// contributions alive until the slots are reused.
+		clear(batch)
 	}
 }
 
@@ -79,7 +83,9 @@ func (t *Tracker) drainOnClose(batch []*op) {
 			}
 			return
 		}
-		if !t.process(batch) {
+		ok := t.process(batch)
+		clear(batch)
+		if !ok {
 			for {
 				select {
 				case o := <-t.queue:
