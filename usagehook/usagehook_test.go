@@ -19,6 +19,26 @@ import (
 
 var t0 = time.Date(2026, 3, 2, 18, 0, 0, 0, time.UTC)
 
+// openAt opens a database whose clock reads *now, and record writes one
+// event of a token for key under request id at that instant.
+func openAt(t *testing.T, now *time.Time) (db *tokenbudget.DB, record func(key, id string)) {
+	t.Helper()
+	ctx := context.Background()
+	cfg := budget.DefaultConfig()
+	cfg.Now = func() time.Time { return *now }
+	db, err := tokenbudget.Open(ctx, filepath.Join(t.TempDir(), "b.db"), tokenbudget.Options{Create: true, Config: &cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close(ctx) })
+	return db, func(key, id string) {
+		t.Helper()
+		if _, err := db.RecordSync(ctx, budget.Usage{Key: key, RequestID: id, Input: 1, At: *now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // A library delivers its usage events in-process: it registers a hook
 // once, records as usual, and runs a Deliverer whose Sender is its own
 // function. A Sender's error leaves the batch to be sent again.
@@ -97,13 +117,7 @@ func TestWebhookRedirectIsNoDelivery(t *testing.T) {
 func TestDelivererQuietUntilTheRetry(t *testing.T) {
 	ctx := context.Background()
 	now := t0
-	cfg := budget.DefaultConfig()
-	cfg.Now = func() time.Time { return now }
-	db, err := tokenbudget.Open(ctx, filepath.Join(t.TempDir(), "b.db"), tokenbudget.Options{Create: true, Config: &cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close(ctx)
+	db, record := openAt(t, &now)
 	var sends [][]string
 	fail := true
 	d := &usagehook.Deliverer{Tracker: db.Tracker, Dest: "ledger", Send: usagehook.SenderFunc(func(_ context.Context, b []usagehook.Event) error {
@@ -119,11 +133,6 @@ func TestDelivererQuietUntilTheRetry(t *testing.T) {
 	})}
 	if err := d.Register(ctx); err != nil {
 		t.Fatal(err)
-	}
-	record := func(key, id string) {
-		if _, err := db.RecordSync(ctx, budget.Usage{Key: key, RequestID: id, Input: 1, At: now}); err != nil {
-			t.Fatal(err)
-		}
 	}
 	record("a", "a1")
 	if res, err := d.RunOnce(ctx); err != nil || res.Failed != 1 {
@@ -170,13 +179,7 @@ func TestLabelHidesTokens(t *testing.T) {
 func TestDelivererBacksOffWhileEverythingWaits(t *testing.T) {
 	ctx := context.Background()
 	now := t0
-	cfg := budget.DefaultConfig()
-	cfg.Now = func() time.Time { return now }
-	db, err := tokenbudget.Open(ctx, filepath.Join(t.TempDir(), "b.db"), tokenbudget.Options{Create: true, Config: &cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close(ctx)
+	db, record := openAt(t, &now)
 	var got []string
 	d := &usagehook.Deliverer{Tracker: db.Tracker, Dest: "ledger", Send: usagehook.SenderFunc(func(_ context.Context, b []usagehook.Event) error {
 		for _, e := range b {
@@ -186,11 +189,6 @@ func TestDelivererBacksOffWhileEverythingWaits(t *testing.T) {
 	})}
 	if err := d.Register(ctx); err != nil {
 		t.Fatal(err)
-	}
-	record := func(key, id string) {
-		if _, err := db.RecordSync(ctx, budget.Usage{Key: key, RequestID: id, Input: 1, At: now}); err != nil {
-			t.Fatal(err)
-		}
 	}
 	record("a", "a1")
 	if held, err := db.ClaimUsage(ctx, "ledger", "other", time.Minute, 10); err != nil || len(held) != 1 {
