@@ -157,10 +157,13 @@ func child(role, dsn, arg string, open OpenDSN) error {
 		if err != nil {
 			return err
 		}
+		leased := tr.Stats().Leased
 		if err := tr.Close(ctx); err != nil {
 			return err
 		}
-		fmt.Println(admitted.Load())
+		// Both counts: the parent requires some admissions to have come
+		// from leases, or the case would prove only the store path.
+		fmt.Println(admitted.Load(), leased)
 		return nil
 	case "leasekill":
 		// Each goroutine reserves n (ExpireCharge) and commits two in three
@@ -182,6 +185,10 @@ func child(role, dsn, arg string, open OpenDSN) error {
 		})
 		if err != nil {
 			return err
+		}
+		if tr.Stats().Leased == 0 {
+			// Killed now, it would prove only the store path's recovery.
+			return errors.New("no reservation came from a lease")
 		}
 		fmt.Println("ready")
 		select {}
@@ -365,8 +372,19 @@ func spawn(role, dsn string, arg int) *exec.Cmd {
 // numbers they print. A child that fails fails the test.
 func runChildren(t *testing.T, n int, role, dsn string, arg int) int64 {
 	t.Helper()
+	if sums := runChildrenSums(t, n, role, dsn, arg); len(sums) > 0 {
+		return sums[0]
+	}
+	return 0
+}
+
+// runChildrenSums runs n children of role as runChildren does; each
+// prints numbers on one line, and the i-th of the result is the sum of
+// their i-th numbers.
+func runChildrenSums(t *testing.T, n int, role, dsn string, arg int) []int64 {
+	t.Helper()
 	var mu sync.Mutex
-	var total int64
+	var total []int64
 	var wg sync.WaitGroup
 	for range n {
 		wg.Add(1)
@@ -377,13 +395,16 @@ func runChildren(t *testing.T, n int, role, dsn string, arg int) int64 {
 				t.Errorf("child %s: %v", role, err)
 				return
 			}
-			if s := strings.TrimSpace(string(out)); s != "" {
-				v, err := strconv.ParseInt(s, 10, 64)
+			for i, f := range strings.Fields(string(out)) {
+				v, err := strconv.ParseInt(f, 10, 64)
 				if err != nil {
 					t.Errorf("child %s printed %q: %v", role, out, err)
 				}
 				mu.Lock()
-				total += v
+				if i == len(total) {
+					total = append(total, 0)
+				}
+				total[i] += v
 				mu.Unlock()
 			}
 		}()

@@ -101,9 +101,16 @@ func testProcLeased(t *testing.T, p Processes) {
 	tr := openParent(t, p, dsn, 0, nil)
 	const limit = 20 * limitTokens
 	l := SetLimit(t, tr, budget.LimitSpec{Key: "k", Window: "daily"}, limit)
-	if got, want := runChildren(t, 4, "leasereservecommit", dsn, 0), int64(limit/estimate); got != want {
+	sums := runChildrenSums(t, 4, "leasereservecommit", dsn, 0)
+	if len(sums) != 2 {
+		t.Fatalf("the children printed %v; want admitted and leased counts", sums)
+	}
+	if got, want := sums[0], int64(limit/estimate); got != want {
 		t.Fatalf("4 leasing processes x %d goroutines admitted %d (estimate %d, limit %d); want exactly %d",
 			goroutinesPerChild, got, estimate, limit, want)
+	}
+	if sums[1] == 0 {
+		t.Fatalf("none of the %d admissions came from a lease: the case proved only the store path", sums[0])
 	}
 	if used, reserved := Used(t, tr, budget.Request{Key: "k", Provider: "p", Model: "m"}, tr.Now(), l.ID); used != limit/estimate*estimate || reserved != 0 {
 		t.Fatalf("after the leased run used/reserved = %d/%d; want %d/0", used, reserved, limit/estimate*estimate)
