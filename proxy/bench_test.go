@@ -60,11 +60,11 @@ func BenchmarkProxyLatency(b *testing.B) {
 	}
 	targets := []*target{{name: "direct", base: upstream.URL}, {name: "reverseproxy", base: bare.URL}}
 	for _, m := range []struct {
-		name   string
-		mode   proxy.Mode
-		leases bool
-	}{{"check", proxy.ModeCheck, false}, {"reserve", proxy.ModeReserve, false}, {"leases", proxy.ModeReserve, true}} {
-		e := newEnv(b, envOptions{mode: m.mode, leases: m.leases, unsignalled: true}, func(w http.ResponseWriter, r *http.Request) {
+		name      string
+		mode      proxy.Mode
+		storePath bool
+	}{{"check", proxy.ModeCheck, false}, {"reserve", proxy.ModeReserve, true}, {"leases", proxy.ModeReserve, false}} {
+		e := newEnv(b, envOptions{mode: m.mode, storePath: m.storePath, unsignalled: true}, func(w http.ResponseWriter, r *http.Request) {
 			upstream.Config.Handler.ServeHTTP(w, r)
 		})
 		e.limit("", "", "tokens", "daily", 1<<50)

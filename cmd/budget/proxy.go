@@ -290,8 +290,8 @@ func (m *Main) runProxy(ctx context.Context, args []string) (err error) {
 	fs.DurationVar(&o.maxClientWait, "max-client-wait", proxy.DefaultMaxClientWait, "a refusal with a longer wait says x-should-retry: false (0s: every refusal)")
 	fs.StringVar(&o.capField, "cap-field", proxy.CapAuto, "field an injected output cap goes in: auto, none, max_tokens, max_completion_tokens or max_output_tokens")
 	fs.BoolVar(&o.requireLimits, "require-limits", false, "refuse (403 no_budget) a request that no enabled limit applies to")
-	fs.BoolVar(&o.leases, "leases", false, "reserve mode: decide requests in memory from budget leases (journaled; tagged requests keep the store path)")
-	fs.StringVar(&o.leaseJournal, "lease-journal", "", "`directory` of the lease journals (default: FILE.leases beside a SQLite database)")
+	fs.BoolVar(&o.leases, "leases", true, "reserve mode: decide requests in memory from budget leases (journaled; tagged requests keep the store path); --leases=false: every request through the store")
+	fs.StringVar(&o.leaseJournal, "lease-journal", "", "`directory` of the lease journals (default: FILE.leases beside a SQLite database; on PostgreSQL $XDG_STATE_HOME/tokenbudget/leases/HASH)")
 	retain := fs.String("retain", "", "prune the usage history older than this at start and daily: days (400d) or a duration (default: keep it all)")
 	logFormat := fs.String("log-format", "text", "stderr log lines as text or json")
 	o.admin.flags(fs)
@@ -495,10 +495,7 @@ func (m *Main) startProxy(ctx context.Context, o proxyOptions) (_ *runningProxy,
 	cfg.Now = m.Now
 	cfg.OnError = func(err error) { o.log.Error("budget: write failed; retrying", "err", err) }
 	cfg.MaxRetryBackoff = o.maxWriteBackoff
-	cfg.Leases, cfg.LeaseJournal = o.leases, o.leaseJournal
-	if cfg.LeaseJournal == "" && !strings.Contains(o.dsn, "://") {
-		cfg.LeaseJournal = o.dsn + ".leases" // where every process on the file looks
-	}
+	m.proxyLeases(o, &cfg)
 	if p.tracker, err = budget.New(ctx, metrics.InstrumentStore(s), cfg); err != nil {
 		return nil, err
 	}
