@@ -130,7 +130,7 @@ func (m *Main) runDemo(ctx context.Context, args []string) (err error) {
 		if err != nil {
 			return fmt.Errorf("demo request %d: %w", i+1, err)
 		}
-		p.inflight.Wait() // the proxy has queued the request's settlement
+		p.inflight.Wait()                               // the proxy has queued the request's settlement
 		if _, err := p.tracker.Flush(ctx); err != nil { // and written it
 			return fmt.Errorf("demo request %d: %w", i+1, err)
 		}
