@@ -130,8 +130,9 @@ func (m *Main) runDemo(ctx context.Context, args []string) (err error) {
 		if err != nil {
 			return fmt.Errorf("demo request %d: %w", i+1, err)
 		}
-		p.inflight.Wait()                               // the proxy has queued the request's settlement
-		if _, err := p.tracker.Flush(ctx); err != nil { // and written it
+		// The proxy has queued the request's settlement; the flush writes it.
+		p.inflight.Wait()
+		if _, err := p.tracker.Flush(ctx); err != nil {
 			return fmt.Errorf("demo request %d: %w", i+1, err)
 		}
 		after := demoUsed(ctx, p.tracker)
