@@ -27,7 +27,8 @@ const benchChatReply = `{"id":"chatcmpl-b","object":"chat.completion","model":"g
 // sequential client sends the same non-streamed chat request (about 1 KB)
 // to a mock upstream on loopback directly, through a bare
 // httputil.ReverseProxy, and through the budget proxy in check mode, in
-// reserve mode, and in reserve mode with leases (budget proxy --leases;
+// reserve mode on the store path ("reserve": budget proxy --leases=false),
+// and in reserve mode with leases ("leases": budget proxy's default;
 // a key with a daily token limit and a per-minute request limit, on
 // SQLite in a temp dir), b.N requests to each, all in this run. The five
 // targets take turns in 10 rounds of b.N/10 requests each, so a change in
