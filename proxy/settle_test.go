@@ -217,7 +217,7 @@ func TestReservationRenewed(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for r := e.reservation(rid); !r.ExpiresAt.After(first.ExpiresAt.Add(ttl / 3)); r = e.reservation(rid) {
 		if time.Now().After(deadline) {
-			t.Fatalf("not renewed in 10s: expires %s, first %s", r.ExpiresAt, first.ExpiresAt)
+			t.Fatalf("not renewed in 10s: expires %s, first %s; log:\n%s", r.ExpiresAt, first.ExpiresAt, e.logs)
 		}
 		<-time.After(ttl / 10)
 	}
