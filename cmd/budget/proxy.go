@@ -67,9 +67,9 @@ name, user and search_path, never the password), so the replicas of one
 machine and its 'budget recover' share it. An in-memory database, or no
 directory for the journal, keeps the store path and says why on stderr.
 --leases=false takes every request through the store (two writes each).
-A tagged request (X-Budget-Tags) or a route with a concurrent or usd limit
-always takes the store path, even when no tag limit applies to it: the
-journal records no tags.
+A route with a concurrent or usd limit always takes the store path, and
+so does a tagged request (X-Budget-Tags), even when no tag limit applies
+to it: the journal records no tags.
 
 Output caps: a request is estimated at the largest of its max_tokens,
 max_completion_tokens and max_output_tokens (times n). A request with none
