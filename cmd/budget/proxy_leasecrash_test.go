@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,16 +16,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenbudget/tokenbudget"
+	"github.com/tokenbudget/tokenbudget/budget"
 	"github.com/tokenbudget/tokenbudget/proxy"
 )
 
-// The leased crash test's requests: fast ones the upstream answers at once
-// with leaseCrashUsage, whole or streamed; held ones (model "held") whose
+// The leased crash test's requests, all on one route (key, provider,
+// model): fast ones the upstream answers at once with leaseCrashIn and
+// leaseCrashOut, whole or streamed; held ones ("waits for the crash") whose
 // stream the upstream starts, then holds until the proxy is gone.
 const (
 	leaseCrashFast     = `{"model":"fast","max_tokens":30,"messages":[{"role":"user","content":"answer me now"}]}`
 	leaseCrashFastSSE  = `{"model":"fast","max_tokens":30,"stream":true,"messages":[{"role":"user","content":"stream it to me"}]}`
-	leaseCrashHeld     = `{"model":"held","max_tokens":40,"stream":true,"messages":[{"role":"user","content":"this one waits for the crash"}]}`
+	leaseCrashHeld     = `{"model":"fast","max_tokens":40,"stream":true,"messages":[{"role":"user","content":"this one waits for the crash"}]}`
 	leaseCrashIn       = 9 // the usage every fast answer reports
 	leaseCrashOut      = 4
 	leaseCrashUsageSSE = `data: {"id":"c","object":"chat.completion.chunk","model":"fast","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":4}}` + "\n\n"
@@ -35,11 +39,14 @@ const (
 func leaseCrashUpstream(t *testing.T, held chan<- struct{}) string {
 	t.Helper()
 	return newLoopback(t, func(w http.ResponseWriter, r *http.Request) {
+		raw, err := io.ReadAll(r.Body)
 		var body struct {
-			Model  string `json:"model"`
-			Stream bool   `json:"stream"`
+			Stream bool `json:"stream"`
 		}
-		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+		if err == nil {
+			err = json.Unmarshal(raw, &body)
+		}
+		if err != nil {
 			http.Error(w, err.Error(), 400)
 			return
 		}
@@ -50,7 +57,7 @@ func leaseCrashUpstream(t *testing.T, held chan<- struct{}) string {
 		}
 		w.Header().Set("Content-Type", "text/event-stream")
 		io.WriteString(w, `data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":"ok"}}]}`+"\n\n")
-		if body.Model != "held" {
+		if !bytes.Contains(raw, []byte("waits for the crash")) {
 			io.WriteString(w, leaseCrashUsageSSE+"data: [DONE]\n\n")
 			return
 		}
@@ -70,17 +77,19 @@ type exportedEvent struct {
 
 // TestProxyLeasedCrashChargesExactly: SIGKILL of budget proxy with its
 // default leases, under load, charges exactly. 48 clients send 1,200
-// requests the upstream answers at once (whole and streamed) while 16
-// streams are held open by the upstream; once every fast answer reached
-// its client, with the held streams still open, the proxy is SIGKILLed.
-// Its leases were live (their journals are there). Recovery by 'budget
-// recover' (polled until nothing is reserved and every journal is settled,
-// within the 2 s TTL of --reservation-ttl and the lease's renewal) leaves
-// exactly one event per request id a client saw: each 200 its actual
-// usage, each held stream its estimate (the charge policy), and nothing
-// else: the limit's used is exactly their sum. verify passes. On SQLite
-// (the journal beside the file) and on PostgreSQL (the default journal
-// directory under $XDG_STATE_HOME, which recover finds too).
+// requests the upstream answers at once (whole and streamed); once a
+// quarter are answered, 16 streams on the same route start and are held
+// open by the upstream, carved from the route's lease (no reservation row
+// of their own; at least one must be). Once every fast answer reached its
+// client, with the held streams still open, the proxy is SIGKILLed, its
+// leases live (their journals are there). Recovery by 'budget recover'
+// (polled until nothing is reserved and every journal is settled, within
+// the 2 s TTL of --reservation-ttl and the lease's renewal) leaves exactly
+// one event per request id a client saw: each 200 its actual usage, each
+// held stream its estimate (the charge policy), and nothing else: the
+// limit's used is exactly their sum. verify passes. On SQLite (the journal
+// beside the file) and on PostgreSQL (the default journal directory under
+// $XDG_STATE_HOME, which recover finds too).
 func TestProxyLeasedCrashChargesExactly(t *testing.T) {
 	t.Parallel()
 	bin := buildBudget(t)
@@ -125,19 +134,24 @@ func testLeasedCrash(t *testing.T, bin, db string) {
 
 	const heldN, clients, each = 16, 48, 25
 	var (
-		mu        sync.Mutex
-		fast      []string // request ids of the 200s
-		holding   []string // request ids of the held streams
-		heldResps []*http.Response
-		wg        sync.WaitGroup
+		mu         sync.Mutex
+		fast       []string // request ids of the 200s
+		holding    []string // request ids of the held streams
+		heldResps  []*http.Response
+		wg, fastWG sync.WaitGroup
 	)
 	defer func() {
 		for _, r := range heldResps {
 			r.Body.Close()
 		}
 	}()
+	// The held streams start once the load has given the route its lease,
+	// so that they are carved from it.
+	loaded := make(chan struct{})
+	loadedOnce := sync.OnceFunc(func() { close(loaded) })
 	for range heldN {
 		wg.Go(func() {
+			<-loaded
 			resp, err := send(leaseCrashHeld)
 			if err != nil {
 				t.Errorf("held stream: %v", err)
@@ -153,7 +167,7 @@ func testLeasedCrash(t *testing.T, bin, db string) {
 		})
 	}
 	for c := range clients {
-		wg.Go(func() {
+		fastWG.Go(func() {
 			for i := range each {
 				body := leaseCrashFast
 				if (c+i)%2 == 1 {
@@ -173,10 +187,15 @@ func testLeasedCrash(t *testing.T, bin, db string) {
 				}
 				mu.Lock()
 				fast = append(fast, id)
+				if len(fast) == clients*each/4 {
+					loadedOnce()
+				}
 				mu.Unlock()
 			}
 		})
 	}
+	fastWG.Wait()
+	loadedOnce() // had a fast request failed before
 	wg.Wait()
 	for range heldN {
 		select {
@@ -191,6 +210,11 @@ func testLeasedCrash(t *testing.T, bin, db string) {
 	p.kill(t)
 	if entries, err := os.ReadDir(journal); err != nil || len(entries) == 0 {
 		t.Fatalf("the dead proxy's lease journals in %s: %d (%v); want its live leases'", journal, len(entries), err)
+	}
+	// A reservation carved from a lease has no row of its own: only its
+	// lease's journal knows it was in flight.
+	if rows := reservationRows(t, db, holding); len(rows) == len(holding) {
+		t.Fatalf("every held stream has a reservation row: none was carved from a lease")
 	}
 
 	// Recovery: once the dead proxy's leases expire, recover settles them
@@ -248,4 +272,24 @@ func testLeasedCrash(t *testing.T, bin, db string) {
 			len(fast), leaseCrashIn+leaseCrashOut, len(holding), est.Input+est.Output)
 	}
 	cli("verify")
+}
+
+// reservationRows are the stored reservation rows of ids, read through
+// the store as another process would.
+func reservationRows(t *testing.T, db string, ids []string) []budget.ReservationRow {
+	t.Helper()
+	ctx := context.Background()
+	s, err := tokenbudget.OpenStore(ctx, db, tokenbudget.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var rows []budget.ReservationRow
+	if err := s.View(ctx, func(tx budget.Tx) error {
+		rows, err = tx.Reservations(ctx, ids)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return rows
 }
