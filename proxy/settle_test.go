@@ -45,8 +45,10 @@ func (e *env) reservation(id string) budget.ReservationRow {
 // TestRequestIDHeader: every proxied answer (2xx, streamed, an upstream
 // error, an unreachable upstream) carries X-Tokenbudget-Request-Id, once,
 // even when the upstream sends one of its own; the usage is recorded under
-// that id: the reservation id in reserve mode (released on an error), a
-// generated id in check mode.
+// that id: the reservation id in reserve mode (released on an error: on
+// the store path its row says so; from leases nothing is charged for it
+// and nothing stays held once the lease idles), a generated id in check
+// mode.
 func TestRequestIDHeader(t *testing.T) {
 	t.Parallel()
 	upstream := func(w http.ResponseWriter, r *http.Request) {
@@ -62,11 +64,16 @@ func TestRequestIDHeader(t *testing.T) {
 			writeJSON(w, 200, chatUsageJSON(10, 20))
 		}
 	}
-	for _, mode := range []proxy.Mode{proxy.ModeReserve, proxy.ModeCheck} {
-		t.Run(string(mode), func(t *testing.T) {
+	for _, m := range []struct {
+		name      string
+		mode      proxy.Mode
+		storePath bool
+	}{{"reserve", proxy.ModeReserve, false}, {"reserve-store", proxy.ModeReserve, true}, {"check", proxy.ModeCheck, false}} {
+		mode := m.mode
+		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, envOptions{mode: mode}, upstream)
-			e.limit("", "", "tokens", "1h", 1000)
+			e := newEnv(t, envOptions{mode: mode, storePath: m.storePath, clock: true}, upstream)
+			lim := e.limit("", "", "tokens", "1h", 1000)
 			prefix := map[proxy.Mode]string{proxy.ModeReserve: "rsv_", proxy.ModeCheck: "req_"}[mode]
 			seen := map[string]bool{}
 			for _, c := range []struct {
@@ -94,7 +101,7 @@ func TestRequestIDHeader(t *testing.T) {
 				case c.want != nil && (len(rows) != 1 || rows[id] != *c.want):
 					t.Errorf("%s: recorded %v under %s; want %v", c.name, rows, id, *c.want)
 				}
-				if mode == proxy.ModeReserve {
+				if mode == proxy.ModeReserve && m.storePath {
 					want := budget.ReservationCommitted
 					if c.want == nil {
 						want = budget.ReservationReleased
@@ -108,6 +115,17 @@ func TestRequestIDHeader(t *testing.T) {
 			r := e.do("/v1/chat/completions", chatBody("gpt-4o", 50, false))
 			if ids := r.header.Values("X-Tokenbudget-Request-Id"); r.status != http.StatusBadGateway || len(ids) != 1 || !strings.HasPrefix(ids[0], prefix) {
 				t.Errorf("unreachable upstream: status %d, request ids %q; want 502 and one id", r.status, ids)
+			}
+			if !e.leased() {
+				return
+			}
+			// Only the two answers' usage is charged; the errors' room is
+			// free once the lease idles; and leases did answer.
+			if used, reserved := e.settled(lim); used != 30+12 || reserved != 0 {
+				t.Errorf("used %d reserved %d once the lease idled; want 42 (the two answers) and 0", used, reserved)
+			}
+			if n := e.db.Stats().Leased; n == 0 {
+				t.Errorf("no reservation came from a lease")
 			}
 		})
 	}
@@ -199,7 +217,7 @@ func TestReservationRenewed(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for r := e.reservation(rid); !r.ExpiresAt.After(first.ExpiresAt.Add(ttl / 3)); r = e.reservation(rid) {
 		if time.Now().After(deadline) {
-			t.Fatalf("not renewed in 10s: expires %s, first %s", r.ExpiresAt, first.ExpiresAt)
+			t.Fatalf("not renewed in 10s: expires %s, first %s; log:\n%s", r.ExpiresAt, first.ExpiresAt, e.logs)
 		}
 		<-time.After(ttl / 10)
 	}
