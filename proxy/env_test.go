@@ -47,6 +47,7 @@ type env struct {
 	logs     *syncBuffer
 	reg      *prometheus.Registry
 	now      atomic.Int64 // the tracker's clock with envOptions.clock, Unix ns
+	renewals *renewals    // the proxy's renewal timers with envOptions.renewals
 }
 
 // advance moves the tracker's clock (envOptions.clock) by d.
@@ -60,6 +61,9 @@ type envOptions struct {
 	// memory from leases (budget.Config.Leases, the journal beside the
 	// database), as budget proxy does by default.
 	storePath bool
+	// renewals: the proxy's reservation renewals wait for the test to fire
+	// them (e.renewal), instead of going off every third of the TTL.
+	renewals bool
 	// unsignalled: the proxy does not count its requests on served
 	// (benchmarks, which wait for no request).
 	unsignalled bool
@@ -122,6 +126,10 @@ func newEnv(t testing.TB, o envOptions, upstream http.HandlerFunc) *env {
 	keys := proxy.NewKeys(db.KeyStore())
 	t.Cleanup(keys.Wait)
 	pc := proxy.Config{Mode: o.mode, Keys: keys, Metrics: metrics, Logger: slog.New(slog.NewTextHandler(e.logs, nil))}
+	if o.renewals {
+		e.renewals = newRenewals()
+		proxy.SetRenewTimers(&pc, e.renewals.after)
+	}
 	if o.cfg != nil {
 		o.cfg(&pc)
 	}

@@ -132,16 +132,18 @@ func TestRequestIDHeader(t *testing.T) {
 }
 
 // TestReservationChargedOnExpiry: the proxy reserves with the charge
-// policy and a 20 s TTL by default. A reservation whose proxy stops
-// renewing it (here: the clock jumps past its expiry) is charged its
-// estimate by recovery under its id; the commit that still arrives records
-// only the excess, as id:late, priced as the excess (its trailer still
-// states the response's whole usage and cost). Nothing is charged twice
-// or lost.
+// policy and a 20 s TTL by default, renewed every third of it. A
+// reservation whose proxy does not renew it in time (here: the clock jumps
+// past its expiry before its renewal goes off) is charged its estimate by
+// recovery under its id; the renewal that then goes off finds it lost and
+// the proxy renews it no more; the commit that still arrives records only
+// the excess, as id:late, priced as the excess (its trailer still states
+// the response's whole usage and cost). Nothing is charged twice or lost.
 func TestReservationChargedOnExpiry(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
-	e := newEnv(t, envOptions{clock: true}, sseUpstream(anthropicStart+anthropicDelta, anthropicEnd, release))
+	e := newEnv(t, envOptions{storePath: true, clock: true, renewals: true},
+		sseUpstream(anthropicStart+anthropicDelta, anthropicEnd, release))
 	id := e.limit("", "", "tokens", "1h", 1000)
 	if _, err := e.db.SetPrices(context.Background(), budget.PriceSpec{Provider: "anthropic", Model: "claude-x", Input: "3", Output: "15",
 		From: testNow.Add(-time.Hour)}); err != nil {
@@ -156,6 +158,10 @@ func TestReservationChargedOnExpiry(t *testing.T) {
 	if r.OnExpiry != budget.ExpireCharge || r.ExpiresAt.Sub(r.At) != proxy.DefaultReservationTTL || proxy.DefaultReservationTTL != 20*time.Second {
 		t.Fatalf("reservation: on expiry %q, TTL %s; want charge, 20s", r.OnExpiry, r.ExpiresAt.Sub(r.At))
 	}
+	renewal := e.renewal()
+	if renewal.every != proxy.DefaultReservationTTL/3 {
+		t.Fatalf("renewal armed for %s; want %s, a third of the TTL", renewal.every, proxy.DefaultReservationTTL/3)
+	}
 
 	e.advance(3 * time.Minute)
 	rec, err := e.db.Recover(context.Background(), e.db.Now())
@@ -165,6 +171,13 @@ func TestReservationChargedOnExpiry(t *testing.T) {
 	// estimate: ceil((4+2)/4) + 4 = 6 input, 100 output
 	if rows := e.usageRows(rid); len(rows) != 1 || rows[rid] != (usageRow{6, 100, 0}) {
 		t.Errorf("after recovery: %v; want the estimate 6/100 under %s", rows, rid)
+	}
+	if !renewal.fire() {
+		t.Fatal("the renewal timer was stopped while the response lasts")
+	}
+	if n := e.armedRenewals(); n != 0 || !strings.Contains(e.logs.String(), "expired before its response ended") || e.reservation(rid).State != budget.ReservationExpired {
+		t.Errorf("the renewal of the recovered reservation: %d renewals armed after it, reservation %s; want none, expired, and a warning; log:\n%s",
+			n, e.reservation(rid).State, e.logs)
 	}
 	close(release)
 	if _, err := io.ReadAll(br); err != nil {
@@ -195,38 +208,49 @@ func TestReservationChargedOnExpiry(t *testing.T) {
 	}
 }
 
-// TestReservationRenewed: while a response lasts longer than the
-// reservation's TTL, the proxy renews the reservation (every third of the
-// TTL), so it never expires; the commit records the actual usage.
+// TestReservationRenewed: while a response lasts, the proxy renews its
+// reservation every third of the TTL (Config.ReservationTTL), each time
+// until the tracker's now plus the TTL, so it never expires; once the
+// response is over the renewals stop; the commit records the actual usage.
 func TestReservationRenewed(t *testing.T) {
 	t.Parallel()
-	const ttl = 900 * time.Millisecond // renewed every 300ms: room for a slow writer on a loaded machine
+	const ttl = 30 * time.Second // not the default: the configured TTL is the one renewed
 	release := make(chan struct{})
-	e := newEnv(t, envOptions{cfg: func(c *proxy.Config) { c.ReservationTTL = ttl }},
+	e := newEnv(t, envOptions{storePath: true, clock: true, renewals: true, cfg: func(c *proxy.Config) { c.ReservationTTL = ttl }},
 		sseUpstream(chatChunk, chatChunk+chatUsageChunk+"data: [DONE]\n\n", release))
 	id := e.limit("", "", "tokens", "1h", 1000)
 	resp := e.openStream(context.Background(), "/v1/chat/completions", chatBody("gpt-4o", 50, true))
 	rid := resp.Header.Get("X-Tokenbudget-Request-Id")
 	br := bufio.NewReader(resp.Body)
 	readEvent(t, br)
-	first := e.reservation(rid)
-	if got := first.ExpiresAt.Sub(first.At); got != ttl {
-		t.Fatalf("TTL %s; want %s", got, ttl)
+	if r := e.reservation(rid); !r.At.Equal(testNow) || !r.ExpiresAt.Equal(testNow.Add(ttl)) {
+		t.Fatalf("reserved at %s until %s; want %s until %s", r.At, r.ExpiresAt, testNow, testNow.Add(ttl))
 	}
-	// Renewed twice: the expiry has moved past the first renewal's.
-	deadline := time.Now().Add(10 * time.Second)
-	for r := e.reservation(rid); !r.ExpiresAt.After(first.ExpiresAt.Add(ttl / 3)); r = e.reservation(rid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("not renewed in 10s: expires %s, first %s; log:\n%s", r.ExpiresAt, first.ExpiresAt, e.logs)
+	now := testNow
+	for i := 1; i <= 2; i++ {
+		renewal := e.renewal()
+		if renewal.every != ttl/3 {
+			t.Fatalf("renewal %d armed for %s; want %s, a third of the TTL", i, renewal.every, ttl/3)
 		}
-		<-time.After(ttl / 10)
+		e.advance(ttl / 3)
+		now = now.Add(ttl / 3)
+		if !renewal.fire() {
+			t.Fatalf("renewal %d: the timer was stopped while the response lasts", i)
+		}
+		if r := e.reservation(rid); r.State != budget.ReservationLive || !r.ExpiresAt.Equal(now.Add(ttl)) {
+			t.Fatalf("after renewal %d at %s: %s until %s; want live until %s; log:\n%s", i, now, r.State, r.ExpiresAt, now.Add(ttl), e.logs)
+		}
 	}
+	third := e.renewal() // armed by the second
 	close(release)
 	if _, err := io.ReadAll(br); err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
 	e.wait(1)
+	if n := e.armedRenewals(); !third.stopped() || n != 0 {
+		t.Errorf("once the response ended: renewal timer stopped %t, %d renewals armed; want stopped, none", third.stopped(), n)
+	}
 	if r := e.reservation(rid); r.State != budget.ReservationCommitted {
 		t.Errorf("reservation %s; want committed", r.State)
 	}
