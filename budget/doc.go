@@ -118,7 +118,18 @@
 // serving every caller waiting on it. A lease's journal name is a hard
 // link to the file all of its Tracker's leases append to (its
 // generation, rotated at 32 MiB): a link costs a fraction of a new file,
-// and the file goes when its last name does (journal_gen.go). Recovery of
+// and the file goes when its last name does (journal_gen.go). A
+// generation's appends are serialised, and the first that fails (an error
+// or a short write) or whose sync fails seals it: no record is appended
+// to it again, so a record not written whole can only be its last, and
+// recovery, reading up to the first record whose checksum fails, loses
+// no answered one. The caller whose record failed gets an error or the
+// store's answer (a Reserve is decided by the store's path instead), the
+// generation's leases carve no more, the next lease starts a new
+// generation, and a Commit of what they had carved is written to the
+// store before it returns (a Release under ExpireCharge, which has
+// nothing to write there, fails and the reservation expires by its
+// policy). Recovery of
 // an expired lease row, by any process's sweep on the machine (the
 // owner's restart included), reads it: a committed reservation is charged
 // its actual usage, one in flight its estimate under ExpireCharge

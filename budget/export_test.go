@@ -1,5 +1,7 @@
 package budget
 
+import "os"
+
 // JournalSync reports, for tests, how many fdatasyncs t's lease journal
 // made and whether everything appended to its current generation is
 // known on disk.
@@ -48,4 +50,12 @@ func SharedEntries(t *Tracker, a, b string) (defs, routes bool) {
 // (after Flush).
 func WriterMemory(t *Tracker) (stored, latest int) {
 	return len(t.w.mem.stored), len(t.w.mem.latest)
+}
+
+// SetJournalWrite replaces the one write() of a lease journal record, for
+// a test that fails it or writes part of it, and returns the old one.
+func SetJournalWrite(fn func(f *os.File, p []byte) (int, error)) func(f *os.File, p []byte) (int, error) {
+	old := writeRecord
+	writeRecord = fn
+	return old
 }

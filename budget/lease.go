@@ -103,6 +103,9 @@ type leasedRes struct {
 	// was charged whole, whether that charge covered its estimate: 0 not
 	// known, 1 covered, 2 not (writer-owned; see coveredByCharge).
 	cover int8
+	// op is the reservation that a batch answers with it, until its
+	// admission is journaled (writer-owned; nil after).
+	op *op
 }
 
 // leaseTable is a Tracker's leases by route and its carved reservations by
@@ -243,11 +246,14 @@ func (t *Tracker) reserveLeased(ctx context.Context, req *Request, ttl time.Dura
 	t.fillLeased(lr, req, l, now, ttl, policy, newLeasedID(now))
 	if err := journalAdmit(l.j, lr, false); err != nil {
 		// Not journaled, not admitted here: the store's path decides it.
+		// The failure sealed the lease's generation: the lease carves no
+		// more, and the writer gives its room back and replaces it.
 		l.mu.Lock()
 		for i := range l.limits {
 			l.free[i] += lr.amounts[i]
 		}
 		l.inflight--
+		l.dead = true
 		l.mu.Unlock()
 		t.reportErr(err)
 		return nil
@@ -336,10 +342,13 @@ func (t *Tracker) commitLeased(ctx context.Context, id string, actual Usage) (Se
 		// still in its hold: o.leased stays for decideLeaseCommit to tell.
 	default:
 		// Journaled before it is answered: a crash from here on still
-		// charges the actual usage.
+		// charges the actual usage. If its generation is sealed (this
+		// write or an earlier one failed), the store makes it durable
+		// instead: the event is written before Commit returns, and
+		// recovery, finding it in the history, charges it no more.
 		if err := journalCommit(lr.lease.j, id, &actual); err != nil {
-			t.leases.put(id, lr)
-			return Settlement{}, true, err
+			t.reportErr(err)
+			o.done = make(chan opResult, 1)
 		}
 		l := lr.lease
 		l.mu.Lock()
@@ -348,6 +357,11 @@ func (t *Tracker) commitLeased(ctx context.Context, id string, actual Usage) (Se
 	}
 	if err := t.enqueue(ctx, o); err != nil {
 		return Settlement{}, true, err
+	}
+	if o.done != nil {
+		if r := t.wait(ctx, o); r.err != nil {
+			return Settlement{}, true, r.err
+		}
 	}
 	return out, true, nil
 }
@@ -365,8 +379,15 @@ func (t *Tracker) releaseLeased(id string) (bool, error) {
 		return true, nil
 	}
 	if err := journalRelease(lr.lease.j, id); err != nil {
-		t.leases.put(id, lr)
-		return true, err
+		t.reportErr(err)
+		if lr.r.OnExpiry == ExpireCharge {
+			// Not journaled: a crash would charge its estimate. The caller
+			// is told; unless committed, it is settled by its expiry
+			// (charged). An ExpireRelease one needs no record: recovery
+			// charges such a reservation nothing, released or not.
+			t.leases.put(id, lr)
+			return true, err
+		}
 	}
 	// A dead lease's free room is the writer's to give back.
 	l := lr.lease

@@ -323,6 +323,7 @@ func (b *batch) answerCarve(o *op, l *lease, p *leasePlan, lr *leasedRes, at tim
 		o.resID = newReservationID(at)
 	}
 	b.t.fillLeased(lr, &o.req, l, at, o.ttl, o.policy, o.resID)
+	lr.op = o
 	p.carves = append(p.carves, lr)
 	o.out.res = &lr.r
 	o.out.leased = lr
@@ -378,8 +379,9 @@ func (b *batch) grantLease(o *op, old *lease, statuses []Status, who *Who, at ti
 	extra := min(want, n/2, leaseMaxEstimates)
 	l := old
 	// A lease of a rotated generation is replaced, so that old generations
-	// go with their leases.
-	if l == nil || !l.matches(statuses) || l.j != nil && l.j.rotated.Load() {
+	// go with their leases, and so is one of a sealed generation, which
+	// takes no more records, and a dead one, which carves no more.
+	if l == nil || !l.matches(statuses) || l.isDead() || l.j != nil && (l.j.rotated.Load() || l.j.broken()) {
 		if l != nil {
 			b.retire(l)
 		}
@@ -421,6 +423,12 @@ func (b *batch) contended() bool {
 		}
 	}
 	return b.reserves > 0
+}
+
+func (l *lease) isDead() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.dead
 }
 
 // matches reports whether l holds on exactly the counters of statuses.
