@@ -72,7 +72,7 @@ func child(role, dsn, arg string, open OpenDSN) error {
 	cfg.SweepInterval = -1
 	cfg.Leases = strings.HasPrefix(role, "lease")
 	cfg.LeaseJournal = journalDir(dsn)
-	if role == "leasekill" {
+	if role == "leasekill" || role == "leaseload" {
 		// Commits are written only when a refill makes the writer write:
 		// the last ones are in the journal alone when the child is killed.
 		cfg.BatchInterval = time.Hour
@@ -85,6 +85,9 @@ func child(role, dsn, arg string, open OpenDSN) error {
 	n, err := strconv.Atoi(arg)
 	if err != nil {
 		return fmt.Errorf("argument %q: %w", arg, err)
+	}
+	if fn := leaseRoles[role]; fn != nil {
+		return fn(ctx, tr, n)
 	}
 	switch role {
 	case "record":

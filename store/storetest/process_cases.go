@@ -36,6 +36,8 @@ func RunProcesses(t *testing.T, p Processes) {
 		{"ProbeClaimRespected", testProcProbeClaim},
 		{"RecoverAfterSIGKILL", testProcRecoverAfterKill},
 		{"LeasesChargedExactlyAfterSIGKILL", testProcLeaseKill},
+		{"LeasesChargedExactlyWhenKilledUnderLoad", testProcLeaseKillUnderLoad},
+		{"IdleLeaseGivenBackToAnotherProcess", testProcLeaseIdle},
 		{"StalledLeaseFencedAfterSIGSTOP", testProcLeaseStop},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, p) })
