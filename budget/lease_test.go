@@ -281,3 +281,49 @@ func TestJournalGenerationsRotate(t *testing.T) {
 		t.Fatalf("after Close: %d generation names, %d journal names; want none", n, j)
 	}
 }
+
+// A lease that sits idle is given back by its Tracker's own timer, no call
+// made: still held just before LeaseIdle of its last use, none of its room
+// held a look (250 ms) after LeaseIdle, as another tracker reads the store.
+func TestIdleLeaseGivenBackByItsTimer(t *testing.T) {
+	dir := t.TempDir()
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		a := storeTracker(t, mem, func(c *budget.Config) { c.Leases, c.LeaseJournal = true, dir })
+		b := storeTracker(t, mem, nil)
+		max := int64(100_000)
+		if _, _, err := b.SetLimit(ctx, budget.LimitSpec{Key: "k", Window: "daily", Max: &max}); err != nil {
+			t.Fatal(err)
+		}
+		for range 3 { // the route's first request holds its own reservation, then the lease
+			r, err := a.Reserve(ctx, budget.Request{Key: "k", Estimate: budget.Estimate{Input: 50, Output: 50}}, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.Commit(ctx, r.ID, budget.Usage{Input: 50, Output: 50}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if a.Stats().Leased == 0 {
+			t.Fatal("no reservation came from a lease")
+		}
+		lastUse := time.Now()
+		time.Sleep(10 * time.Millisecond) // the commits' batch (BatchInterval)
+		synctest.Wait()
+		used, held := usedReserved(t, b)
+		if used != 300 || held == 0 {
+			t.Fatalf("after the load: used %d, reserved %d; want 300 and the lease's free room held", used, held)
+		}
+		time.Sleep(budget.LeaseIdle - 50*time.Millisecond - time.Since(lastUse))
+		synctest.Wait()
+		if _, still := usedReserved(t, b); still != held {
+			t.Fatalf("%v after the lease's last use: reserved %d; want still %d (not idle yet)", time.Since(lastUse), still, held)
+		}
+		time.Sleep(lastUse.Add(budget.LeaseIdle + 250*time.Millisecond + 10*time.Millisecond).Sub(time.Now()))
+		synctest.Wait()
+		if used, left := usedReserved(t, b); used != 300 || left != 0 {
+			t.Fatalf("%v after the lease's last use: used %d, reserved %d; want 300, 0 (the idle lease's room given back by its timer)",
+				time.Since(lastUse), used, left)
+		}
+	})
+}
