@@ -150,8 +150,13 @@
 // PostgreSQL a replica on another machine cannot read a dead replica's
 // journal: a lease whose journal recovery cannot find is charged the rest
 // of the lease, its holds as last written (never less than it served; the
-// one overcharge, bounded by the lease's unused room), as events
-// "<lease id>:N"; see the README's crash costs. That charge covers each
+// one overcharge, bounded by the lease's unused room: at most its last
+// refill, which is at most 1,024 estimates and half the room left then,
+// 32 estimates for a fresh lease; the conformance case
+// BudgetLeaseGrownWithoutItsJournalOverchargedAtMostOneRefill measures
+// 1,024 estimates for a lease grown under steady demand and killed just
+// after a refill), as events "<lease id>:N"; see the README's crash
+// costs. That charge covers each
 // reservation whose room it held at its estimate, also one the waking
 // owner settles by expiry before its commit (an ExpireCharge one is not
 // charged again; an ExpireRelease one's room counts once, from the
