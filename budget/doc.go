@@ -117,8 +117,10 @@
 // the record is on disk (fdatasync) before the call returns, one sync
 // serving every caller waiting on it. A lease's journal name is a hard
 // link to the file all of its Tracker's leases append to (its
-// generation, rotated at 32 MiB): a link costs a fraction of a new file,
-// and the file goes when its last name does (journal_gen.go). A
+// generation, rotated at 32 MiB; a lease whose generation is full carves
+// no more and is replaced, so no file outgrows that by more than the
+// records of the carves then in flight): a link costs a fraction of a
+// new file, and the file goes when its last name does (journal_gen.go). A
 // generation's appends are serialised, and the first that fails (an error
 // or a short write) or whose sync fails seals it: no record is appended
 // to it again, so a record not written whole can only be its last, and

@@ -31,6 +31,11 @@ import (
 // A generation is rotated once it holds genMax bytes: the next lease links
 // to a new one, and a lease of an older generation is replaced at its next
 // refill, so an old generation lives about as long as its leases' refills.
+// A lease whose carve finds its generation full carves no more (its route's
+// next request takes a new lease), so a busy lease that is never refilled
+// (its reservations released, not committed) does not grow one file
+// without end: a generation ends at genMax plus the records of the carves
+// in flight then and their settlements.
 // The current generation keeps its own name, "<tracker>-<n>.gen", locked
 // with flock while its Tracker lives: a process that finds such a name
 // unlocked knows its owner is gone and removes it (sweepJournals).

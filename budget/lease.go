@@ -258,6 +258,15 @@ func (t *Tracker) reserveLeased(ctx context.Context, req *Request, ttl time.Dura
 		t.reportErr(err)
 		return nil
 	}
+	if l.j != nil && l.j.size.Load() >= genMax {
+		// Its generation is full: the lease carves no more, and the
+		// route's next request takes a new one, in a new generation. A
+		// lease that is never refilled (its reservations released) would
+		// otherwise append to one file for ever.
+		l.mu.Lock()
+		l.dead = true
+		l.mu.Unlock()
+	}
 	t.leases.carved.Add(1)
 	t.leases.put(lr.r.ID, lr)
 	return &lr.r
