@@ -322,7 +322,7 @@ func TestIdleLeaseGivenBackByItsTimer(t *testing.T) {
 		if _, still := usedReserved(t, b); still != held {
 			t.Fatalf("%v after the lease's last use: reserved %d; want still %d (not idle yet)", time.Since(lastUse), still, held)
 		}
-		time.Sleep(lastUse.Add(budget.LeaseIdle + 250*time.Millisecond + 10*time.Millisecond).Sub(time.Now()))
+		time.Sleep(time.Until(lastUse.Add(budget.LeaseIdle + 250*time.Millisecond + 10*time.Millisecond)))
 		synctest.Wait()
 		if used, left := usedReserved(t, b); used != 300 || left != 0 {
 			t.Fatalf("%v after the lease's last use: used %d, reserved %d; want 300, 0 (the idle lease's room given back by its timer)",

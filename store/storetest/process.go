@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -420,8 +421,23 @@ func runChildrenSums(t *testing.T, n int, role, dsn string, arg int) []int64 {
 // must be want. The child is killed by t.Cleanup if still running.
 func startChild(t *testing.T, role, dsn string, arg int, want string) *exec.Cmd {
 	t.Helper()
+	cmd, _, out := pipeChild(t, role, dsn, arg)
+	if line, _ := out.ReadString('\n'); strings.TrimSpace(line) != want {
+		t.Fatalf("child %s said %q; want %q", role, line, want)
+	}
+	return cmd
+}
+
+// pipeChild starts a child of role with pipes to its stdin and from its
+// stdout. The child is killed by t.Cleanup if still running.
+func pipeChild(t *testing.T, role, dsn string, arg int) (*exec.Cmd, io.WriteCloser, *bufio.Reader) {
+	t.Helper()
 	cmd := spawn(role, dsn, arg)
-	out, err := cmd.StdoutPipe()
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,10 +445,7 @@ func startChild(t *testing.T, role, dsn string, arg int, want string) *exec.Cmd 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	if line, _ := bufio.NewReader(out).ReadString('\n'); strings.TrimSpace(line) != want {
-		t.Fatalf("child %s said %q; want %q", role, line, want)
-	}
-	return cmd
+	return cmd, stdin, bufio.NewReader(stdout)
 }
 
 // openParent opens the test's own handle, closed by t.Cleanup, and starts

@@ -1,7 +1,6 @@
 package storetest
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -407,20 +406,7 @@ func testProcLeaseStop(t *testing.T, p Processes) {
 			}
 		}
 	}
-	cmd := spawn("leasestop", dsn, n)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	out := bufio.NewReader(stdout)
+	cmd, stdin, out := pipeChild(t, "leasestop", dsn, n)
 	if line, _ := out.ReadString('\n'); strings.TrimSpace(line) != "ready" {
 		t.Fatalf("child said %q; want ready", line)
 	}

@@ -96,15 +96,7 @@ func loadUsage(id string) budget.Usage {
 func testProcLeaseKillUnderLoad(t *testing.T, p Processes) {
 	const killAfter = 3000
 	dsn, c, tr, tok, reqs := leaseParent(t, p)
-	cmd := spawn("leaseload", dsn, 0)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	cmd, _, stdout := pipeChild(t, "leaseload", dsn, 0)
 	policy, next := map[string]budget.ExpiryPolicy{}, map[string]string{}
 	committed, released := map[string]bool{}, map[string]bool{}
 	answers := 0
@@ -129,7 +121,7 @@ func testProcLeaseKillUnderLoad(t *testing.T, p Processes) {
 			}
 		}
 	}
-	err = cmd.Wait()
+	err := cmd.Wait()
 	if answers < killAfter {
 		t.Fatalf("the child stopped after %d answers (%v); want killed after %d", answers, err, killAfter)
 	}
@@ -267,20 +259,8 @@ func testProcLeaseIdle(t *testing.T, p Processes) {
 	tr := openParent(t, p, dsn, 0, nil)
 	const limit = 5000
 	SetLimit(t, tr, budget.LimitSpec{Key: "k", Window: "daily"}, limit)
-	cmd := spawn("leaseidle", dsn, 3)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	line, _ := bufio.NewReader(stdout).ReadString('\n')
+	cmd, stdin, stdout := pipeChild(t, "leaseidle", dsn, 3)
+	line, _ := stdout.ReadString('\n')
 	idleAt := time.Now()
 	var word string
 	var admitted, leased, held int64
