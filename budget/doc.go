@@ -125,13 +125,14 @@
 // or a short write) or whose sync fails seals it: no record is appended
 // to it again, so a record not written whole can only be its last, and
 // recovery, reading up to the first record whose checksum fails, loses
-// no answered one. The caller whose record failed gets an error or the
-// store's answer (a Reserve is decided by the store's path instead), the
-// generation's leases carve no more, the next lease starts a new
-// generation, and a Commit of what they had carved is written to the
-// store before it returns (a Release under ExpireCharge, which has
-// nothing to write there, fails and the reservation expires by its
-// policy). Recovery of
+// no answered one. A Reserve whose record failed is decided again on the
+// store's path (a reservation of its own); the generation's leases carve
+// no more; for a second no lease is taken or grown (the routes hold
+// reservations of their own, so a failing disk costs no caller an error),
+// then the next lease starts a new generation; and a Commit of what they
+// had carved is written to the store before it returns (a Release under
+// ExpireCharge, which has nothing to write there, fails and the
+// reservation expires by its policy). Recovery of
 // an expired lease row, by any process's sweep on the machine (the
 // owner's restart included), reads it: a committed reservation is charged
 // its actual usage, one in flight its estimate under ExpireCharge

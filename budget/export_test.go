@@ -1,6 +1,9 @@
 package budget
 
-import "os"
+import (
+	"os"
+	"time"
+)
 
 // JournalSync reports, for tests, how many fdatasyncs t's lease journal
 // made and whether everything appended to its current generation is
@@ -57,5 +60,13 @@ func WriterMemory(t *Tracker) (stored, latest int) {
 func SetJournalWrite(fn func(f *os.File, p []byte) (int, error)) func(f *os.File, p []byte) (int, error) {
 	old := writeRecord
 	writeRecord = fn
+	return old
+}
+
+// SetJournalPause sets how long leases stay off after a journal failure,
+// and returns the old pause.
+func SetJournalPause(d time.Duration) time.Duration {
+	old := journalPause
+	journalPause = d
 	return old
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Journal generations. A lease's journal is its own name, "<lease
@@ -75,6 +76,8 @@ type journalGen struct {
 	synced  int64        // bytes known on disk, under syncMu
 	rotated atomic.Bool  // a newer generation is current
 	syncs   atomic.Int64 // fdatasyncs made, for Stats
+	// failed is its Tracker's journals.failed, set when it is sealed.
+	failed *atomic.Int64
 }
 
 // errSealed refuses a record to a generation that a failed write or sync
@@ -99,7 +102,7 @@ func (g *journalGen) append(p []byte, nosync bool) error {
 		err = io.ErrShortWrite
 	}
 	if err != nil {
-		g.sealed.Store(true)
+		g.seal()
 		g.mu.Unlock()
 		return fmt.Errorf("budget: lease journal write (generation sealed): %w", err)
 	}
@@ -109,6 +112,14 @@ func (g *journalGen) append(p []byte, nosync bool) error {
 		return nil
 	}
 	return g.syncTo(end)
+}
+
+// seal takes no more records to g, and keeps new leases off for a while.
+func (g *journalGen) seal() {
+	g.sealed.Store(true)
+	if g.failed != nil {
+		g.failed.Store(time.Now().UnixNano())
+	}
 }
 
 // broken reports whether g was sealed by a failure.
@@ -136,7 +147,7 @@ func (g *journalGen) syncTo(end int64) error {
 	}
 	upto := g.size.Load()
 	if err := fdatasync(g.f); err != nil {
-		g.sealed.Store(true)
+		g.seal()
 		return fmt.Errorf("budget: lease journal sync (generation sealed): %w", err)
 	}
 	g.syncs.Add(1)
@@ -153,6 +164,24 @@ type journals struct {
 	n       int
 	cur     *journalGen
 	syncs   atomic.Int64 // fdatasyncs of rotated generations
+	// failed is when a generation was last sealed by a failed write or
+	// sync (Unix nanos of the wall clock: a pause for the disk's sake).
+	failed atomic.Int64
+}
+
+// journalPause is how long after a journal failure no lease is taken or
+// grown: the routes' requests hold reservations of their own, so a disk
+// that keeps failing costs no caller an error, and a lease is tried again
+// after it.
+var journalPause = time.Second
+
+// failing reports whether a generation failed within journalPause.
+func (js *journals) failing() bool {
+	if js == nil {
+		return false
+	}
+	at := js.failed.Load()
+	return at != 0 && time.Since(time.Unix(0, at)) < journalPause
 }
 
 func newJournals(dir string, durable bool) *journals {
@@ -206,7 +235,7 @@ func (js *journals) rotate() error {
 		js.syncs.Add(old.syncs.Load())
 		_ = os.Remove(old.name)
 	}
-	js.cur = &journalGen{f: f, name: name, durable: js.durable}
+	js.cur = &journalGen{f: f, name: name, durable: js.durable, failed: &js.failed}
 	return nil
 }
 

@@ -17,8 +17,9 @@ import (
 // a lease; one admission's record is then written in part and fails. The
 // failure seals the lease's generation: that reservation is admitted by
 // the store's path instead (carved from a new lease, in a new
-// generation), the old lease's later commits are written to the store
-// before they return, and a release that cannot be journaled is refused.
+// generation, as the pause after a failure is 0 here), the old lease's
+// later commits are written to the store before they return, and a
+// release that cannot be journaled is refused.
 // A then dies with commits in its journals alone; recovery by B on the
 // same machine charges every answered request exactly once: a committed
 // one its actual usage, one in flight (ExpireCharge) its estimate.
@@ -83,6 +84,7 @@ func TestFailedJournalWriteHidesNoAnsweredRequest(t *testing.T) {
 		return real(f, p)
 	})
 	t.Cleanup(func() { budget.SetJournalWrite(real) })
+	defer budget.SetJournalPause(budget.SetJournalPause(0)) // leases again at once
 	after := reserve()
 	if !failed.Load() {
 		t.Fatal("the reservation after the injected failure wrote no record")
@@ -125,5 +127,64 @@ func TestFailedJournalWriteHidesNoAnsweredRequest(t *testing.T) {
 			t.Errorf("%s after A's failed write, death and recovery: used %d, reserved %d; want %d, 0 (each answered request charged once)",
 				st.Limit.Metric, got, st.Reserved, w)
 		}
+	}
+}
+
+// A journal whose every write fails costs no caller an error: each
+// reservation is answered by the store's path (a carve whose record
+// failed is decided again there), each commit is written, and the store
+// holds exactly what was committed, with no room left held once the
+// leases ended. With no pause after a failure, every request tries a new
+// lease first; with the pause, the routes keep to the store's path.
+func TestFailingJournalStillAnswersEveryCaller(t *testing.T) {
+	for _, pause := range []time.Duration{0, time.Hour} {
+		t.Run(pause.String(), func(t *testing.T) {
+			defer budget.SetJournalPause(budget.SetJournalPause(pause))
+			defer budget.SetJournalWrite(budget.SetJournalWrite(func(f *os.File, p []byte) (int, error) {
+				n, _ := f.Write(p[:len(p)/3])
+				return n, errors.New("no space left on device")
+			}))
+			mem := memstore.New()
+			a := storeTracker(t, mem, func(cfg *budget.Config) { cfg.Leases, cfg.LeaseJournal = true, t.TempDir() })
+			max := int64(1 << 40)
+			if _, _, err := a.SetLimit(ctx, budget.LimitSpec{Key: "k", Window: "daily", Max: &max}); err != nil {
+				t.Fatal(err)
+			}
+			var used atomic.Int64
+			errs := make(chan error, 8)
+			for g := range 8 {
+				go func() {
+					for i := range 20 {
+						r, err := a.Reserve(ctx, budget.Request{Key: "k", Estimate: budget.Estimate{Input: 40, Output: 60}}, time.Minute)
+						if err != nil {
+							errs <- err
+							return
+						}
+						u := budget.Usage{Input: int64(g), Output: int64(i)}
+						if _, err := a.Commit(ctx, r.ID, u); err != nil {
+							errs <- err
+							return
+						}
+						used.Add(u.Billable())
+					}
+					errs <- nil
+				}()
+			}
+			for range 8 {
+				if err := <-errs; err != nil {
+					t.Fatalf("with every journal write failing: %v; want every call answered", err)
+				}
+			}
+			if n := a.Stats().Leased; n != 0 {
+				t.Fatalf("%d reservations answered from a lease whose journal failed", n)
+			}
+			if err := a.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			b := storeTracker(t, mem, nil)
+			if got, reserved := usedReserved(t, b); got != used.Load() || reserved != 0 {
+				t.Fatalf("after 160 reservations committed: used %d, reserved %d; want %d, 0", got, reserved, used.Load())
+			}
+		})
 	}
 }

@@ -367,6 +367,9 @@ func (b *batch) grantLease(o *op, old *lease, statuses []Status, who *Who, at ti
 	if n < leaseMinRoom || old == nil && !b.contended() && !b.t.w.routeWarm(routeKey{o.req.Key, o.req.User, o.req.Provider, o.req.Model}, at) {
 		return false
 	}
+	if b.t.leases.journals.failing() {
+		return false // its carves could not be journaled
+	}
 	// Sized to the demand: what the lease served since its last refill,
 	// twice over, or the requests waiting in this batch.
 	want := max(leaseStart, int64(len(b.ops)))

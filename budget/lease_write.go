@@ -1,6 +1,8 @@
 package budget
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -122,9 +124,9 @@ func (b *batch) landedLeases() {
 // journalCarves journals the batch's carves from l (one sync for them all,
 // Durable) and makes them known by id. A carve that could not be journaled
 // (its lease has no journal, or a failed write sealed its generation) is
-// not admitted: its caller gets the error, its room goes back to the
-// lease's free part, and the lease carves no more (the writer gives its
-// room back and the route's next request takes a new lease).
+// not admitted from the lease: its caller is told to take the store's
+// path (errUnjournaled), its room goes back to the lease's free part, and
+// the lease carves no more (the writer gives its room back).
 func (b *batch) journalCarves(l *lease, p *leasePlan, err error) {
 	done := p.carves[:0]
 	for _, lr := range p.carves {
@@ -157,7 +159,12 @@ func (b *batch) journalCarves(l *lease, p *leasePlan, err error) {
 	}
 }
 
-// refuseCarve answers lr's caller err instead of the reservation.
+// errUnjournaled refuses a carve whose admission could not be journaled:
+// its caller (ReserveWith) takes the store's path instead.
+var errUnjournaled = errors.New("budget: lease journal failed")
+
+// refuseCarve answers lr's caller errUnjournaled instead of the
+// reservation.
 func (b *batch) refuseCarve(l *lease, lr *leasedRes, err error) {
 	l.mu.Lock()
 	for i := range l.limits {
@@ -166,7 +173,7 @@ func (b *batch) refuseCarve(l *lease, lr *leasedRes, err error) {
 	l.dead = true
 	l.mu.Unlock()
 	if o := lr.op; o != nil {
-		o.out.res, o.out.leased, o.out.err = nil, nil, err
+		o.out.res, o.out.leased, o.out.err = nil, nil, fmt.Errorf("%w: %v", errUnjournaled, err)
 		lr.op = nil
 	}
 }

@@ -158,8 +158,14 @@ func (t *Tracker) ReserveWith(ctx context.Context, req Request, opts ReserveOpti
 			return r, nil
 		}
 	}
-	o := newOp(opReserve, &opArgs{req: req, at: now, ttl: ttl, policy: policy, minOut: opts.MinOutput, lease: leased})
-	r, err := t.do(ctx, o)
+	args := &opArgs{req: req, at: now, ttl: ttl, policy: policy, minOut: opts.MinOutput, lease: leased}
+	r, err := t.do(ctx, newOp(opReserve, args))
+	if errors.Is(err, errUnjournaled) {
+		// Carved from a lease whose journal failed: decided again on the
+		// store's path, a reservation of its own.
+		args.lease = false
+		r, err = t.do(ctx, newOp(opReserve, args))
+	}
 	if err != nil {
 		return nil, err
 	}
