@@ -162,7 +162,9 @@ func (t *Tracker) ReserveWith(ctx context.Context, req Request, opts ReserveOpti
 	r, err := t.do(ctx, newOp(opReserve, args))
 	if errors.Is(err, errUnjournaled) {
 		// Carved from a lease whose journal failed: decided again on the
-		// store's path, a reservation of its own.
+		// store's path, a reservation of its own, under the same id (args
+		// keep it): if the carve's record did land (its sync failed), a
+		// recovery charges the one request once.
 		args.lease = false
 		r, err = t.do(ctx, newOp(opReserve, args))
 	}
