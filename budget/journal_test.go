@@ -140,10 +140,11 @@ func TestFailingJournalStillAnswersEveryCaller(t *testing.T) {
 	for _, pause := range []time.Duration{0, time.Hour} {
 		t.Run(pause.String(), func(t *testing.T) {
 			defer budget.SetJournalPause(budget.SetJournalPause(pause))
-			defer budget.SetJournalWrite(budget.SetJournalWrite(func(f *os.File, p []byte) (int, error) {
+			real := budget.SetJournalWrite(func(f *os.File, p []byte) (int, error) {
 				n, _ := f.Write(p[:len(p)/3])
 				return n, errors.New("no space left on device")
-			}))
+			})
+			defer func() { budget.SetJournalWrite(real) }()
 			mem := memstore.New()
 			a := storeTracker(t, mem, func(cfg *budget.Config) { cfg.Leases, cfg.LeaseJournal = true, t.TempDir() })
 			max := int64(1 << 40)

@@ -172,8 +172,6 @@ func (lt *leaseTable) put(id string, lr *leasedRes) {
 }
 
 // take removes and returns the carved reservation id, if this process
-// holds it.
-// take removes and returns the carved reservation id, if this process
 // holds it, remembering it as settled in state; else it reports the
 // state id was settled in, if remembered.
 func (lt *leaseTable) take(id string, state ReservationState) (*leasedRes, ReservationState) {
@@ -313,122 +311,6 @@ func rsvID(raw []byte) string {
 	copy(b[:], "rsv_")
 	hex.Encode(b[4:], raw)
 	return string(b[:])
-}
-
-// commitLeased settles a carved reservation in memory and queues its event
-// (and the lease's shrink) for the writer. ok is false when id is not one
-// of this process's carved reservations.
-func (t *Tracker) commitLeased(ctx context.Context, id string, actual Usage) (Settlement, bool, error) {
-	lr, settled := t.leases.take(id, ReservationCommitted)
-	if lr == nil {
-		if settled != "" {
-			return Settlement{}, true, settledError(id, settled)
-		}
-		return Settlement{}, false, nil
-	}
-	r := &lr.r
-	now := t.now()
-	out := Settlement{RequestID: id, Expired: lr.expired || now.UnixNano() >= lr.exp}
-	ev := actual
-	ev.Key, ev.Provider, ev.Model, ev.At = r.Key, r.Provider, r.Model, r.At
-	ev.Team, ev.Org, ev.User, ev.Placed = r.Team, r.Org, r.User, true
-	o := &op{kind: opLeaseCommit, ev: ev, opArgs: &opArgs{id: id}, out: new(opResult), leased: lr}
-	switch {
-	case lr.expired && r.OnExpiry == ExpireCharge:
-		// Its room was settled by expiry and charged its estimate: only the
-		// excess is written.
-		out.Charged = true
-		o.ev = lateUsage(ev, r.Estimate)
-		if o.ev.Billable() == 0 {
-			return out, true, nil
-		}
-		out.LateRequestID = o.ev.RequestID
-		o.leased = nil
-	case lr.expired:
-		// Released by expiry: its room went back to its lease's free part,
-		// and the event is written whole, unless the lease was charged
-		// whole meanwhile (its owner stalled past its TTL) with that room
-		// still in its hold: o.leased stays for decideLeaseCommit to tell.
-	default:
-		// Journaled before it is answered: a crash from here on still
-		// charges the actual usage. If its generation is sealed (this
-		// write or an earlier one failed), the store makes it durable
-		// instead: the event is written before Commit returns, and
-		// recovery, finding it in the history, charges it no more.
-		if err := journalCommit(lr.lease.j, id, &actual); err != nil {
-			t.reportErr(err)
-			o.done = make(chan opResult, 1)
-		}
-		l := lr.lease
-		l.mu.Lock()
-		l.inflight--
-		l.mu.Unlock()
-	}
-	if err := t.enqueue(ctx, o); err != nil {
-		return Settlement{}, true, err
-	}
-	if o.done != nil {
-		if r := t.wait(ctx, o); r.err != nil {
-			return Settlement{}, true, r.err
-		}
-	}
-	return out, true, nil
-}
-
-// releaseLeased gives a carved reservation's room back to its lease.
-func (t *Tracker) releaseLeased(id string) (bool, error) {
-	lr, settled := t.leases.take(id, ReservationReleased)
-	if lr == nil {
-		if settled != "" {
-			return true, settledError(id, settled)
-		}
-		return false, nil
-	}
-	if lr.expired {
-		return true, nil
-	}
-	if err := journalRelease(lr.lease.j, id); err != nil {
-		t.reportErr(err)
-		if lr.r.OnExpiry == ExpireCharge {
-			// Not journaled: a crash would charge its estimate. The caller
-			// is told; unless committed, it is settled by its expiry
-			// (charged). An ExpireRelease one needs no record: recovery
-			// charges such a reservation nothing, released or not.
-			t.leases.put(id, lr)
-			return true, err
-		}
-	}
-	// A dead lease's free room is the writer's to give back.
-	l := lr.lease
-	l.mu.Lock()
-	l.inflight--
-	for i := range l.limits {
-		l.free[i] += lr.amounts[i]
-	}
-	l.mu.Unlock()
-	return true, nil
-}
-
-// renewLeased moves a carved reservation's expiry; its lease is renewed by
-// the writer while it has live reservations.
-func (t *Tracker) renewLeased(id string, ttl time.Duration) (time.Time, bool, error) {
-	s := t.leases.shard(id)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	lr := s.m[id]
-	if lr == nil {
-		if s.done[id] != "" {
-			return time.Time{}, true, ErrLeaseLost
-		}
-		return time.Time{}, false, nil
-	}
-	now := t.now()
-	if lr.expired || now.UnixNano() >= lr.exp {
-		return time.Time{}, true, ErrLeaseLost
-	}
-	exp := now.Add(ttl)
-	lr.exp = exp.UnixNano()
-	return exp, true, nil
 }
 
 // routeFree is the room this process may still carve from the lease of

@@ -169,84 +169,6 @@ func child(role, dsn, arg string, open OpenDSN) error {
 		// from leases, or the case would prove only the store path.
 		fmt.Println(admitted.Load(), leased)
 		return nil
-	case "leasekill":
-		// Each goroutine reserves n (ExpireCharge) and commits two in three
-		// of them at a usage of its own; then the child says so and waits
-		// for SIGKILL with the rest in flight.
-		err := concurrently(goroutinesPerChild, func(g int) error {
-			for i := range n {
-				r, err := reserveCharged(ctx, tr, 20*time.Second)
-				if err != nil {
-					return err
-				}
-				if i%3 != 2 {
-					if _, err := tr.Commit(ctx, r.ID, killUsage(g, i)); err != nil {
-						return err
-					}
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		if tr.Stats().Leased == 0 {
-			// Killed now, it would prove only the store path's recovery.
-			return errors.New("no reservation came from a lease")
-		}
-		fmt.Println("ready")
-		select {}
-	case "leasestop":
-		// As leasekill, committing one in two; after "ready" it is stopped
-		// (SIGSTOP) while another process recovers its leases, continued,
-		// and told on stdin to commit those still in flight.
-		var inflight [goroutinesPerChild][]string
-		err := concurrently(goroutinesPerChild, func(g int) error {
-			for i := range n {
-				r, err := reserveCharged(ctx, tr, time.Minute)
-				if err != nil {
-					return err
-				}
-				if i%2 == 1 {
-					inflight[g] = append(inflight[g], r.ID)
-					continue
-				}
-				if _, err := tr.Commit(ctx, r.ID, killUsage(g, i)); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		// Its commits written first: stopped inside a write transaction it
-		// would hold row locks (on PostgreSQL) that the recovery waits for
-		// until the server ends its session, a stall this case is not about.
-		if _, err := tr.Flush(ctx); err != nil {
-			return err
-		}
-		fmt.Println("ready")
-		if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
-			return err
-		}
-		err = concurrently(goroutinesPerChild, func(g int) error {
-			for j, id := range inflight[g] {
-				if _, err := tr.Commit(ctx, id, stopUsage(2*j+1)); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		if _, err := tr.Flush(ctx); err != nil {
-			return err
-		}
-		st := tr.Stats()
-		fmt.Println(st.LeasesLost, st.LeaseLate)
-		return nil
 	case "mixed":
 		if err := mixed(ctx, tr, n); err != nil {
 			return err
@@ -319,26 +241,6 @@ func mixed(ctx context.Context, tr *budget.Tracker, n int) error {
 		}
 		return nil
 	})
-}
-
-// reserveCharged is the lease children's reservation: 40 input and 60
-// output tokens on key k, charged on expiry.
-func reserveCharged(ctx context.Context, tr *budget.Tracker, ttl time.Duration) (*budget.Reservation, error) {
-	return tr.ReserveWith(ctx, budget.Request{Key: "k", Provider: "p", Model: "m", Estimate: budget.Estimate{Input: 40, Output: 60}},
-		budget.ReserveOptions{TTL: ttl, OnExpiry: budget.ExpireCharge})
-}
-
-// killUsage is what goroutine g of a leasekill child commits for its
-// i-th reservation.
-func killUsage(g, i int) budget.Usage {
-	return budget.Usage{Input: int64(10 + g), Output: int64(20 + i%7*30)}
-}
-
-// stopUsage is what a leasestop child commits, once continued, for its
-// i-th reservation (i odd): one in two is 20 output tokens over the
-// estimate of 40 + 60.
-func stopUsage(i int) budget.Usage {
-	return budget.Usage{Input: 40, Output: int64(50 + i%4*10)}
 }
 
 // journalDir is the lease journal directory of the database dsn, which

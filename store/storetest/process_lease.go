@@ -5,82 +5,138 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"os"
 	"strings"
-	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
 )
 
-// Multi-process lease cases whose child runs on the wall clock: one
-// killed while its goroutines are still reserving and committing, and one
-// whose idle leases go back by its own timer.
+// The multi-process lease cases: a child killed (SIGKILL) once it has
+// finished, and one killed while its goroutines are still reserving and
+// committing; one stopped (SIGSTOP) past its leases' TTL; and one whose
+// idle leases go back by its own timer.
 
-// leaseRoles are the children of these cases, by role.
-var leaseRoles = map[string]func(ctx context.Context, tr *budget.Tracker, n int) error{
-	"leaseload": leaseLoad,
-	"leaseidle": leaseIdle,
-}
-
-// leaseLoad reserves until killed, from goroutinesPerChild goroutines:
-// ExpireCharge on even goroutines, ExpireRelease on odd ones; of every four
-// reservations it commits two at loadUsage, releases one and leaves one in
-// flight. Each answer is printed once its call returned, one line in one
-// write(): "A <id> <charge|release> <commit|release|keep>" (what it does
-// next), "C <id>", "R <id>". So every line is an outcome the child's
-// caller had; what it had and not yet printed when killed is at most one
-// call per goroutine: a reservation, or the settlement its A line named.
-func leaseLoad(ctx context.Context, tr *budget.Tracker, _ int) error {
-	say := func(s string) error {
-		_, err := os.Stdout.WriteString(s + "\n")
-		return err
+// A child with leases reserves under load (ExpireCharge), commits two in
+// three, and is killed with SIGKILL, its last commits in its journal
+// alone. Once its leases expired, recovery in this process charges every
+// request it admitted exactly once: a committed one its actual usage, one
+// in flight its estimate; the unused rest of its leases nothing.
+func testProcLeaseKill(t *testing.T, p Processes) {
+	dsn, c, tr, tok, reqs := leaseParent(t, p)
+	const n = 60
+	var want int64
+	for g := range goroutinesPerChild {
+		for i := range n {
+			if i%3 == 2 {
+				want += 100 // in flight: its estimate
+			} else {
+				want += killUsage(g, i).Billable()
+			}
+		}
 	}
-	return concurrently(goroutinesPerChild, func(g int) error {
-		policy := budget.ExpireCharge
-		if g%2 == 1 {
-			policy = budget.ExpireRelease
-		}
-		for i := 0; ; i++ {
-			r, err := tr.ReserveWith(ctx, budget.Request{Key: "k", Provider: "p", Model: "m", Estimate: budget.Estimate{Input: 40, Output: 60}},
-				budget.ReserveOptions{TTL: 20 * time.Second, OnExpiry: policy})
-			if err != nil {
-				return err
-			}
-			next := [...]string{"commit", "commit", "release", "keep"}[i%4]
-			if err := say("A " + r.ID + " " + string(policy) + " " + next); err != nil {
-				return err
-			}
-			switch i % 4 {
-			case 0, 1:
-				if _, err := tr.Commit(ctx, r.ID, loadUsage(r.ID)); err != nil {
-					return err
-				}
-				err = say("C " + r.ID)
-			case 2:
-				if err := tr.Release(ctx, r.ID); err != nil {
-					return err
-				}
-				err = say("R " + r.ID)
-			}
-			if err != nil {
-				return err
-			}
-		}
-	})
+	cmd := startChild(t, "leasekill", dsn, n, "ready")
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	c.Advance(time.Minute)
+	res, err := tr.Recover(ctx, c.Now())
+	if err != nil || res.ReleasedReservations == 0 {
+		t.Fatalf("Recover = %+v, %v; want the child's leases", res, err)
+	}
+	req := budget.Request{Key: "k", Provider: "p", Model: "m"}
+	used, reserved := Used(t, tr, req, c.Now(), tok.ID)
+	count, _ := Used(t, tr, req, c.Now(), reqs.ID)
+	if used != want || reserved != 0 || count != goroutinesPerChild*n {
+		t.Fatalf("after SIGKILL and recovery: %d tokens in %d requests, %d reserved; want %d tokens (actual of the committed, estimates of those in flight) in %d, 0 reserved",
+			used, count, reserved, want, goroutinesPerChild*n)
+	}
+	if entries, _ := os.ReadDir(journalDir(dsn)); len(entries) != 0 {
+		t.Fatalf("journals left after recovery: %d", len(entries))
+	}
+	noDrift(t, tr)
 }
 
-// loadUsage is what a leaseload child commits for reservation id: a
-// function of the id alone, so the parent knows it for an id it never
-// saw committed, and never the estimate (40 + 60).
-func loadUsage(id string) budget.Usage {
-	h := fnv.New32a()
-	h.Write([]byte(id))
-	v := int64(h.Sum32())
-	return budget.Usage{Input: 10 + v%25, Output: 20 + v/25%90}
+// A child with leases is stopped (SIGSTOP) with reservations in flight,
+// its leases pass their TTL and this process recovers them from the
+// journal; continued (SIGCONT), the child commits what was in flight: its
+// batches find the lease recovered, so each request is charged once (the
+// estimate recovery charged) plus, for those whose usage exceeds it, the
+// excess as <id>:late.
+func testProcLeaseStop(t *testing.T, p Processes) {
+	dsn, c, tr, tok, reqs := leaseParent(t, p)
+	const n = 20
+	var want, late int64
+	for g := range goroutinesPerChild {
+		for i := range n {
+			if i%2 == 0 {
+				want += killUsage(g, i).Billable()
+				continue
+			}
+			want += 100
+			if over := stopUsage(i).Billable() - 100; over > 0 {
+				want += over
+				late++
+			}
+		}
+	}
+	cmd, stdin, out := pipeChild(t, "leasestop", dsn, n)
+	if line, _ := out.ReadString('\n'); strings.TrimSpace(line) != "ready" {
+		t.Fatalf("child said %q; want ready", line)
+	}
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(2 * time.Minute)
+	if res, err := tr.Recover(ctx, c.Now()); err != nil || res.ReleasedReservations == 0 {
+		t.Fatalf("Recover = %+v, %v; want the stopped child's leases", res, err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(stdin, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+	line, _ := out.ReadString('\n')
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	var lost, gotLate int64
+	if _, err := fmt.Sscan(line, &lost, &gotLate); err != nil || lost < 1 || gotLate != late {
+		t.Fatalf("child's LeasesLost, LeaseLate = %q; want at least 1, and %d", line, late)
+	}
+	req := budget.Request{Key: "k", Provider: "p", Model: "m"}
+	used, reserved := Used(t, tr, req, c.Now(), tok.ID)
+	count, _ := Used(t, tr, req, c.Now(), reqs.ID)
+	if used != want || reserved != 0 || count != goroutinesPerChild*n {
+		t.Fatalf("after the stall: %d tokens in %d requests, %d reserved; want %d tokens in %d (an excess is no request), 0 reserved",
+			used, count, reserved, want, goroutinesPerChild*n)
+	}
+	noDrift(t, tr)
+}
+
+// leaseParent is a fresh database for a lease child, this process's
+// tracker on it (which recovers the child's leases from their journals)
+// with its clock, and key k's token and request limits, too large to
+// refuse.
+func leaseParent(t *testing.T, p Processes) (dsn string, c *Clock, tr *budget.Tracker, tok, reqs budget.Limit) {
+	t.Helper()
+	dsn = p.NewDSN(t)
+	t.Cleanup(func() { os.RemoveAll(journalDir(dsn)) })
+	c = NewClock(time.Now())
+	s, err := p.Open(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	tr = NewLeaseTracker(t, s, c, 0, journalDir(dsn), false)
+	tok = SetLimit(t, tr, budget.LimitSpec{Key: "k", Window: "daily"}, 1<<40)
+	reqs = SetLimit(t, tr, budget.LimitSpec{Key: "k", Metric: string(budget.MetricRequests), Window: "daily"}, 1<<40)
+	return dsn, c, tr, tok, reqs
 }
 
 // A child with leases (its writer writing only when a caller waits, so
@@ -212,40 +268,6 @@ func testProcLeaseKillUnderLoad(t *testing.T, p Processes) {
 	}
 	noDrift(t, tr)
 }
-
-// leaseIdle takes leases under load, 16 goroutines reserving and
-// committing n each at the estimate (50), then prints "idle", with what
-// it admitted, how many from a lease and what it holds reserved, and
-// waits for its stdin to close: its own lease timer must give the room
-// back.
-func leaseIdle(ctx context.Context, tr *budget.Tracker, n int) error {
-	var admitted atomic.Int64
-	err := concurrently(goroutinesPerChild, func(int) error {
-		for range n {
-			r, err := tr.Reserve(ctx, leaseReq(idleEstimate), time.Minute)
-			if err != nil {
-				return err
-			}
-			if _, err := tr.Commit(ctx, r.ID, budget.Usage{Input: idleEstimate / 2, Output: idleEstimate - idleEstimate/2}); err != nil {
-				return err
-			}
-			admitted.Add(1)
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	rep, err := tr.Inspect(ctx, "k", tr.Now(), 0)
-	if err != nil || len(rep.Limits) != 1 {
-		return fmt.Errorf("inspect: %+v, %v", rep, err)
-	}
-	fmt.Println("idle", admitted.Load(), tr.Stats().Leased, rep.Limits[0].Reserved)
-	_, err = io.Copy(io.Discard, os.Stdin)
-	return err
-}
-
-const idleEstimate = 50
 
 // A child takes leases under load and goes idle. Its own idle timer (no
 // Flush, no call at all) gives the room back: within 2 s of the child
