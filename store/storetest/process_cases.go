@@ -34,6 +34,7 @@ func RunProcesses(t *testing.T, p Processes) {
 		{"LeasesChargedExactlyAfterSIGKILL", testProcLeaseKill},
 		{"LeasesChargedExactlyWhenKilledUnderLoad", testProcLeaseKillUnderLoad},
 		{"IdleLeaseGivenBackToAnotherProcess", testProcLeaseIdle},
+		{"NoLeaseReservationCommittedByAnotherProcess", testProcNoLeaseCommittedElsewhere},
 		{"StalledLeaseFencedAfterSIGSTOP", testProcLeaseStop},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, p) })

@@ -327,3 +327,26 @@ func testProcLeaseIdle(t *testing.T, p Processes) {
 		t.Fatalf("child: %v", err)
 	}
 }
+
+// A reservation a leasing process makes with NoLease (the CLI's reserve)
+// outlives that process: it is a row of the store, which this process
+// commits by id once the other has exited.
+func testProcNoLeaseCommittedElsewhere(t *testing.T, p Processes) {
+	dsn := p.NewDSN(t)
+	t.Cleanup(func() { os.RemoveAll(journalDir(dsn)) })
+	tr := openParent(t, p, dsn, 0, nil)
+	l := SetLimit(t, tr, budget.LimitSpec{Key: "k", Window: "daily"}, 1<<40)
+	out, err := spawn("leasecli", dsn, 0).Output()
+	if err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	id := strings.TrimSpace(string(out))
+	s, err := tr.Commit(ctx, id, budget.Usage{Input: 30, Output: 40})
+	if err != nil || s.RequestID != id {
+		t.Fatalf("commit here of %q, reserved with NoLease by a process that exited = %+v, %v", id, s, err)
+	}
+	if used, reserved := Used(t, tr, leaseReq(100), tr.Now(), l.ID); used != 300+70 || reserved != 0 {
+		t.Fatalf("after the commit: used %d, reserved %d; want %d (three committed there, this one here), 0", used, reserved, 300+70)
+	}
+	noDrift(t, tr)
+}

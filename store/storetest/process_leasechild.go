@@ -24,6 +24,32 @@ var leaseRoles = map[string]func(ctx context.Context, tr *budget.Tracker, n int)
 	"leasestop": leaseStop,
 	"leaseload": leaseLoad,
 	"leaseidle": leaseIdle,
+	"leasecli":  leaseCLI,
+}
+
+// leaseCLI warms its route's lease (three reservations, committed), then
+// reserves once more with NoLease, as the CLI's reserve does, prints that
+// reservation's id and exits, closing its Tracker (which gives its leases
+// back and settles what they carved).
+func leaseCLI(ctx context.Context, tr *budget.Tracker, _ int) error {
+	for range 3 {
+		r, err := tr.Reserve(ctx, leaseReq(100), time.Minute)
+		if err != nil {
+			return err
+		}
+		if _, err := tr.Commit(ctx, r.ID, budget.Usage{Input: 50, Output: 50}); err != nil {
+			return err
+		}
+	}
+	if tr.Stats().Leased == 0 {
+		return errors.New("no reservation came from a lease")
+	}
+	r, err := tr.ReserveWith(ctx, leaseReq(100), budget.ReserveOptions{TTL: time.Minute, NoLease: true})
+	if err != nil {
+		return err
+	}
+	fmt.Println(r.ID)
+	return tr.Close(ctx)
 }
 
 // leaseLoad reserves until killed, from goroutinesPerChild goroutines:
