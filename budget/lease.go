@@ -204,33 +204,36 @@ func (t *Tracker) reportErr(err error) {
 func (t *Tracker) leasesOn() bool { return t.cfg.Leases }
 
 // reserveLeased carves req from its route's lease, or returns nil when the
-// lease cannot answer alone (none, out of room, stale, or the provider
-// parked): the caller then takes the writer's path, which may grow it.
-func (t *Tracker) reserveLeased(ctx context.Context, req *Request, ttl time.Duration, policy ExpiryPolicy, now time.Time) *Reservation {
+// lease cannot answer alone (none, out of room, stale, the provider
+// parked, or its journal failed): the caller then takes the writer's
+// path, which may grow it. tried is the id of a carve whose record failed,
+// which the store's path reuses: if the record landed whole after all
+// (its sync failed), recovery charges the one request once.
+func (t *Tracker) reserveLeased(ctx context.Context, req *Request, ttl time.Duration, policy ExpiryPolicy, now time.Time) (r *Reservation, tried string) {
 	l := t.leases.route(routeKey{req.Key, req.User, req.Provider, req.Model})
 	if l == nil {
-		return nil
+		return nil, ""
 	}
 	ns := now.UnixNano()
 	if ns < l.from || ns >= l.until {
-		return nil
+		return nil, ""
 	}
 	if req.Provider != "" {
 		if p, err := t.parkedAt(ctx, req.Provider, now, ns); err != nil || p != nil {
-			return nil
+			return nil, ""
 		}
 	}
 	lr := &leasedRes{lease: l}
 	l.mu.Lock()
 	if l.dead {
 		l.mu.Unlock()
-		return nil
+		return nil, ""
 	}
 	for i := range l.limits {
 		a := req.Estimate.Amount(l.limits[i].metric)
 		if a > l.free[i] {
 			l.mu.Unlock()
-			return nil
+			return nil, ""
 		}
 		lr.amounts[i] = a
 	}
@@ -254,7 +257,7 @@ func (t *Tracker) reserveLeased(ctx context.Context, req *Request, ttl time.Dura
 		l.dead = true
 		l.mu.Unlock()
 		t.reportErr(err)
-		return nil
+		return nil, lr.r.ID
 	}
 	if l.j != nil && l.j.size.Load() >= genMax {
 		// Its generation is full: the lease carves no more, and the
@@ -267,7 +270,7 @@ func (t *Tracker) reserveLeased(ctx context.Context, req *Request, ttl time.Dura
 	}
 	t.leases.carved.Add(1)
 	t.leases.put(lr.r.ID, lr)
-	return &lr.r
+	return &lr.r, ""
 }
 
 // fillLeased fills lr's Reservation as carved from l.
