@@ -1,5 +1,10 @@
 package budget
 
+import (
+	"os"
+	"time"
+)
+
 // JournalSync reports, for tests, how many fdatasyncs t's lease journal
 // made and whether everything appended to its current generation is
 // known on disk.
@@ -48,4 +53,20 @@ func SharedEntries(t *Tracker, a, b string) (defs, routes bool) {
 // (after Flush).
 func WriterMemory(t *Tracker) (stored, latest int) {
 	return len(t.w.mem.stored), len(t.w.mem.latest)
+}
+
+// SetJournalWrite replaces the one write() of a lease journal record, for
+// a test that fails it or writes part of it, and returns the old one.
+func SetJournalWrite(fn func(f *os.File, p []byte) (int, error)) func(f *os.File, p []byte) (int, error) {
+	old := writeRecord
+	writeRecord = fn
+	return old
+}
+
+// SetJournalPause sets how long leases stay off after a journal failure,
+// and returns the old pause.
+func SetJournalPause(d time.Duration) time.Duration {
+	old := journalPause
+	journalPause = d
+	return old
 }
