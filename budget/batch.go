@@ -621,6 +621,7 @@ func (b *batch) decide(ctx context.Context, tx Tx) error {
 		}
 	}
 	b.writeLeases()
+	b.ws.Retry = b.prev != nil
 	return nil
 }
 

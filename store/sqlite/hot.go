@@ -136,7 +136,7 @@ func (t *tx) Apply(ctx context.Context, w *budget.WriteSet) ([]bool, int64, erro
 	if err := t.write(); err != nil {
 		return nil, 0, err
 	}
-	inserted, err := t.insertUsage(ctx, w.Events)
+	inserted, err := t.insertUsage(ctx, w.Events, w.Retry)
 	if err != nil {
 		return nil, 0, err
 	}
