@@ -61,6 +61,10 @@ type memWindow struct {
 	// known: used (and holds) are known; a window found in memory.stored
 	// only is known to have a row, not what it holds, and takes events only.
 	known bool
+	// ended: a backfill's window that ended before its batch, not read:
+	// its row gains the batch's events if it exists, and none is created
+	// (Config.Backfill).
+	ended bool
 }
 
 // memHold is a hold as a window keeps it.
@@ -526,10 +530,12 @@ func (b *batch) loadNeeds(ctx context.Context, tx Tx, n *needs) error {
 			w.hot = w.hot || r.reserve
 			continue
 		case w == nil && !r.reserve:
-			if b.t.rowStored(k) {
-				// A row exists; events only add to it: nothing to read.
-				w = newMemWindow(r.ref, WindowState{Stored: true})
-				w.known = false
+			stored := b.t.rowStored(k)
+			if stored || b.backfilled(r.ref) {
+				// A row exists, or the window ended and gets none if it has
+				// none: events only add to it, nothing to read.
+				w = newMemWindow(r.ref, WindowState{Stored: stored})
+				w.known, w.ended = false, !stored
 				m.windows[k] = w
 				b.visited = append(b.visited, k)
 				continue
@@ -572,6 +578,15 @@ func (b *batch) loadNeeds(ctx context.Context, tx Tx, n *needs) error {
 		}
 	}
 	return nil
+}
+
+// backfilled reports whether a backfill (Config.Backfill) leaves the row of
+// window r uncreated: the window ended before this batch, so no decision
+// will be made on it and its total is the history's. Section 8 logs a
+// rollover when a write creates a window's row: such a window logs none.
+// A window that never ends (Once) is no such window.
+func (b *batch) backfilled(r WindowRef) bool {
+	return b.t.cfg.Backfill && r.Limit.Window.Resets() && !r.End.After(b.now)
 }
 
 // size counts what w writes, to tell whether an operation planned anything.
@@ -832,9 +847,10 @@ func (b *batch) eventOf(ctx context.Context, tx Tx, ev Usage, o *op, p *keyPlan)
 		if w.cw < 0 {
 			w.base = w.used
 			w.cw = int32(len(b.ws.Counters))
-			b.ws.Counters = append(b.ws.Counters, CounterWrite{Ref: w.ref(), Create: !w.stored})
+			create := !w.stored && !w.ended
+			b.ws.Counters = append(b.ws.Counters, CounterWrite{Ref: w.ref(), Create: create, IfStored: w.ended})
 			b.touched = append(b.touched, w)
-			if !w.stored {
+			if create {
 				b.created(w)
 			}
 		}

@@ -152,6 +152,10 @@ type CounterAdd struct {
 type CounterWrite struct {
 	Ref    WindowRef
 	Create bool
+	// IfStored: the window had ended when the batch was planned and its
+	// row was not read (Config.Backfill). The store adds the batch's
+	// additions to the row if there is one, and creates none.
+	IfStored bool
 }
 
 // Settle ends a reservation: its state and settled-at set, its holds (as
