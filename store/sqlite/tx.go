@@ -219,6 +219,7 @@ func (t *tx) insertUsage(ctx context.Context, evs []budget.EventWrite, retry boo
 		t.db.exact.Add(-1)
 	}
 	args := make([]any, 0, min(len(order), chunk)*usageCols)
+	var box boxes
 	var first map[[2]string]int
 	var last *budget.Usage // the row before in order: a repeat of its id is ignored
 	for lo := 0; lo < len(order); lo += chunk {
@@ -227,8 +228,8 @@ func (t *tx) insertUsage(ctx context.Context, evs []budget.EventWrite, retry boo
 		var news int64
 		for _, i := range part {
 			e := &evs[i].Usage
-			args = append(args, e.Key, e.RequestID, e.Provider, e.Model, e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, ns(e.At),
-				budget.NormalizeModel(e.Model), e.Cost, e.Unpriced, e.Team, e.Org, e.User, evs[i].NoPrice, string(e.Tags))
+			args = append(args, box.str(0, e.Key), e.RequestID, box.str(1, e.Provider), box.str(2, e.Model), e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, ns(e.At),
+				box.str(3, budget.NormalizeModel(e.Model)), e.Cost, e.Unpriced, box.str(4, e.Team), box.str(5, e.Org), box.str(6, e.User), evs[i].NoPrice, box.str(7, string(e.Tags)))
 			if last == nil || last.Key != e.Key || last.RequestID != e.RequestID {
 				inserted[i] = !exact
 				news++
@@ -268,6 +269,22 @@ func (t *tx) insertUsage(ctx context.Context, evs []budget.EventWrite, retry boo
 		}
 	}
 	return inserted, nil
+}
+
+// boxes keeps the last string each of a few columns was boxed as an
+// argument: rows in key order repeat their key, provider, model and levels,
+// and a string put in an interface is an allocation each time.
+type boxes [8]struct {
+	s string
+	v any
+}
+
+func (b *boxes) str(col int, s string) any {
+	if c := &b[col]; c.v != nil && c.s == s {
+		return c.v
+	}
+	b[col].s, b[col].v = s, s
+	return b[col].v
 }
 
 // exactBatches is how many batches insert with RETURNING after one found
