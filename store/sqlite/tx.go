@@ -48,6 +48,11 @@ const (
 	// Multi-row statements: %s stands for the VALUES rows.
 	qInsertUsageN = `INSERT OR IGNORE INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm, cost, unpriced, team, org, end_user, no_price, tags)
 		VALUES %s`
+	// qInsertUsageLeanN leaves the levels, the end user and the tags to
+	// their default, '': a chunk of events that carry none binds 14
+	// values a row, not 18 (a string bound is a copy into C memory).
+	qInsertUsageLeanN = `INSERT OR IGNORE INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm, cost, unpriced, no_price)
+		VALUES %s`
 	qReturning    = ` RETURNING key, request_id`
 	qAddCountersN = `WITH v(lid, sub, ws, d) AS (VALUES %s)
 		UPDATE counters SET used = MIN(used + v.d, 9007199254740991) FROM v
@@ -60,10 +65,12 @@ const chunk = 64
 
 var hotStatements = []string{qLimitsVersion, `PRAGMA data_version`,
 	multiRow(qInsertUsageN, usageCols, chunk), multiRow(qInsertUsageN, usageCols, 1),
-	multiRow(qInsertUsageN+qReturning, usageCols, chunk), multiRow(qInsertUsageN+qReturning, usageCols, 1), multiRow(qAddCountersN, 4, chunk)}
+	multiRow(qInsertUsageN+qReturning, usageCols, chunk), multiRow(qInsertUsageN+qReturning, usageCols, 1),
+	multiRow(qInsertUsageLeanN, usageLeanCols, chunk), multiRow(qInsertUsageLeanN, usageLeanCols, 1), multiRow(qAddCountersN, 4, chunk)}
 
-// usageCols is the number of columns qInsertUsageN writes.
-const usageCols = 18
+// usageCols and usageLeanCols are the numbers of columns qInsertUsageN
+// and qInsertUsageLeanN write.
+const usageCols, usageLeanCols = 18, 14
 
 var multiRows sync.Map // multiRowKey -> string
 
@@ -226,10 +233,22 @@ func (t *tx) insertUsage(ctx context.Context, evs []budget.EventWrite, retry boo
 		part := order[lo:min(lo+chunk, len(order))]
 		args = args[:0]
 		var news int64
+		q, cols := qInsertUsageLeanN, usageLeanCols
+		for _, i := range part {
+			if e := &evs[i].Usage; e.Team != "" || e.Org != "" || e.User != "" || e.Tags != "" {
+				q, cols = qInsertUsageN, usageCols
+				break
+			}
+		}
 		for _, i := range part {
 			e := &evs[i].Usage
 			args = append(args, box.str(0, e.Key), e.RequestID, box.str(1, e.Provider), box.str(2, e.Model), e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, ns(e.At),
-				box.str(3, budget.NormalizeModel(e.Model)), e.Cost, e.Unpriced, box.str(4, e.Team), box.str(5, e.Org), box.str(6, e.User), evs[i].NoPrice, box.str(7, string(e.Tags)))
+				box.str(3, budget.NormalizeModel(e.Model)), e.Cost, e.Unpriced)
+			if cols == usageCols {
+				args = append(args, box.str(4, e.Team), box.str(5, e.Org), box.str(6, e.User), evs[i].NoPrice, box.str(7, string(e.Tags)))
+			} else {
+				args = append(args, evs[i].NoPrice)
+			}
 			if last == nil || last.Key != e.Key || last.RequestID != e.RequestID {
 				inserted[i] = !exact
 				news++
@@ -237,7 +256,7 @@ func (t *tx) insertUsage(ctx context.Context, evs []budget.EventWrite, retry boo
 			last = e
 		}
 		if !exact {
-			n, err := t.exec(ctx, multiRow(qInsertUsageN, usageCols, len(part)), args...)
+			n, err := t.exec(ctx, multiRow(q, cols, len(part)), args...)
 			if err != nil {
 				return nil, fmt.Errorf("insert usage: %w", err)
 			}
@@ -256,7 +275,7 @@ func (t *tx) insertUsage(ctx context.Context, evs []budget.EventWrite, retry boo
 		for _, i := range slices.Backward(part) {
 			first[[2]string{evs[i].Usage.Key, evs[i].Usage.RequestID}] = i
 		}
-		err := t.scan(ctx, multiRow(qInsertUsageN+qReturning, usageCols, len(part)), args, func(s scanner) error {
+		err := t.scan(ctx, multiRow(q+qReturning, cols, len(part)), args, func(s scanner) error {
 			var k [2]string
 			if err := s.Scan(&k[0], &k[1]); err != nil {
 				return err
