@@ -302,16 +302,8 @@ type batch struct {
 	adds []CounterAdd
 }
 
-// events are o's events: Record's one or RecordSync's.
-func (o *op) events() []Usage {
-	if o.evs != nil {
-		return o.evs
-	}
-	return []Usage{o.ev}
-}
-
-// numEvents is len(o.events()), event(i) its i-th event, in place: the
-// planning reads them without the slice events builds for a Record.
+// numEvents is how many events o records (Record's one, RecordSync's
+// several), event(i) its i-th, in place: no slice is built for a Record.
 func (o *op) numEvents() int {
 	if o.evs != nil {
 		return len(o.evs)
