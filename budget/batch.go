@@ -638,8 +638,12 @@ func (b *batch) decide(ctx context.Context, tx Tx) error {
 func (b *batch) sizeEvents() {
 	n := 0
 	for _, o := range b.ops {
-		if o.active() {
+		switch {
+		case !o.active():
+		case o.kind == opUsage:
 			n += o.numEvents()
+		case o.kind == opCommit || o.kind == opLeaseCommit:
+			n++ // a recovery's charges, rarer, are appended
 		}
 	}
 	b.ws.Events = make([]EventWrite, 0, n)
