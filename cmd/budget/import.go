@@ -81,7 +81,6 @@ func (m *Main) runImport(ctx context.Context, args []string) (err error) {
 
 	// Pass 1: validate every line; nothing is opened or written yet.
 	now := m.Now()
-	total := 0
 	// Generated request ids are salted with the file's absolute path (stdin:
 	// none), so identical lines of two files are two events.
 	salt := ""
@@ -90,19 +89,13 @@ func (m *Main) runImport(ctx context.Context, args []string) (err error) {
 			salt = abs
 		}
 	}
-	// The earliest event, checked against the prune horizon once the
+	// The earliest event is checked against the prune horizon once the
 	// database is open.
-	var first budget.Usage
-	firstLine := 0
-	if err := scanEvents(ctx, src, now, salt, func(n int, u budget.Usage) error {
-		total++
-		if firstLine == 0 || u.At.Before(first.At) {
-			first, firstLine = u, n
-		}
-		return nil
-	}); err != nil {
+	c, err := checkEvents(ctx, src, now, salt)
+	if err != nil {
 		return err // "line N: ..."
 	}
+	total, first, firstLine := c.total, c.first, c.firstLine
 	if _, err := src.Seek(start, io.SeekStart); err != nil {
 		return fmt.Errorf("read %s: %w", name, err)
 	}
