@@ -54,6 +54,12 @@ const (
 	qInsertUsageLeanN = `INSERT OR IGNORE INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm, cost, unpriced, no_price)
 		VALUES %s`
 	qReturning    = ` RETURNING key, request_id`
+	// qInsertUsageRun is qInsertUsageLeanN for chunk rows of one key,
+	// provider and model: those (and the model normalised) are bound once,
+	// as ?1-?4, so a row binds 10 values, not 14 (every bind takes the
+	// connection's mutex, a string's is a copy into C memory too).
+	qInsertUsageRun = `INSERT OR IGNORE INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm, cost, unpriced, no_price)
+		VALUES `
 	qAddCountersN = `WITH v(lid, sub, ws, d) AS (VALUES %s)
 		UPDATE counters SET used = MIN(used + v.d, 9007199254740991) FROM v
 		WHERE counters.limit_id = v.lid AND counters.subject = v.sub AND counters.window_start = v.ws`
@@ -66,7 +72,17 @@ const chunk = 64
 var hotStatements = []string{qLimitsVersion, `PRAGMA data_version`,
 	multiRow(qInsertUsageN, usageCols, chunk), multiRow(qInsertUsageN, usageCols, 1),
 	multiRow(qInsertUsageN+qReturning, usageCols, chunk), multiRow(qInsertUsageN+qReturning, usageCols, 1),
-	multiRow(qInsertUsageLeanN, usageLeanCols, chunk), multiRow(qInsertUsageLeanN, usageLeanCols, 1), multiRow(qAddCountersN, 4, chunk)}
+	multiRow(qInsertUsageLeanN, usageLeanCols, chunk), multiRow(qInsertUsageLeanN, usageLeanCols, 1), multiRow(qAddCountersN, 4, chunk),
+	insertUsageRun}
+
+// insertUsageRun is qInsertUsageRun's statement: the first row numbers
+// every parameter (?1-?4 shared, ?5-?14 its own), and a bare ? is numbered
+// one past the largest before it, so the later rows' own values follow in
+// order: 4 shared arguments, then 10 per row.
+var insertUsageRun = func() string {
+	row := "(?1, ?, ?2, ?3, ?, ?, ?, ?, ?, ?, ?4, ?, ?, ?)"
+	return qInsertUsageRun + "(?1, ?5, ?2, ?3, ?6, ?7, ?8, ?9, ?10, ?11, ?4, ?12, ?13, ?14)" + strings.Repeat(", "+row, chunk-1)
+}()
 
 // usageCols and usageLeanCols are the numbers of columns qInsertUsageN
 // and qInsertUsageLeanN write.
@@ -229,25 +245,37 @@ func (t *tx) insertUsage(ctx context.Context, evs []budget.EventWrite, retry boo
 	var box boxes
 	var first map[[2]string]int
 	var last *budget.Usage // the row before in order: a repeat of its id is ignored
+	var norm modelNorm
 	for lo := 0; lo < len(order); lo += chunk {
 		part := order[lo:min(lo+chunk, len(order))]
 		args = args[:0]
 		var news int64
 		q, cols := qInsertUsageLeanN, usageLeanCols
+		run := !exact && len(part) == chunk
+		e0 := &evs[part[0]].Usage
 		for _, i := range part {
-			if e := &evs[i].Usage; e.Team != "" || e.Org != "" || e.User != "" || e.Tags != "" {
-				q, cols = qInsertUsageN, usageCols
+			e := &evs[i].Usage
+			if e.Team != "" || e.Org != "" || e.User != "" || e.Tags != "" {
+				q, cols, run = qInsertUsageN, usageCols, false
 				break
 			}
+			run = run && e.Key == e0.Key && e.Provider == e0.Provider && e.Model == e0.Model
+		}
+		if run {
+			q = insertUsageRun
+			args = append(args, box.str(0, e0.Key), box.str(1, e0.Provider), box.str(2, e0.Model), box.str(3, norm.of(e0.Model)))
 		}
 		for _, i := range part {
 			e := &evs[i].Usage
-			args = append(args, box.str(0, e.Key), e.RequestID, box.str(1, e.Provider), box.str(2, e.Model), e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, ns(e.At),
-				box.str(3, budget.NormalizeModel(e.Model)), e.Cost, e.Unpriced)
-			if cols == usageCols {
-				args = append(args, box.str(4, e.Team), box.str(5, e.Org), box.str(6, e.User), evs[i].NoPrice, box.str(7, string(e.Tags)))
-			} else {
-				args = append(args, evs[i].NoPrice)
+			switch {
+			case run:
+				args = append(args, e.RequestID, e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, ns(e.At), e.Cost, e.Unpriced, evs[i].NoPrice)
+			case cols == usageCols:
+				args = append(args, box.str(0, e.Key), e.RequestID, box.str(1, e.Provider), box.str(2, e.Model), e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, ns(e.At),
+					box.str(3, norm.of(e.Model)), e.Cost, e.Unpriced, box.str(4, e.Team), box.str(5, e.Org), box.str(6, e.User), evs[i].NoPrice, box.str(7, string(e.Tags)))
+			default:
+				args = append(args, box.str(0, e.Key), e.RequestID, box.str(1, e.Provider), box.str(2, e.Model), e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, ns(e.At),
+					box.str(3, norm.of(e.Model)), e.Cost, e.Unpriced, evs[i].NoPrice)
 			}
 			if last == nil || last.Key != e.Key || last.RequestID != e.RequestID {
 				inserted[i] = !exact
@@ -256,7 +284,10 @@ func (t *tx) insertUsage(ctx context.Context, evs []budget.EventWrite, retry boo
 			last = e
 		}
 		if !exact {
-			n, err := t.exec(ctx, multiRow(q, cols, len(part)), args...)
+			if !run {
+				q = multiRow(q, cols, len(part))
+			}
+			n, err := t.exec(ctx, q, args...)
 			if err != nil {
 				return nil, fmt.Errorf("insert usage: %w", err)
 			}
@@ -304,6 +335,17 @@ func (b *boxes) str(col int, s string) any {
 	}
 	b[col].s, b[col].v = s, s
 	return b[col].v
+}
+
+// modelNorm memoises budget.NormalizeModel for the last model asked:
+// rows in key order repeat it.
+type modelNorm struct{ model, norm string }
+
+func (m *modelNorm) of(model string) string {
+	if m.model != model || m.norm == "" {
+		m.model, m.norm = model, budget.NormalizeModel(model)
+	}
+	return m.norm
 }
 
 // exactBatches is how many batches insert with RETURNING after one found
