@@ -70,7 +70,7 @@ func TestEventsStoredColumnForColumnWhateverTheirRuns(t *testing.T) {
 	}
 	defer db.Close()
 	type row struct {
-		provider, model, norm, team, org, user, tags                string
+		provider, model, norm, team, org, user, tags              string
 		input, output, reasoning, cacheRead, cacheWrite, at, cost int64
 	}
 	var n int

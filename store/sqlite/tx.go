@@ -53,7 +53,7 @@ const (
 	// values a row, not 18 (a string bound is a copy into C memory).
 	qInsertUsageLeanN = `INSERT OR IGNORE INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm, cost, unpriced, no_price)
 		VALUES %s`
-	qReturning    = ` RETURNING key, request_id`
+	qReturning = ` RETURNING key, request_id`
 	// qInsertUsageRun is qInsertUsageLeanN for chunk rows of one key,
 	// provider and model: those (and the model normalised) are bound once,
 	// as ?1-?4, so a row binds 10 values, not 14 (every bind takes the
