@@ -12,7 +12,8 @@ import (
 
 // TestEventsStoredColumnForColumnWhateverTheirRuns writes a batch whose
 // events, in key order, form full runs of one key, provider and model (the
-// insert binds those once per 64 rows), runs broken by a model, and rows
+// insert binds those once per 64 rows), a run with columns zero in every
+// row (left out of its statement), runs broken by a model, and rows
 // with levels, an end user and tags, with one request id the history
 // already holds in the middle of a run; every column of every event must
 // read back as written; a second batch of the run's ids again (the history
@@ -31,6 +32,11 @@ func TestEventsStoredColumnForColumnWhateverTheirRuns(t *testing.T) {
 	var evs []budget.Usage
 	for i := range 200 { // 200 of one key, provider and model: 3 full runs
 		evs = append(evs, ev("run-a", fmt.Sprintf("id-%04d", i), "GPT-4o", i))
+	}
+	for i := range 64 { // a run zero in some columns, which its statement leaves out
+		e := ev("run-z", fmt.Sprintf("id-%04d", i), "GPT-4o", i)
+		e.Reasoning, e.CacheWrite, e.Cost, e.CacheRead = 0, 0, 0, int64(1+i%5)
+		evs = append(evs, e)
 	}
 	for i := range 100 { // the model changes every 10 events: no full run
 		evs = append(evs, ev("run-b", fmt.Sprintf("id-%04d", i), fmt.Sprintf("gpt-4o-%d", i/10), i))

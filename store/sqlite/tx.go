@@ -54,12 +54,6 @@ const (
 	qInsertUsageLeanN = `INSERT OR IGNORE INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm, cost, unpriced, no_price)
 		VALUES %s`
 	qReturning = ` RETURNING key, request_id`
-	// qInsertUsageRun is qInsertUsageLeanN for chunk rows of one key,
-	// provider and model: those (and the model normalised) are bound once,
-	// as ?1-?4, so a row binds 10 values, not 14 (every bind takes the
-	// connection's mutex, a string's is a copy into C memory too).
-	qInsertUsageRun = `INSERT OR IGNORE INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm, cost, unpriced, no_price)
-		VALUES `
 	qAddCountersN = `WITH v(lid, sub, ws, d) AS (VALUES %s)
 		UPDATE counters SET used = MIN(used + v.d, 9007199254740991) FROM v
 		WHERE counters.limit_id = v.lid AND counters.subject = v.sub AND counters.window_start = v.ws`
@@ -73,16 +67,7 @@ var hotStatements = []string{qLimitsVersion, `PRAGMA data_version`,
 	multiRow(qInsertUsageN, usageCols, chunk), multiRow(qInsertUsageN, usageCols, 1),
 	multiRow(qInsertUsageN+qReturning, usageCols, chunk), multiRow(qInsertUsageN+qReturning, usageCols, 1),
 	multiRow(qInsertUsageLeanN, usageLeanCols, chunk), multiRow(qInsertUsageLeanN, usageLeanCols, 1), multiRow(qAddCountersN, 4, chunk),
-	insertUsageRun}
-
-// insertUsageRun is qInsertUsageRun's statement: the first row numbers
-// every parameter (?1-?4 shared, ?5-?14 its own), and a bare ? is numbered
-// one past the largest before it, so the later rows' own values follow in
-// order: 4 shared arguments, then 10 per row.
-var insertUsageRun = func() string {
-	row := "(?1, ?, ?2, ?3, ?, ?, ?, ?, ?, ?, ?4, ?, ?, ?)"
-	return qInsertUsageRun + "(?1, ?5, ?2, ?3, ?6, ?7, ?8, ?9, ?10, ?11, ?4, ?12, ?13, ?14)" + strings.Repeat(", "+row, chunk-1)
-}()
+	insertRun(0)}
 
 // usageCols and usageLeanCols are the numbers of columns qInsertUsageN
 // and qInsertUsageLeanN write.
@@ -251,25 +236,24 @@ func (t *tx) insertUsage(ctx context.Context, evs []budget.EventWrite, retry boo
 		args = args[:0]
 		var news int64
 		q, cols := qInsertUsageLeanN, usageLeanCols
-		run := !exact && len(part) == chunk
-		e0 := &evs[part[0]].Usage
 		for _, i := range part {
-			e := &evs[i].Usage
-			if e.Team != "" || e.Org != "" || e.User != "" || e.Tags != "" {
-				q, cols, run = qInsertUsageN, usageCols, false
+			if e := &evs[i].Usage; e.Team != "" || e.Org != "" || e.User != "" || e.Tags != "" {
+				q, cols = qInsertUsageN, usageCols
 				break
 			}
-			run = run && e.Key == e0.Key && e.Provider == e0.Provider && e.Model == e0.Model
 		}
+		zero, run := runOf(evs, part)
+		run = run && !exact && cols == usageLeanCols
 		if run {
-			q = insertUsageRun
+			e0 := &evs[part[0]].Usage
+			q = insertRun(zero)
 			args = append(args, box.str(0, e0.Key), box.str(1, e0.Provider), box.str(2, e0.Model), box.str(3, norm.of(e0.Model)))
 		}
 		for _, i := range part {
 			e := &evs[i].Usage
 			switch {
 			case run:
-				args = append(args, e.RequestID, e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, ns(e.At), e.Cost, e.Unpriced, evs[i].NoPrice)
+				args = runArgs(args, &evs[i], zero)
 			case cols == usageCols:
 				args = append(args, box.str(0, e.Key), e.RequestID, box.str(1, e.Provider), box.str(2, e.Model), e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, ns(e.At),
 					box.str(3, norm.of(e.Model)), e.Cost, e.Unpriced, box.str(4, e.Team), box.str(5, e.Org), box.str(6, e.User), evs[i].NoPrice, box.str(7, string(e.Tags)))
