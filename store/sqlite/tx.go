@@ -53,7 +53,7 @@ const (
 	// values a row, not 18 (a string bound is a copy into C memory).
 	qInsertUsageLeanN = `INSERT OR IGNORE INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm, cost, unpriced, no_price)
 		VALUES %s`
-	qReturning = ` RETURNING key, request_id`
+	qReturning    = ` RETURNING key, request_id`
 	qAddCountersN = `WITH v(lid, sub, ws, d) AS (VALUES %s)
 		UPDATE counters SET used = MIN(used + v.d, 9007199254740991) FROM v
 		WHERE counters.limit_id = v.lid AND counters.subject = v.sub AND counters.window_start = v.ws`
