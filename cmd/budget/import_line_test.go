@@ -1,9 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
-	"io"
 	"reflect"
 	"testing"
 	"time"
@@ -11,17 +8,8 @@ import (
 
 // decodeJSON is parseLine's encoding/json reading of one line.
 func decodeJSON(b []byte) (importLine, bool) {
-	var in importLine
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	dec.UseNumber()
-	if err := dec.Decode(&in); err != nil {
-		return in, false
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return in, false
-	}
-	return in, true
+	in, err := decodeLineJSON(b)
+	return in, err == nil
 }
 
 var plainLines = []struct {

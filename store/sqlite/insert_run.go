@@ -17,23 +17,26 @@ import (
 // the cost modernc.org/sqlite adds per value: each takes the connection's
 // mutex, and a string is a malloc and a copy into C memory.
 
-// The optional columns of a run's row, by bit of the zero mask.
-const (
-	runReasoning = 1 << iota
-	runCacheRead
-	runCacheWrite
-	runCost
-	runUnpriced
-	runNoPrice
-	runOptional = iota
-)
+// runOwn is a run's row's own columns, the optional ones (zero in every
+// row of a run: left out) last, in runOpt's order.
+var runOwn = []string{"request_id", "input", "output", "at", "reasoning", "cache_read", "cache_write", "cost", "unpriced", "no_price"}
 
-// runOwn is a run's row's own columns; those with a bit are optional.
-var runOwn = []struct {
-	name string
-	bit  uint8
-}{{"request_id", 0}, {"input", 0}, {"output", 0}, {"reasoning", runReasoning}, {"cache_read", runCacheRead},
-	{"cache_write", runCacheWrite}, {"at", 0}, {"cost", runCost}, {"unpriced", runUnpriced}, {"no_price", runNoPrice}}
+// runFixed is how many of runOwn every row binds; runOptional, how many may
+// be left out (a zero mask's bits, in runOpt's order).
+const runFixed, runOptional = 4, 6
+
+// runOpt is ev's optional values, in runOwn's order.
+func runOpt(ev *budget.EventWrite) [runOptional]int64 {
+	e := &ev.Usage
+	return [runOptional]int64{e.Reasoning, e.CacheRead, e.CacheWrite, e.Cost, b2i(e.Unpriced), b2i(ev.NoPrice)}
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
 
 // runOf reports whether the rows part of evs are a run, and the mask of
 // the optional columns zero in all of them.
@@ -48,23 +51,10 @@ func runOf(evs []budget.EventWrite, part []int) (zero uint8, run bool) {
 		if e.Key != e0.Key || e.Provider != e0.Provider || e.Model != e0.Model {
 			return 0, false
 		}
-		if e.Reasoning != 0 {
-			zero &^= runReasoning
-		}
-		if e.CacheRead != 0 {
-			zero &^= runCacheRead
-		}
-		if e.CacheWrite != 0 {
-			zero &^= runCacheWrite
-		}
-		if e.Cost != 0 {
-			zero &^= runCost
-		}
-		if e.Unpriced {
-			zero &^= runUnpriced
-		}
-		if evs[i].NoPrice {
-			zero &^= runNoPrice
+		for j, v := range runOpt(&evs[i]) {
+			if v != 0 {
+				zero &^= 1 << j
+			}
 		}
 	}
 	return zero, true
@@ -74,25 +64,11 @@ func runOf(evs []budget.EventWrite, part []int) (zero uint8, run bool) {
 // runOwn's order.
 func runArgs(args []any, ev *budget.EventWrite, zero uint8) []any {
 	e := &ev.Usage
-	args = append(args, e.RequestID, e.Input, e.Output)
-	if zero&runReasoning == 0 {
-		args = append(args, e.Reasoning)
-	}
-	if zero&runCacheRead == 0 {
-		args = append(args, e.CacheRead)
-	}
-	if zero&runCacheWrite == 0 {
-		args = append(args, e.CacheWrite)
-	}
-	args = append(args, ns(e.At))
-	if zero&runCost == 0 {
-		args = append(args, e.Cost)
-	}
-	if zero&runUnpriced == 0 {
-		args = append(args, e.Unpriced)
-	}
-	if zero&runNoPrice == 0 {
-		args = append(args, ev.NoPrice)
+	args = append(args, e.RequestID, e.Input, e.Output, ns(e.At))
+	for j, v := range runOpt(ev) {
+		if zero&(1<<j) == 0 {
+			args = append(args, v)
+		}
 	}
 	return args
 }
@@ -115,10 +91,10 @@ func insertRun(zero uint8) string { return runStmts[zero] }
 // the largest before it, so the later rows' own values follow in order:
 // the 4 shared arguments, then each row's own.
 func buildRun(zero uint8) string {
-	var cols []string
-	for _, c := range runOwn {
-		if zero&c.bit == 0 {
-			cols = append(cols, c.name)
+	cols := runOwn[:runFixed:runFixed]
+	for j, c := range runOwn[runFixed:] {
+		if zero&(1<<j) == 0 {
+			cols = append(cols, c)
 		}
 	}
 	var q strings.Builder
