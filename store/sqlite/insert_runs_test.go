@@ -12,8 +12,8 @@ import (
 
 // TestEventsStoredColumnForColumnWhateverTheirRuns writes a batch whose
 // events, in key order, form full runs of one key, provider and model (the
-// insert binds those once per 64 rows), a run with columns zero in every
-// row (left out of its statement), runs broken by a model, and rows
+// insert binds those once per 64 rows), runs with columns zero in every
+// row (left out of its statement once it is prepared), runs broken by a model, and rows
 // with levels, an end user and tags, with one request id the history
 // already holds in the middle of a run; every column of every event must
 // read back as written; a second batch of the run's ids again (the history
@@ -51,6 +51,19 @@ func TestEventsStoredColumnForColumnWhateverTheirRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The masked run's statement is prepared after the first batch that
+	// needed it (which bound every column): a second run of its mask uses it.
+	var more []budget.Usage
+	for i := 64; i < 128; i++ {
+		e := ev("run-z", fmt.Sprintf("id-%04d", i), "GPT-4o", i)
+		e.Reasoning, e.CacheWrite, e.Cost, e.CacheRead = 0, 0, 0, int64(1+i%5)
+		more = append(more, e)
+	}
+	d2, err := tr.RecordSync(ctx, more...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, dups = append(evs, more...), append(dups, d2...)
 	for i, d := range dups {
 		if d {
 			t.Errorf("event %d (%s %s): a duplicate in an empty history", i, evs[i].Key, evs[i].RequestID)

@@ -246,7 +246,13 @@ func (t *tx) insertUsage(ctx context.Context, evs []budget.EventWrite, retry boo
 		run = run && !exact && cols == usageLeanCols
 		if run {
 			e0 := &evs[part[0]].Usage
-			q = insertRun(zero)
+			if q = insertRun(zero); !t.db.ws.prepared(q) {
+				// Parsing a 64-row statement costs more than binding
+				// every column: until its mask's statement is prepared
+				// (before the next transaction), the run binds them all.
+				t.db.ws.pending.Store(q, struct{}{})
+				zero, q = 0, insertRun(0)
+			}
 			args = append(args, box.str(0, e0.Key), box.str(1, e0.Provider), box.str(2, e0.Model), box.str(3, norm.of(e0.Model)))
 		}
 		for _, i := range part {
