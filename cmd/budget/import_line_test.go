@@ -1,26 +1,15 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
-	"io"
 	"reflect"
 	"testing"
+	"time"
 )
 
 // decodeJSON is parseLine's encoding/json reading of one line.
 func decodeJSON(b []byte) (importLine, bool) {
-	var in importLine
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	dec.UseNumber()
-	if err := dec.Decode(&in); err != nil {
-		return in, false
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return in, false
-	}
-	return in, true
+	in, err := decodeLineJSON(b)
+	return in, err == nil
 }
 
 var plainLines = []struct {
@@ -88,4 +77,19 @@ func FuzzImportPlainLine(f *testing.F) {
 			t.Fatalf("decodePlain(%q) = %+v; encoding/json: %+v (ok %v)", b, got, want, ok)
 		}
 	})
+}
+
+// BenchmarkImportParseLine is one line as 'budget export' writes it, both
+// passes' work per line:
+//
+//	go test -run '^$' -bench ImportParseLine -benchmem ./cmd/budget/
+func BenchmarkImportParseLine(b *testing.B) {
+	line := []byte(`{"request_id":"req-123456","key":"key-17","provider":"openai","model":"gpt-4o","input":317,"output":56,"reasoning":0,"cache_read":3,"cache_write":0,"at":"2026-12-06T11:52:24.123456789Z"}` + "\n")
+	now := time.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := parseLine(line, 1, now, ""); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -640,6 +640,12 @@ func (c *stmtCache) get(ctx context.Context, t *sqlx.Tx, query string) *sqlx.Stm
 	return nil
 }
 
+// prepared reports whether query has its prepared statement.
+func (c *stmtCache) prepared(query string) bool {
+	_, ok := c.stmts.Load(query)
+	return ok
+}
+
 // stmt is the prepared form of query for a write transaction, or nil.
 func (db *DB) stmt(ctx context.Context, t *sqlx.Tx, query string) *sqlx.Stmt {
 	return db.ws.get(ctx, t, query)

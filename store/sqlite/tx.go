@@ -66,7 +66,8 @@ const chunk = 64
 var hotStatements = []string{qLimitsVersion, `PRAGMA data_version`,
 	multiRow(qInsertUsageN, usageCols, chunk), multiRow(qInsertUsageN, usageCols, 1),
 	multiRow(qInsertUsageN+qReturning, usageCols, chunk), multiRow(qInsertUsageN+qReturning, usageCols, 1),
-	multiRow(qInsertUsageLeanN, usageLeanCols, chunk), multiRow(qInsertUsageLeanN, usageLeanCols, 1), multiRow(qAddCountersN, 4, chunk)}
+	multiRow(qInsertUsageLeanN, usageLeanCols, chunk), multiRow(qInsertUsageLeanN, usageLeanCols, 1), multiRow(qAddCountersN, 4, chunk),
+	insertRun(0)}
 
 // usageCols and usageLeanCols are the numbers of columns qInsertUsageN
 // and qInsertUsageLeanN write.
@@ -229,6 +230,7 @@ func (t *tx) insertUsage(ctx context.Context, evs []budget.EventWrite, retry boo
 	var box boxes
 	var first map[[2]string]int
 	var last *budget.Usage // the row before in order: a repeat of its id is ignored
+	var norm modelNorm
 	for lo := 0; lo < len(order); lo += chunk {
 		part := order[lo:min(lo+chunk, len(order))]
 		args = args[:0]
@@ -240,14 +242,30 @@ func (t *tx) insertUsage(ctx context.Context, evs []budget.EventWrite, retry boo
 				break
 			}
 		}
+		zero, run := runOf(evs, part)
+		run = run && !exact && cols == usageLeanCols
+		if run {
+			e0 := &evs[part[0]].Usage
+			if q = insertRun(zero); !t.db.ws.prepared(q) {
+				// Parsing a 64-row statement costs more than binding
+				// every column: until its mask's statement is prepared
+				// (before the next transaction), the run binds them all.
+				t.db.ws.pending.Store(q, struct{}{})
+				zero, q = 0, insertRun(0)
+			}
+			args = append(args, box.str(0, e0.Key), box.str(1, e0.Provider), box.str(2, e0.Model), box.str(3, norm.of(e0.Model)))
+		}
 		for _, i := range part {
 			e := &evs[i].Usage
-			args = append(args, box.str(0, e.Key), e.RequestID, box.str(1, e.Provider), box.str(2, e.Model), e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, ns(e.At),
-				box.str(3, budget.NormalizeModel(e.Model)), e.Cost, e.Unpriced)
-			if cols == usageCols {
-				args = append(args, box.str(4, e.Team), box.str(5, e.Org), box.str(6, e.User), evs[i].NoPrice, box.str(7, string(e.Tags)))
-			} else {
-				args = append(args, evs[i].NoPrice)
+			switch {
+			case run:
+				args = runArgs(args, &evs[i], zero)
+			case cols == usageCols:
+				args = append(args, box.str(0, e.Key), e.RequestID, box.str(1, e.Provider), box.str(2, e.Model), e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, ns(e.At),
+					box.str(3, norm.of(e.Model)), e.Cost, e.Unpriced, box.str(4, e.Team), box.str(5, e.Org), box.str(6, e.User), evs[i].NoPrice, box.str(7, string(e.Tags)))
+			default:
+				args = append(args, box.str(0, e.Key), e.RequestID, box.str(1, e.Provider), box.str(2, e.Model), e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, ns(e.At),
+					box.str(3, norm.of(e.Model)), e.Cost, e.Unpriced, evs[i].NoPrice)
 			}
 			if last == nil || last.Key != e.Key || last.RequestID != e.RequestID {
 				inserted[i] = !exact
@@ -256,7 +274,10 @@ func (t *tx) insertUsage(ctx context.Context, evs []budget.EventWrite, retry boo
 			last = e
 		}
 		if !exact {
-			n, err := t.exec(ctx, multiRow(q, cols, len(part)), args...)
+			if !run {
+				q = multiRow(q, cols, len(part))
+			}
+			n, err := t.exec(ctx, q, args...)
 			if err != nil {
 				return nil, fmt.Errorf("insert usage: %w", err)
 			}
@@ -304,6 +325,17 @@ func (b *boxes) str(col int, s string) any {
 	}
 	b[col].s, b[col].v = s, s
 	return b[col].v
+}
+
+// modelNorm memoises budget.NormalizeModel for the last model asked:
+// rows in key order repeat it.
+type modelNorm struct{ model, norm string }
+
+func (m *modelNorm) of(model string) string {
+	if m.model != model || m.norm == "" {
+		m.model, m.norm = model, budget.NormalizeModel(model)
+	}
+	return m.norm
 }
 
 // exactBatches is how many batches insert with RETURNING after one found
