@@ -49,3 +49,10 @@ func SharedEntries(t *Tracker, a, b string) (defs, routes bool) {
 func WriterMemory(t *Tracker) (stored, latest int) {
 	return len(t.w.mem.stored), len(t.w.mem.latest)
 }
+
+// WriterWindows is how many windows the writer's memory holds, and the
+// most it held since its maps were last rebuilt (0 once rebuilt). Read it
+// only while the writer is idle (after Flush).
+func WriterWindows(t *Tracker) (now, sinceRebuilt int) {
+	return len(t.w.mem.windows), t.w.burst
+}

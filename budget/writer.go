@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -190,6 +191,7 @@ func (t *Tracker) process(ops []*op) bool {
 		}
 		backoff = min(2*backoff, t.cfg.MaxRetryBackoff)
 	}
+	t.shrinkMemory()
 	t.publish(b, sums)
 	if b == prev {
 		t.releaseTold(b)
@@ -209,7 +211,7 @@ func claim(ops []*op, sums map[*cache.Counter]*pendingSum) {
 			for _, c := range o.contribs {
 				ps := sums[c.c]
 				if ps == nil {
-					ps = &pendingSum{key: c.key}
+					ps = &pendingSum{key: c.c.Key()}
 					sums[c.c] = ps
 				}
 				ps.queued += c.delta
@@ -454,6 +456,7 @@ func (b *batch) landed() {
 	}
 	// Windows no reservation decides on leave memory; that their rows
 	// exist is all later events need.
+	b.t.w.burst = max(b.t.w.burst, len(m.windows))
 	for _, k := range b.visited {
 		if w := m.windows[k]; w != nil && w.hot {
 			m.hotPairs[latestHash(w.l)] = struct{}{}
@@ -475,6 +478,32 @@ func (b *batch) landed() {
 		delete(m.windows, k)
 	}
 }
+
+// shrinkMemory gives back what a burst grew the writer's window maps to.
+// A batch fills them with the windows its events touch, and landed
+// deletes all but the hot ones, but Go's maps keep their largest table:
+// after a burst of full batches, megabytes of empty slots stay (6 MB after
+// batches of 16,384 events over 100,000 keys, more than the keys' windows
+// themselves). Once the queue is empty after a batch that large, the maps
+// are built again holding what is left; under a sustained load the queue
+// is never empty and they are reused as they are. It runs before the
+// batch's answers, so a Flush's caller sees the writer's memory shrunk.
+func (t *Tracker) shrinkMemory() {
+	w := &t.w
+	if w.burst < shrinkAfter || len(t.queue) > 0 {
+		return
+	}
+	w.burst = 0
+	m := &w.mem
+	m.windows = maps.Collect(maps.All(m.windows))
+	m.latest = maps.Collect(maps.All(m.latest))
+	m.hotPairs = maps.Collect(maps.All(m.hotPairs))
+}
+
+// shrinkAfter is how many windows the writer's memory must have held
+// since it was last rebuilt for shrinkMemory to rebuild it once idle:
+// below it the slack is a few hundred kilobytes at most.
+const shrinkAfter = 1024
 
 // rowStored reports whether the writer knows that window k has a counter
 // row.
