@@ -13,6 +13,7 @@ package cache
 import (
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Key names one limit's window: the limit id and the window start in Unix
@@ -50,6 +51,18 @@ type Counter struct {
 	// the writer's memory epoch it learnt so in, 0 for never (see Row).
 	row atomic.Uint32
 }
+
+// Key is the key c is cached under. A Counter exists only in its table
+// node, beside its key (Acquire makes it there, and Counters hands out no
+// other), so whoever keeps a counter finds its key without a copy of it:
+// an event queued for the writer keeps its counters as pointers alone (16
+// bytes each instead of 56, with 65,536 events queued).
+func (c *Counter) Key() Key {
+	return (*node[Key, Counter])(unsafe.Add(unsafe.Pointer(c), -counterOffset)).key
+}
+
+// counterOffset is where a Counter sits in its node.
+var counterOffset = int(unsafe.Offsetof(node[Key, Counter]{}.val))
 
 // Used is the committed total plus what this process has queued since.
 func (c *Counter) Used() int64 { return c.used.Load() }
