@@ -56,3 +56,6 @@ func WriterMemory(t *Tracker) (stored, latest int) {
 func WriterWindows(t *Tracker) (now, sinceRebuilt int) {
 	return len(t.w.mem.windows), t.w.burst
 }
+
+// MaxBatchKeys is the most distinct keys the writer puts in one batch.
+const MaxBatchKeys = maxBatchKeys

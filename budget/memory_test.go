@@ -152,3 +152,45 @@ func TestWriterMapsRebuiltAfterABurst(t *testing.T) {
 		}
 	}
 }
+
+// What a batch holds while it is written grows with its keys: events over
+// many keys queued while the writer is busy are written in batches of at
+// most MaxBatchKeys keys, every one of them; events over few keys still
+// share one batch.
+func TestBatchesBoundedByTheirKeys(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		keys     int
+		min, max int64 // batches: the held one, the queued events', and the flush's if it came late
+	}{
+		{"many keys", 2*budget.MaxBatchKeys + 10, 1 + 3, 1 + 3 + 1},
+		{"few keys", 10, 1 + 1, 1 + 1 + 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			s := memstore.New()
+			tr := storeTracker(t, s, nil)
+			at := time.Date(2026, 3, 2, 9, 30, 0, 0, time.UTC)
+			g := s.Gate()
+			if err := tr.Record(ctx, budget.Usage{Key: "first", Provider: "openai", Model: "gpt-4o", Input: 1, At: at}); err != nil {
+				t.Fatal(err)
+			}
+			<-g.Reached() // the writer holds its first batch: the rest queue
+			const events = 2*budget.MaxBatchKeys + 10
+			for i := range events {
+				key := "key-" + strconv.Itoa(i%tc.keys)
+				if err := tr.Record(ctx, budget.Usage{Key: key, Provider: "openai", Model: "gpt-4o", Input: 1, At: at}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			g.Release()
+			res, err := tr.Flush(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st := tr.Stats(); res.Written != events+1 || st.Batches < tc.min || st.Batches > tc.max {
+				t.Errorf("%d events over %d keys: %d written in %d batches; want %d in %d to %d", events+1, tc.keys, res.Written, st.Batches, events+1, tc.min, tc.max)
+			}
+		})
+	}
+}

@@ -16,6 +16,7 @@ import (
 func (t *Tracker) writeLoop() {
 	defer close(t.done)
 	batch := make([]*op, 0, t.cfg.BatchSize)
+	keys := make(map[string]struct{})
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
@@ -27,15 +28,18 @@ func (t *Tracker) writeLoop() {
 			return
 		}
 		batch = append(batch[:0], first)
+		clear(keys)
+		first.addKeys(keys)
 		urgent := first.waited()
 		if !urgent {
 			timer.Reset(t.cfg.BatchInterval)
 		}
 	gather:
-		for len(batch) < t.cfg.BatchSize {
+		for len(batch) < t.cfg.BatchSize && len(keys) < maxBatchKeys {
 			select {
 			case o := <-t.queue:
 				batch = append(batch, o)
+				o.addKeys(keys)
 				urgent = urgent || o.waited()
 				continue
 			default:
@@ -46,6 +50,7 @@ func (t *Tracker) writeLoop() {
 			select {
 			case o := <-t.queue:
 				batch = append(batch, o)
+				o.addKeys(keys)
 				urgent = urgent || o.waited()
 			case <-timer.C:
 				break gather
@@ -59,6 +64,33 @@ func (t *Tracker) writeLoop() {
 		// up to BatchSize written operations, their events and their
 		// contributions alive until the slots are reused.
 		clear(batch)
+	}
+}
+
+// maxBatchKeys bounds the distinct keys of a batch's events: the writer
+// closes a batch that reaches it, however few events it holds. What a
+// batch holds while it is planned and written grows with its keys more
+// than with its events (each key's limits written out, its windows looked
+// up, loaded and created, their rows and rollups): in Memory100kKeys,
+// batches of 16,384 events over as many keys were most of what was live
+// when the heap peaked, on top of the queue. A load over fewer keys, the
+// usual one (RecordSustained's 1,000, a gateway's busy keys), still gets
+// batches of BatchSize, which is where larger batches pay: many events
+// per leaf page written.
+const maxBatchKeys = 4096
+
+// addKeys adds the keys of o's events to keys (a usage operation's: the
+// others, a few per batch, add nothing).
+func (o *op) addKeys(keys map[string]struct{}) {
+	if o.kind != opUsage {
+		return
+	}
+	if o.evs == nil {
+		keys[o.ev.Key] = struct{}{}
+		return
+	}
+	for i := 0; i < len(o.evs) && len(keys) < maxBatchKeys; i++ {
+		keys[o.evs[i].Key] = struct{}{}
 	}
 }
 
