@@ -24,6 +24,9 @@ import (
 // is the tracker's alone.
 func TestMain(m *testing.M) {
 	if path := os.Getenv("TB_MEM_CHILD"); path != "" {
+		if os.Getenv("TB_MEM_HEAPPROFILE")+os.Getenv("TB_MEM_PEAKPROFILE") != "" {
+			runtime.MemProfileRate = 4096 // a sample every 4 KiB, not 512: per-key costs of tens of bytes show
+		}
 		keys, _ := strconv.Atoi(os.Getenv("TB_MEM_KEYS"))
 		if err := memChild(path, keys); err != nil {
 			fmt.Fprintln(os.Stderr, "mem child:", err)
