@@ -133,7 +133,9 @@ func BenchmarkReserveLeased(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	if st := t.Stats(); st.Leased < int64(b.N) {
+	// The lease is replaced (one Reserve on the writer's path) each time
+	// its journal generation fills: one in about 240,000 pairs here.
+	if st := t.Stats(); st.Leased < int64(b.N)-int64(b.N)/100_000-1 {
 		b.Fatalf("%d of %d reservations came from the lease", st.Leased, b.N)
 	}
 	slices.Sort(samples)

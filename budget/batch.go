@@ -61,6 +61,10 @@ type memWindow struct {
 	// known: used (and holds) are known; a window found in memory.stored
 	// only is known to have a row, not what it holds, and takes events only.
 	known bool
+	// ended: a backfill's window that ended before its batch, not read:
+	// its row gains the batch's events if it exists, and none is created
+	// (Config.Backfill).
+	ended bool
 }
 
 // memHold is a hold as a window keeps it.
@@ -291,14 +295,27 @@ type batch struct {
 	// replaced next once it is full.
 	bounds    []boundsMemo
 	nextBound int
+
+	// keys are this try's plans by key (keyplan.go); adds backs the
+	// events' WriteSet adds, so an event's few adds cost no allocation.
+	keys map[string]*keyPlan
+	adds []CounterAdd
 }
 
-// events are o's events: Record's one or RecordSync's.
-func (o *op) events() []Usage {
+// numEvents is how many events o records (Record's one, RecordSync's
+// several), event(i) its i-th, in place: no slice is built for a Record.
+func (o *op) numEvents() int {
 	if o.evs != nil {
-		return o.evs
+		return len(o.evs)
 	}
-	return []Usage{o.ev}
+	return 1
+}
+
+func (o *op) event(i int) *Usage {
+	if o.evs != nil {
+		return &o.evs[i]
+	}
+	return &o.ev
 }
 
 // active reports whether the batch plans o: not when its caller withdrew
@@ -312,6 +329,7 @@ func (o *op) active() bool { return !o.skip && o.kind != opFlush }
 // the limits locked and their windows read, with providers and prices when
 // a kind needs them.
 func (b *batch) load(ctx context.Context, tx Tx) error {
+	b.keys = nil // a try's plans are its own: the memory may have been forgotten
 	if err := b.recall(ctx, tx); err != nil {
 		return err
 	}
@@ -450,25 +468,24 @@ type want struct {
 // needEvent adds the windows an event of who's (placed, see eventWho)
 // counts in, and their limits.
 func (b *batch) needEvent(ctx context.Context, tx Tx, n *needs, who *Who, provider, model string, at time.Time) error {
-	ls, err := b.t.limitsFor(ctx, tx, who)
+	p, err := b.keyPlan(ctx, tx, who, true)
+	if err != nil {
+		return err
+	}
+	return b.needEventOf(ctx, tx, n, p, who, provider, model, at)
+}
+
+// needEventOf is needEvent through who's key's plan p (nil: none).
+func (b *batch) needEventOf(ctx context.Context, tx Tx, n *needs, p *keyPlan, who *Who, provider, model string, at time.Time) error {
+	ls, err := b.limits(ctx, tx, p, who)
 	if err != nil {
 		return err
 	}
 	n.prices = true
 	model = NormalizeModel(model)
-	for i := range ls {
-		l := &ls[i]
-		if !l.countsEvent(who, provider, model, at) {
-			continue
-		}
-		l = l.forWho(who)
-		n.limits[l.ID] = true
-		r := b.refAt(l, at)
-		k := windowKey(l, r.Start)
-		// A limit with alert thresholds must know its total to
-		// see one crossed.
-		if cur, ok := n.refs[k]; !ok || len(l.Alerts) > 0 && !cur.reserve {
-			n.refs[k] = want{ref: r, reserve: len(l.Alerts) > 0}
+	for j := range ls {
+		if l := &ls[j]; l.countsEvent(who, provider, model, at) {
+			b.needWindow(n, p, j, l, who, at)
 		}
 	}
 	return nil
@@ -505,10 +522,12 @@ func (b *batch) loadNeeds(ctx context.Context, tx Tx, n *needs) error {
 			w.hot = w.hot || r.reserve
 			continue
 		case w == nil && !r.reserve:
-			if b.t.rowStored(k) {
-				// A row exists; events only add to it: nothing to read.
-				w = newMemWindow(r.ref, WindowState{Stored: true})
-				w.known = false
+			stored := b.t.rowStored(k)
+			if stored || b.backfilled(r.ref) {
+				// A row exists, or the window ended and gets none if it has
+				// none: events only add to it, nothing to read.
+				w = newMemWindow(r.ref, WindowState{Stored: stored})
+				w.known, w.ended = false, !stored
 				m.windows[k] = w
 				b.visited = append(b.visited, k)
 				continue
@@ -553,6 +572,15 @@ func (b *batch) loadNeeds(ctx context.Context, tx Tx, n *needs) error {
 	return nil
 }
 
+// backfilled reports whether a backfill (Config.Backfill) leaves the row of
+// window r uncreated: the window ended before this batch, so no decision
+// will be made on it and its total is the history's. Section 8 logs a
+// rollover when a write creates a window's row: such a window logs none.
+// A window that never ends (Once) is no such window.
+func (b *batch) backfilled(r WindowRef) bool {
+	return b.t.cfg.Backfill && r.Limit.Window.Resets() && !r.End.After(b.now)
+}
+
 // size counts what w writes, to tell whether an operation planned anything.
 func (w *WriteSet) size() int {
 	return len(w.Events) + len(w.NewReservations) + len(w.Settles) + len(w.Renewals)
@@ -572,6 +600,7 @@ func (b *batch) window(l *Limit, at time.Time) *memWindow {
 // decide is step 2: every active operation, in queue order, against the
 // memory alone, by its kind (see decideOp).
 func (b *batch) decide(ctx context.Context, tx Tx) error {
+	b.sizeEvents()
 	for _, o := range b.ops {
 		if !o.active() {
 			continue
@@ -599,7 +628,27 @@ func (b *batch) decide(ctx context.Context, tx Tx) error {
 		}
 	}
 	b.writeLeases()
+	b.ws.Retry = b.prev != nil
 	return nil
+}
+
+// sizeEvents allocates the write set's events, their operations and their
+// adds for about the events the batch holds, once, where appending them
+// one by one copied every event's write a few times over.
+func (b *batch) sizeEvents() {
+	n := 0
+	for _, o := range b.ops {
+		switch {
+		case !o.active():
+		case o.kind == opUsage:
+			n += o.numEvents()
+		case o.kind == opCommit || o.kind == opLeaseCommit:
+			n++ // a recovery's charges, rarer, are appended
+		}
+	}
+	b.ws.Events = make([]EventWrite, 0, n)
+	b.evOps = make([]*op, 0, n)
+	b.adds = make([]CounterAdd, 0, 3*n)
 }
 
 // Each kind of operation, its steps side by side: what it locks and reads
@@ -701,14 +750,14 @@ func (l *Limit) decidesRequest(who *Who, provider, model string, at time.Time) b
 
 // needUsage places each event, then needs the windows it counts in.
 func (b *batch) needUsage(ctx context.Context, tx Tx, o *op, n *needs) error {
-	for _, ev := range o.events() {
+	for i := range o.numEvents() {
+		ev := o.event(i)
 		who := ev.Who()
-		if !ev.Placed {
-			if err := b.t.place(ctx, tx, &who); err != nil {
-				return err
-			}
+		p, err := b.keyPlan(ctx, tx, &who, ev.Placed)
+		if err != nil {
+			return err
 		}
-		if err := b.needEvent(ctx, tx, n, &who, ev.Provider, ev.Model, ev.At); err != nil {
+		if err := b.needEventOf(ctx, tx, n, p, &who, ev.Provider, ev.Model, ev.At); err != nil {
 			return err
 		}
 	}
@@ -728,15 +777,15 @@ func (b *batch) decideUsage(ctx context.Context, tx Tx, o *op) error {
 			}
 		}
 	}
-	for _, ev := range o.events() {
-		if !ev.Placed {
-			who := ev.Who()
-			if err := b.t.place(ctx, tx, &who); err != nil {
-				return err
-			}
-			ev.Team, ev.Org = who.Team, who.Org
+	for i := range o.numEvents() {
+		ev := *o.event(i)
+		who := ev.Who()
+		p, err := b.keyPlan(ctx, tx, &who, ev.Placed)
+		if err != nil {
+			return err
 		}
-		if err := b.event(ctx, tx, ev, o); err != nil {
+		ev.Team, ev.Org = who.Team, who.Org
+		if err := b.eventOf(ctx, tx, ev, o, p); err != nil {
 			return err
 		}
 	}
@@ -748,7 +797,17 @@ func (b *batch) decideUsage(ctx context.Context, tx Tx, o *op) error {
 // the reservation's). Usage, commits and charges all record through it.
 func (b *batch) event(ctx context.Context, tx Tx, ev Usage, o *op) error {
 	who := ev.Who()
-	ls, err := b.t.limitsFor(ctx, tx, &who)
+	p, err := b.keyPlan(ctx, tx, &who, true)
+	if err != nil {
+		return err
+	}
+	return b.eventOf(ctx, tx, ev, o, p)
+}
+
+// eventOf is event through ev's key's plan p (nil: none).
+func (b *batch) eventOf(ctx context.Context, tx Tx, ev Usage, o *op, p *keyPlan) error {
+	who := ev.Who()
+	ls, err := b.limits(ctx, tx, p, &who)
 	if err != nil {
 		return err
 	}
@@ -771,23 +830,23 @@ func (b *batch) event(ctx context.Context, tx Tx, ev Usage, o *op) error {
 			}
 		}
 	}
-	ew := EventWrite{Usage: ev, NoPrice: noPrice}
+	first := len(b.adds)
 	for j := range ls {
 		l := &ls[j]
 		if !l.countsEvent(&who, ev.Provider, model, ev.At) {
 			continue
 		}
-		l = l.forWho(&who)
-		w := b.window(l, ev.At)
+		l, w := b.countedWindow(p, j, l, &who, ev.At)
 		if w == nil {
 			return errNotLoaded(l, ev.At)
 		}
 		if w.cw < 0 {
 			w.base = w.used
 			w.cw = int32(len(b.ws.Counters))
-			b.ws.Counters = append(b.ws.Counters, CounterWrite{Ref: w.ref(), Create: !w.stored})
+			create := !w.stored && !w.ended
+			b.ws.Counters = append(b.ws.Counters, CounterWrite{Ref: w.ref(), Create: create, IfStored: w.ended})
 			b.touched = append(b.touched, w)
-			if !w.stored {
+			if create {
 				b.created(w)
 			}
 		}
@@ -795,9 +854,13 @@ func (b *batch) event(ctx context.Context, tx Tx, ev Usage, o *op) error {
 		// Counters saturate at MaxTokens, past any limit, rather than
 		// overflow (contract section 1: sums are checked).
 		w.used = min(w.used+amt, MaxTokens)
-		ew.Adds = append(ew.Adds, CounterAdd{Counter: int(w.cw), Amount: amt})
+		b.adds = append(b.adds, CounterAdd{Counter: int(w.cw), Amount: amt})
 	}
-	b.ws.Events = append(b.ws.Events, ew)
+	var adds []CounterAdd
+	if len(b.adds) > first {
+		adds = b.adds[first:len(b.adds):len(b.adds)] // its own: a later append reallocates, never overwrites
+	}
+	b.ws.Events = append(b.ws.Events, EventWrite{Usage: ev, Adds: adds, NoPrice: noPrice})
 	b.evOps = append(b.evOps, o)
 	return nil
 }
@@ -842,12 +905,13 @@ func (e *internalError) Error() string { return "budget: internal: " + e.s }
 // on (known: a reservation decides on their totals), the prices if one is
 // a usd limit's, and the parked providers if it names one.
 func (b *batch) needReserve(ctx context.Context, tx Tx, o *op, n *needs) error {
-	t, m := b.t, &b.t.w.mem
+	m := &b.t.w.mem
 	who := Who{Key: o.req.Key, User: o.req.User, Tags: o.req.Tags}
-	if err := t.place(ctx, tx, &who); err != nil {
+	p, err := b.keyPlan(ctx, tx, &who, false)
+	if err != nil {
 		return err
 	}
-	ls, err := t.limitsFor(ctx, tx, &who)
+	ls, err := b.limits(ctx, tx, p, &who)
 	if err != nil {
 		return err
 	}
@@ -880,7 +944,7 @@ func (b *batch) needReserve(ctx context.Context, tx Tx, o *op, n *needs) error {
 // decideReserve plans one reservation: refused, or held on every limit it
 // is decided on.
 func (b *batch) decideReserve(ctx context.Context, tx Tx, o *op) error {
-	t, m := b.t, &b.t.w.mem
+	m := &b.t.w.mem
 	req, at := o.req, o.at
 	if req.Provider != "" {
 		if p := m.parked[req.Provider]; p != nil && p.Refusing(at) {
@@ -900,10 +964,11 @@ func (b *batch) decideReserve(ctx context.Context, tx Tx, o *op) error {
 		lease = nil
 	}
 	who := Who{Key: req.Key, User: req.User, Tags: req.Tags}
-	if err := t.place(ctx, tx, &who); err != nil {
+	p, err := b.keyPlan(ctx, tx, &who, false)
+	if err != nil {
 		return err
 	}
-	ls, err := t.limitsFor(ctx, tx, &who)
+	ls, err := b.limits(ctx, tx, p, &who)
 	if err != nil {
 		return err
 	}

@@ -117,15 +117,31 @@
 // the record is on disk (fdatasync) before the call returns, one sync
 // serving every caller waiting on it. A lease's journal name is a hard
 // link to the file all of its Tracker's leases append to (its
-// generation, rotated at 32 MiB): a link costs a fraction of a new file,
-// and the file goes when its last name does (journal_gen.go). Recovery of
-// an expired lease row, by any process's sweep on the machine (the
+// generation, rotated at 32 MiB; a lease whose generation is full carves
+// no more and is replaced, so no file outgrows that by more than the
+// records of the carves then in flight): a link costs a fraction of a
+// new file, and the file goes when its last name does (journal_gen.go).
+// Recovery of an expired lease row, by any process's sweep on the machine (the
 // owner's restart included), reads it: a committed reservation is charged
 // its actual usage, one in flight its estimate under ExpireCharge
 // (nothing under ExpireRelease), a released one nothing, each as an event
 // with the reservation id the caller saw; the lease's unused room is
 // charged nothing, its holds simply go. Events are idempotent by request
 // id, so what the owner had already written is not written twice.
+//
+// A failed journal write hides no answered request. A generation's
+// appends are serialised, and the first that fails (an error or a short
+// write) or whose sync fails seals it: no record is appended to it again,
+// so a record not written whole can only be its last, and recovery,
+// reading up to the first record whose length or checksum is wrong, loses
+// no answered one. A Reserve whose record failed is decided again on the
+// store's path (a reservation of its own, under the same id); the
+// generation's leases carve no more; for a second no lease is taken or
+// grown (the routes hold reservations of their own, so a failing disk
+// costs no caller an error), then the next lease starts a new
+// generation; a Commit of what they had carved is written to the store
+// before it returns; and a Release under ExpireCharge, which has nothing
+// to write there, fails, the reservation then expiring by its policy.
 //
 // Crash rules. A process killed under load: every request it admitted is
 // charged exactly once, within the lease's TTL (the reservations' TTL)
@@ -139,8 +155,13 @@
 // PostgreSQL a replica on another machine cannot read a dead replica's
 // journal: a lease whose journal recovery cannot find is charged the rest
 // of the lease, its holds as last written (never less than it served; the
-// one overcharge, bounded by the lease's unused room), as events
-// "<lease id>:N"; see the README's crash costs. That charge covers each
+// one overcharge, bounded by the lease's unused room: at most its last
+// refill, which is at most 1,024 estimates and half the room left then,
+// 32 estimates for a fresh lease; the conformance case
+// BudgetLeaseGrownWithoutItsJournalOverchargedAtMostOneRefill measures
+// 1,024 estimates for a lease grown under steady demand and killed just
+// after a refill), as events "<lease id>:N"; see the README's crash
+// costs. That charge covers each
 // reservation whose room it held at its estimate, also one the waking
 // owner settles by expiry before its commit (an ExpireCharge one is not
 // charged again; an ExpireRelease one's room counts once, from the

@@ -1,5 +1,10 @@
 package budget
 
+import (
+	"os"
+	"time"
+)
+
 // JournalSync reports, for tests, how many fdatasyncs t's lease journal
 // made and whether everything appended to its current generation is
 // known on disk.
@@ -59,3 +64,19 @@ func WriterWindows(t *Tracker) (now, sinceRebuilt int) {
 
 // MaxBatchKeys is the most distinct keys the writer puts in one batch.
 const MaxBatchKeys = maxBatchKeys
+
+// SetJournalWrite replaces the one write() of a lease journal record, for
+// a test that fails it or writes part of it, and returns the old one.
+func SetJournalWrite(fn func(f *os.File, p []byte) (int, error)) func(f *os.File, p []byte) (int, error) {
+	old := writeRecord
+	writeRecord = fn
+	return old
+}
+
+// SetJournalPause sets how long leases stay off after a journal failure,
+// and returns the old pause.
+func SetJournalPause(d time.Duration) time.Duration {
+	old := journalPause
+	journalPause = d
+	return old
+}

@@ -26,7 +26,9 @@ import (
 //	u32 length | u32 CRC-32C of the payload | payload
 //
 // little-endian; a torn last record (a crash inside a write) fails its
-// checksum and is ignored: its caller had not been answered.
+// checksum and is ignored: its caller had not been answered. A write that
+// fails or is short seals the generation (journal_gen.go), so a record
+// not written whole is always a generation's last.
 
 const (
 	recAdmit   = 'A' // lease id, reservation id, at, expires, policy, estimate
@@ -229,7 +231,9 @@ func readJournal(dir, id string, files *[]*journalFile) ([]*journalEntry, error)
 	return jf.byLease[id], nil
 }
 
-// parseJournal reads a generation's records up to the first torn one.
+// parseJournal reads a generation's records up to the first one whose
+// length or checksum is wrong: a torn or failed write, after which the
+// generation took no record (its sealing), so none answered is lost.
 func parseJournal(data []byte) map[string][]*journalEntry {
 	out := make(map[string][]*journalEntry)
 	byID := make(map[string]*journalEntry)

@@ -5,12 +5,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Journal generations. A lease's journal is its own name, "<lease
@@ -30,6 +32,11 @@ import (
 // A generation is rotated once it holds genMax bytes: the next lease links
 // to a new one, and a lease of an older generation is replaced at its next
 // refill, so an old generation lives about as long as its leases' refills.
+// A lease whose carve finds its generation full carves no more (its route's
+// next request takes a new lease), so a busy lease that is never refilled
+// (its reservations released, not committed) does not grow one file
+// without end: a generation ends at genMax plus the records of the carves
+// in flight then and their settlements.
 // The current generation keeps its own name, "<tracker>-<n>.gen", locked
 // with flock while its Tracker lives: a process that finds such a name
 // unlocked knows its owner is gone and removes it (sweepJournals).
@@ -43,37 +50,80 @@ const genSuffix = ".gen"
 
 // journalGen is one generation: a file that every lease's journal name
 // links to while it is current, appended to by their records.
+//
+// Nothing answered ever lies past a record that was not written whole:
+// appends are serialised, and the first one that fails (an error, or a
+// short write leaving part of a record) seals the generation, under the
+// same lock, before any other record is appended. A sealed generation
+// takes no more records (every later append fails, errSealed): its leases
+// carve no more, the Tracker's next lease starts a new generation, and the
+// settlements of what they had carved go to the store instead (see
+// commitLeased). So a generation's records are whole up to its first
+// broken one, which can only be its last, and parseJournal stopping there
+// loses no record whose caller was answered. A failed sync seals it too:
+// after a failed fdatasync the kernel may have dropped the pages it could
+// not write, and a later sync's success would not bring them back.
 type journalGen struct {
 	f    *os.File
 	name string // its own name, removed when rotated
 	// durable makes every append wait until the record is on disk
 	// (fdatasync), one sync serving every record appended before it.
 	durable bool
-	mu      sync.Mutex // orders appends with size (durable only)
+	mu      sync.Mutex // orders appends with size and sealed
 	size    atomic.Int64
+	sealed  atomic.Bool // an append or a sync failed: no more records
 	syncMu  sync.Mutex
 	synced  int64        // bytes known on disk, under syncMu
 	rotated atomic.Bool  // a newer generation is current
 	syncs   atomic.Int64 // fdatasyncs made, for Stats
+	// failed is its Tracker's journals.failed, set when it is sealed.
+	failed *atomic.Int64
 }
 
+// errSealed refuses a record to a generation that a failed write or sync
+// sealed.
+var errSealed = errors.New("budget: lease journal: generation sealed by an earlier failed write")
+
+// writeRecord is the one write() of a record (a variable so that tests
+// can fail it, or write part of it).
+var writeRecord = func(f *os.File, p []byte) (int, error) { return f.Write(p) }
+
 // append writes one record with one write(); durable, it returns once the
-// record is on disk, unless nosync (the caller syncs: sync).
+// record is on disk, unless nosync (the caller syncs: sync). A failed or
+// short write seals g before the lock goes.
 func (g *journalGen) append(p []byte, nosync bool) error {
-	if !g.durable {
-		n, err := g.f.Write(p)
-		g.size.Add(int64(n))
-		return err
-	}
 	g.mu.Lock()
-	n, err := g.f.Write(p)
+	if g.sealed.Load() {
+		g.mu.Unlock()
+		return errSealed
+	}
+	n, err := writeRecord(g.f, p)
+	if err == nil && n < len(p) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		g.seal()
+		g.mu.Unlock()
+		return fmt.Errorf("budget: lease journal write (generation sealed): %w", err)
+	}
 	end := g.size.Add(int64(n))
 	g.mu.Unlock()
-	if err != nil || nosync {
-		return err
+	if !g.durable || nosync {
+		return nil
 	}
 	return g.syncTo(end)
 }
+
+// seal takes no more records to g, and keeps new leases off for a while.
+func (g *journalGen) seal() {
+	g.sealed.Store(true)
+	if g.failed != nil {
+		g.failed.Store(time.Now().UnixNano())
+	}
+}
+
+// broken reports whether g was sealed by a failure.
+func (g *journalGen) broken() bool { return g != nil && g.sealed.Load() }
 
 // sync puts everything appended to g so far on disk (durable only).
 func (g *journalGen) sync() error {
@@ -92,9 +142,13 @@ func (g *journalGen) syncTo(end int64) error {
 	if g.synced >= end {
 		return nil
 	}
+	if g.sealed.Load() {
+		return errSealed
+	}
 	upto := g.size.Load()
 	if err := fdatasync(g.f); err != nil {
-		return fmt.Errorf("budget: lease journal sync: %w", err)
+		g.seal()
+		return fmt.Errorf("budget: lease journal sync (generation sealed): %w", err)
 	}
 	g.syncs.Add(1)
 	g.synced = upto
@@ -110,6 +164,24 @@ type journals struct {
 	n       int
 	cur     *journalGen
 	syncs   atomic.Int64 // fdatasyncs of rotated generations
+	// failed is when a generation was last sealed by a failed write or
+	// sync (Unix nanos of the wall clock: a pause for the disk's sake).
+	failed atomic.Int64
+}
+
+// journalPause is how long after a journal failure no lease is taken or
+// grown: the routes' requests hold reservations of their own, so a disk
+// that keeps failing costs no caller an error, and a lease is tried again
+// after it.
+var journalPause = time.Second
+
+// failing reports whether a generation failed within journalPause.
+func (js *journals) failing() bool {
+	if js == nil {
+		return false
+	}
+	at := js.failed.Load()
+	return at != 0 && time.Since(time.Unix(0, at)) < journalPause
 }
 
 func newJournals(dir string, durable bool) *journals {
@@ -121,7 +193,7 @@ func newJournals(dir string, durable bool) *journals {
 // link makes lease id's journal name, linked to the current generation
 // (rotated first if full), and returns that generation.
 func (js *journals) link(id string) (*journalGen, error) {
-	if js.cur == nil || js.cur.size.Load() >= genMax {
+	if js.cur == nil || js.cur.size.Load() >= genMax || js.cur.broken() {
 		if err := js.rotate(); err != nil {
 			return nil, err
 		}
@@ -163,7 +235,7 @@ func (js *journals) rotate() error {
 		js.syncs.Add(old.syncs.Load())
 		_ = os.Remove(old.name)
 	}
-	js.cur = &journalGen{f: f, name: name, durable: js.durable}
+	js.cur = &journalGen{f: f, name: name, durable: js.durable, failed: &js.failed}
 	return nil
 }
 

@@ -103,6 +103,9 @@ type leasedRes struct {
 	// was charged whole, whether that charge covered its estimate: 0 not
 	// known, 1 covered, 2 not (writer-owned; see coveredByCharge).
 	cover int8
+	// op is the reservation that a batch answers with it, until its
+	// admission is journaled (writer-owned; nil after).
+	op *op
 }
 
 // leaseTable is a Tracker's leases by route and its carved reservations by
@@ -169,8 +172,6 @@ func (lt *leaseTable) put(id string, lr *leasedRes) {
 }
 
 // take removes and returns the carved reservation id, if this process
-// holds it.
-// take removes and returns the carved reservation id, if this process
 // holds it, remembering it as settled in state; else it reports the
 // state id was settled in, if remembered.
 func (lt *leaseTable) take(id string, state ReservationState) (*leasedRes, ReservationState) {
@@ -203,33 +204,36 @@ func (t *Tracker) reportErr(err error) {
 func (t *Tracker) leasesOn() bool { return t.cfg.Leases }
 
 // reserveLeased carves req from its route's lease, or returns nil when the
-// lease cannot answer alone (none, out of room, stale, or the provider
-// parked): the caller then takes the writer's path, which may grow it.
-func (t *Tracker) reserveLeased(ctx context.Context, req *Request, ttl time.Duration, policy ExpiryPolicy, now time.Time) *Reservation {
+// lease cannot answer alone (none, out of room, stale, the provider
+// parked, or its journal failed): the caller then takes the writer's
+// path, which may grow it. tried is the id of a carve whose record failed,
+// which the store's path reuses: if the record landed whole after all
+// (its sync failed), recovery charges the one request once.
+func (t *Tracker) reserveLeased(ctx context.Context, req *Request, ttl time.Duration, policy ExpiryPolicy, now time.Time) (r *Reservation, tried string) {
 	l := t.leases.route(routeKey{req.Key, req.User, req.Provider, req.Model})
 	if l == nil {
-		return nil
+		return nil, ""
 	}
 	ns := now.UnixNano()
 	if ns < l.from || ns >= l.until {
-		return nil
+		return nil, ""
 	}
 	if req.Provider != "" {
 		if p, err := t.parkedAt(ctx, req.Provider, now, ns); err != nil || p != nil {
-			return nil
+			return nil, ""
 		}
 	}
 	lr := &leasedRes{lease: l}
 	l.mu.Lock()
 	if l.dead {
 		l.mu.Unlock()
-		return nil
+		return nil, ""
 	}
 	for i := range l.limits {
 		a := req.Estimate.Amount(l.limits[i].metric)
 		if a > l.free[i] {
 			l.mu.Unlock()
-			return nil
+			return nil, ""
 		}
 		lr.amounts[i] = a
 	}
@@ -243,18 +247,30 @@ func (t *Tracker) reserveLeased(ctx context.Context, req *Request, ttl time.Dura
 	t.fillLeased(lr, req, l, now, ttl, policy, newLeasedID(now))
 	if err := journalAdmit(l.j, lr, false); err != nil {
 		// Not journaled, not admitted here: the store's path decides it.
+		// The failure sealed the lease's generation: the lease carves no
+		// more, and the writer gives its room back and replaces it.
 		l.mu.Lock()
 		for i := range l.limits {
 			l.free[i] += lr.amounts[i]
 		}
 		l.inflight--
+		l.dead = true
 		l.mu.Unlock()
 		t.reportErr(err)
-		return nil
+		return nil, lr.r.ID
+	}
+	if l.j != nil && l.j.size.Load() >= genMax {
+		// Its generation is full: the lease carves no more, and the
+		// route's next request takes a new one, in a new generation. A
+		// lease that is never refilled (its reservations released) would
+		// otherwise append to one file for ever.
+		l.mu.Lock()
+		l.dead = true
+		l.mu.Unlock()
 	}
 	t.leases.carved.Add(1)
 	t.leases.put(lr.r.ID, lr)
-	return &lr.r
+	return &lr.r, ""
 }
 
 // fillLeased fills lr's Reservation as carved from l.
@@ -298,107 +314,6 @@ func rsvID(raw []byte) string {
 	copy(b[:], "rsv_")
 	hex.Encode(b[4:], raw)
 	return string(b[:])
-}
-
-// commitLeased settles a carved reservation in memory and queues its event
-// (and the lease's shrink) for the writer. ok is false when id is not one
-// of this process's carved reservations.
-func (t *Tracker) commitLeased(ctx context.Context, id string, actual Usage) (Settlement, bool, error) {
-	lr, settled := t.leases.take(id, ReservationCommitted)
-	if lr == nil {
-		if settled != "" {
-			return Settlement{}, true, settledError(id, settled)
-		}
-		return Settlement{}, false, nil
-	}
-	r := &lr.r
-	now := t.now()
-	out := Settlement{RequestID: id, Expired: lr.expired || now.UnixNano() >= lr.exp}
-	ev := actual
-	ev.Key, ev.Provider, ev.Model, ev.At = r.Key, r.Provider, r.Model, r.At
-	ev.Team, ev.Org, ev.User, ev.Placed = r.Team, r.Org, r.User, true
-	o := &op{kind: opLeaseCommit, ev: ev, opArgs: &opArgs{id: id}, out: new(opResult), leased: lr}
-	switch {
-	case lr.expired && r.OnExpiry == ExpireCharge:
-		// Its room was settled by expiry and charged its estimate: only the
-		// excess is written.
-		out.Charged = true
-		o.ev = lateUsage(ev, r.Estimate)
-		if o.ev.Billable() == 0 {
-			return out, true, nil
-		}
-		out.LateRequestID = o.ev.RequestID
-		o.leased = nil
-	case lr.expired:
-		// Released by expiry: its room went back to its lease's free part,
-		// and the event is written whole, unless the lease was charged
-		// whole meanwhile (its owner stalled past its TTL) with that room
-		// still in its hold: o.leased stays for decideLeaseCommit to tell.
-	default:
-		// Journaled before it is answered: a crash from here on still
-		// charges the actual usage.
-		if err := journalCommit(lr.lease.j, id, &actual); err != nil {
-			t.leases.put(id, lr)
-			return Settlement{}, true, err
-		}
-		l := lr.lease
-		l.mu.Lock()
-		l.inflight--
-		l.mu.Unlock()
-	}
-	if err := t.enqueue(ctx, o); err != nil {
-		return Settlement{}, true, err
-	}
-	return out, true, nil
-}
-
-// releaseLeased gives a carved reservation's room back to its lease.
-func (t *Tracker) releaseLeased(id string) (bool, error) {
-	lr, settled := t.leases.take(id, ReservationReleased)
-	if lr == nil {
-		if settled != "" {
-			return true, settledError(id, settled)
-		}
-		return false, nil
-	}
-	if lr.expired {
-		return true, nil
-	}
-	if err := journalRelease(lr.lease.j, id); err != nil {
-		t.leases.put(id, lr)
-		return true, err
-	}
-	// A dead lease's free room is the writer's to give back.
-	l := lr.lease
-	l.mu.Lock()
-	l.inflight--
-	for i := range l.limits {
-		l.free[i] += lr.amounts[i]
-	}
-	l.mu.Unlock()
-	return true, nil
-}
-
-// renewLeased moves a carved reservation's expiry; its lease is renewed by
-// the writer while it has live reservations.
-func (t *Tracker) renewLeased(id string, ttl time.Duration) (time.Time, bool, error) {
-	s := t.leases.shard(id)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	lr := s.m[id]
-	if lr == nil {
-		if s.done[id] != "" {
-			return time.Time{}, true, ErrLeaseLost
-		}
-		return time.Time{}, false, nil
-	}
-	now := t.now()
-	if lr.expired || now.UnixNano() >= lr.exp {
-		return time.Time{}, true, ErrLeaseLost
-	}
-	exp := now.Add(ttl)
-	lr.exp = exp.UnixNano()
-	return exp, true, nil
 }
 
 // routeFree is the room this process may still carve from the lease of

@@ -1,7 +1,6 @@
 package budget
 
 import (
-	"context"
 	"slices"
 	"time"
 )
@@ -136,149 +135,6 @@ func needLease(l *lease, n *needs) {
 	}
 }
 
-// Leased commits.
-
-// needLeaseCommit needs the windows the event counts in and the lease's
-// limits.
-func (b *batch) needLeaseCommit(ctx context.Context, tx Tx, o *op, n *needs) error {
-	if o.leased != nil {
-		needLease(o.leased.lease, n)
-	}
-	who := o.ev.Who()
-	return b.needEvent(ctx, tx, n, &who, o.ev.Provider, o.ev.Model, o.ev.At)
-}
-
-// decideLeaseCommit writes the event and takes the reservation's room off
-// its lease's hold, in this transaction.
-func (b *batch) decideLeaseCommit(ctx context.Context, tx Tx, o *op) error {
-	if o.leased != nil && b.leaseLive(o.leased.lease) {
-		if !b.stored(o.ev) {
-			if err := b.event(ctx, tx, o.ev, o); err != nil {
-				return err
-			}
-		}
-		if !o.leased.expired { // an expired one's room is back in the lease's free part
-			b.shrink(o.leased)
-		}
-		return nil
-	}
-	if o.leased != nil && !b.stored(o.ev) {
-		// Recovered by a process that could not read the journal: the
-		// whole lease was charged, this reservation within it at its
-		// estimate; only the excess is this commit's.
-		whole, err := b.chargedWhole(ctx, tx, o.leased.lease)
-		if err != nil {
-			return err
-		}
-		if whole && b.coveredByCharge(o.leased) {
-			late := lateUsage(o.ev, o.leased.r.Estimate)
-			if late.Billable() == 0 || b.stored(late) {
-				return nil
-			}
-			return b.event(ctx, tx, late, o)
-		}
-	}
-	if !b.stored(o.ev) {
-		return b.event(ctx, tx, o.ev, o)
-	}
-	if o.leased == nil {
-		return nil
-	}
-	// Its lease was recovered by another process while this one stalled,
-	// and the reservation charged from the journal: its estimate if it was
-	// unsettled then, its actual usage if this commit was journaled first.
-	// Only what the actual exceeds that charge by is recorded, as
-	// <id>:late (contract section 5).
-	charged, err := storedEvent(ctx, tx, &o.ev)
-	if err != nil || charged == nil {
-		return err
-	}
-	late := lateUsage(o.ev, Estimate{Input: charged.Input, Output: charged.Output + charged.Reasoning})
-	if late.Billable() == 0 || b.stored(late) {
-		return nil
-	}
-	return b.event(ctx, tx, late, o)
-}
-
-// chargedWhole reports whether lost lease l was recovered without its
-// journal (unjournaledEvents): its first charge event is in the history.
-// Only a whole charge is remembered: a lease this process found past its
-// TTL may not be recovered yet, and a later commit must find the charge
-// once it is.
-func (b *batch) chargedWhole(ctx context.Context, tx Tx, l *lease) (bool, error) {
-	if !l.whole {
-		ev, err := storedEvent(ctx, tx, &Usage{Key: l.route.key, RequestID: l.id + ":0", At: l.at})
-		if err != nil || ev == nil {
-			return false, err
-		}
-		l.whole = true
-	}
-	return true, nil
-}
-
-// coveredByCharge reports whether lr's estimate was within the hold its
-// lost lease was charged whole for. A live carve's was: its room was in
-// the hold as last written. One released by expiry gave its room back to
-// the lease's free part, which stays in the hold until a give-back lands
-// and may be carved again: it is covered only by free room no other
-// commit took, taken here once (free first, then room taken back but
-// never written), so that one charge covers no two estimates. Decided
-// once per carve: a retried batch finds the same answer.
-func (b *batch) coveredByCharge(lr *leasedRes) bool {
-	if !lr.expired {
-		return true
-	}
-	if lr.cover == 0 {
-		lr.cover = 2
-		l := lr.lease
-		l.mu.Lock()
-		ok := true
-		for i := range l.limits {
-			ok = ok && l.free[i]+l.giving[i] >= lr.amounts[i]
-		}
-		if ok {
-			for i := range l.limits {
-				f := min(l.free[i], lr.amounts[i])
-				l.free[i] -= f
-				l.giving[i] -= lr.amounts[i] - f
-			}
-			lr.cover = 1
-		}
-		l.mu.Unlock()
-	}
-	return lr.cover == 1
-}
-
-// storedEvent is the history's event with ev's key and request id at
-// ev's instant, or nil.
-func storedEvent(ctx context.Context, tx Tx, ev *Usage) (*Usage, error) {
-	h, err := historyTx(tx)
-	if err != nil {
-		return nil, err
-	}
-	var found *Usage
-	err = h.Events(ctx, ev.At, ev.At.Add(1), ev.Key, func(u Usage) error {
-		if u.RequestID == ev.RequestID {
-			found = &u
-		}
-		return nil
-	})
-	return found, err
-}
-
-// shrink takes a settled carve's room off its lease's hold.
-func (b *batch) shrink(lr *leasedRes) {
-	l := lr.lease
-	if !b.leaseLive(l) {
-		return
-	}
-	p := b.plan(l)
-	for i := range l.limits {
-		p.size[i] -= lr.amounts[i]
-	}
-	b.syncLease(l, p)
-}
-
 // Leases in reservations.
 
 // leaseFor is the lease of o's route that the writer may change, or nil.
@@ -323,6 +179,7 @@ func (b *batch) answerCarve(o *op, l *lease, p *leasePlan, lr *leasedRes, at tim
 		o.resID = newReservationID(at)
 	}
 	b.t.fillLeased(lr, &o.req, l, at, o.ttl, o.policy, o.resID)
+	lr.op = o
 	p.carves = append(p.carves, lr)
 	o.out.res = &lr.r
 	o.out.leased = lr
@@ -366,6 +223,9 @@ func (b *batch) grantLease(o *op, old *lease, statuses []Status, who *Who, at ti
 	if n < leaseMinRoom || old == nil && !b.contended() && !b.t.w.routeWarm(routeKey{o.req.Key, o.req.User, o.req.Provider, o.req.Model}, at) {
 		return false
 	}
+	if b.t.leases.journals.failing() {
+		return false // its carves could not be journaled
+	}
 	// Sized to the demand: what the lease served since its last refill,
 	// twice over, or the requests waiting in this batch.
 	want := max(leaseStart, int64(len(b.ops)))
@@ -378,8 +238,9 @@ func (b *batch) grantLease(o *op, old *lease, statuses []Status, who *Who, at ti
 	extra := min(want, n/2, leaseMaxEstimates)
 	l := old
 	// A lease of a rotated generation is replaced, so that old generations
-	// go with their leases.
-	if l == nil || !l.matches(statuses) || l.j != nil && l.j.rotated.Load() {
+	// go with their leases, and so is one of a sealed generation, which
+	// takes no more records, and a dead one, which carves no more.
+	if l == nil || !l.matches(statuses) || l.isDead() || l.j != nil && (l.j.rotated.Load() || l.j.broken()) {
 		if l != nil {
 			b.retire(l)
 		}
@@ -421,6 +282,12 @@ func (b *batch) contended() bool {
 		}
 	}
 	return b.reserves > 0
+}
+
+func (l *lease) isDead() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.dead
 }
 
 // matches reports whether l holds on exactly the counters of statuses.

@@ -2,6 +2,7 @@ package budget_test
 
 import (
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -213,10 +214,11 @@ func TestStaleJournalSettledAndRemoved(t *testing.T) {
 	}
 }
 
-// Journal generations rotate: a lease of a full generation keeps
-// appending to it (its name links it) and is replaced at its next refill;
-// the old generation's own name goes at once, and once every lease has
-// ended (Close) no name is left in the directory.
+// Journal generations rotate: a lease of a full generation carves once
+// more (its record lands in the full one, which its name links) and is
+// then replaced, in a new generation; the old generation's own name goes
+// at once, and once every lease has ended (Close) no name is left in the
+// directory.
 func TestJournalGenerationsRotate(t *testing.T) {
 	defer budget.SetGenMax(budget.SetGenMax(1)) // every new lease rotates
 	dir := t.TempDir()
@@ -256,9 +258,10 @@ func TestJournalGenerationsRotate(t *testing.T) {
 	if n, j := gens(); n != 1 || j != 2 {
 		t.Fatalf("after two leases in generations of one byte: %d generation names, %d journal names; want 1 (the current) and 2", n, j)
 	}
-	// Route a's lease is of a rotated generation: its carves still land
-	// in it, and its refill replaces it.
-	before := tr.Stats().Leased
+	// Route a's lease is of a full generation: it carves once more, and
+	// the next request takes a new lease, in a new generation (full too:
+	// one byte), and so on.
+	before, gensBefore := tr.Stats().Leased, budget.JournalGens(tr)
 	for range 100 {
 		r, err := tr.Reserve(ctx, budget.Request{Key: "a", Estimate: budget.Estimate{Input: 10}}, time.Minute)
 		if err != nil {
@@ -268,16 +271,132 @@ func TestJournalGenerationsRotate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := tr.Stats().Leased - before; got < 90 {
-		t.Fatalf("leased after rotation: %d of 100; want nearly all", got)
+	if got := tr.Stats().Leased - before; got < 45 || got > 50 {
+		t.Fatalf("leased in one-byte generations: %d of 100; want one in two (each lease carves once, then is replaced)", got)
 	}
-	if n := budget.JournalGens(tr); n < 3 {
-		t.Fatalf("generations started: %d; want a third: route a's lease replaced at a refill, in a new generation", n)
+	if n := budget.JournalGens(tr) - gensBefore; n < 45 {
+		t.Fatalf("generations started for 100 requests: %d; want one per lease (about 50)", n)
 	}
 	if err := tr.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if n, j := gens(); n != 0 || j != 0 {
 		t.Fatalf("after Close: %d generation names, %d journal names; want none", n, j)
+	}
+}
+
+// A lease that sits idle is given back by its Tracker's own timer, no call
+// made: still held just before LeaseIdle of its last use, none of its room
+// held a look (250 ms) after LeaseIdle, as another tracker reads the store.
+func TestIdleLeaseGivenBackByItsTimer(t *testing.T) {
+	dir := t.TempDir()
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		a := storeTracker(t, mem, func(c *budget.Config) { c.Leases, c.LeaseJournal = true, dir })
+		b := storeTracker(t, mem, nil)
+		max := int64(100_000)
+		if _, _, err := b.SetLimit(ctx, budget.LimitSpec{Key: "k", Window: "daily", Max: &max}); err != nil {
+			t.Fatal(err)
+		}
+		for range 3 { // the route's first request holds its own reservation, then the lease
+			r, err := a.Reserve(ctx, budget.Request{Key: "k", Estimate: budget.Estimate{Input: 50, Output: 50}}, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.Commit(ctx, r.ID, budget.Usage{Input: 50, Output: 50}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if a.Stats().Leased == 0 {
+			t.Fatal("no reservation came from a lease")
+		}
+		lastUse := time.Now()
+		time.Sleep(10 * time.Millisecond) // the commits' batch (BatchInterval)
+		synctest.Wait()
+		used, held := usedReserved(t, b)
+		if used != 300 || held == 0 {
+			t.Fatalf("after the load: used %d, reserved %d; want 300 and the lease's free room held", used, held)
+		}
+		time.Sleep(budget.LeaseIdle - 50*time.Millisecond - time.Since(lastUse))
+		synctest.Wait()
+		if _, still := usedReserved(t, b); still != held {
+			t.Fatalf("%v after the lease's last use: reserved %d; want still %d (not idle yet)", time.Since(lastUse), still, held)
+		}
+		time.Sleep(time.Until(lastUse.Add(budget.LeaseIdle + 250*time.Millisecond + 10*time.Millisecond)))
+		synctest.Wait()
+		if used, left := usedReserved(t, b); used != 300 || left != 0 {
+			t.Fatalf("%v after the lease's last use: used %d, reserved %d; want 300, 0 (the idle lease's room given back by its timer)",
+				time.Since(lastUse), used, left)
+		}
+	})
+}
+
+// A busy lease that is never refilled (every reservation released, so its
+// room comes back) does not grow its journal's file without end: once its
+// generation is full it carves no more, its route takes a new lease in a
+// new generation, and every generation ends within a record or two of the
+// size limit; once the old leases ended (Flush), their files are gone.
+func TestBusyLeaseJournalBounded(t *testing.T) {
+	const limit = 4096
+	defer budget.SetGenMax(budget.SetGenMax(limit))
+	dir := t.TempDir()
+	_, tr := faultTracker(t, func(c *budget.Config) { c.Leases, c.LeaseJournal = true, dir })
+	defer tr.Close(ctx)
+	max := int64(1 << 40)
+	if _, _, err := tr.SetLimit(ctx, budget.LimitSpec{Key: "k", Window: "daily", Max: &max}); err != nil {
+		t.Fatal(err)
+	}
+	// files is the size of every distinct file a name in dir links to.
+	files := func() (sizes []int64) {
+		t.Helper()
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seen []os.FileInfo
+	next:
+		for _, e := range entries {
+			fi, err := os.Stat(filepath.Join(dir, e.Name()))
+			if err != nil {
+				continue // removed meanwhile
+			}
+			for _, s := range seen {
+				if os.SameFile(s, fi) {
+					continue next
+				}
+			}
+			seen = append(seen, fi)
+			sizes = append(sizes, fi.Size())
+		}
+		return sizes
+	}
+	const pairs = 2000 // about 130 bytes of records each: 60 generations' worth
+	for i := range pairs {
+		r, err := tr.Reserve(ctx, budget.Request{Key: "k", Estimate: budget.Estimate{Input: 10}}, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.Release(ctx, r.ID); err != nil {
+			t.Fatal(err)
+		}
+		if i%50 == 0 {
+			for _, n := range files() {
+				if n > limit+512 {
+					t.Fatalf("after %d reservations released: a journal file of %d bytes; want at most %d and a record or two", i+1, n, limit)
+				}
+			}
+		}
+	}
+	if got := tr.Stats().Leased; got < pairs*9/10 {
+		t.Fatalf("answered from leases: %d of %d; want nearly all", got, pairs)
+	}
+	if n := budget.JournalGens(tr); n < 30 {
+		t.Fatalf("generations started: %d; want a new one each time one filled (about 60)", n)
+	}
+	if _, err := tr.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if sizes := files(); len(sizes) > 2 {
+		t.Fatalf("journal files left after the flush: %v; want the current generation's and at most one lease's still ending", sizes)
 	}
 }

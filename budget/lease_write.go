@@ -1,6 +1,8 @@
 package budget
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -73,32 +75,18 @@ func (b *batch) landedLeases() {
 		for i := range l.limits {
 			l.free[i] += p.grow[i] // a dead lease's is given back by the next look
 		}
-		l.inflight += len(p.carves)
 		l.mu.Unlock()
+		var jerr error
 		if p.create && b.t.cfg.LeaseJournal != "" {
-			f, err := b.t.leases.journals.link(l.id)
-			if err != nil {
-				// Without a journal it serves nothing more; what this batch
-				// admitted is answered (its room is held) but a crash
-				// before its commit would not charge it.
-				b.t.reportErr(err)
+			// Without a journal it serves nothing: its carves are refused
+			// and its room goes back at the next look.
+			if l.j, jerr = b.t.leases.journals.link(l.id); jerr != nil {
 				l.mu.Lock()
 				l.dead = true
 				l.mu.Unlock()
 			}
-			l.j = f
 		}
-		for _, lr := range p.carves {
-			if err := journalAdmit(l.j, lr, true); err != nil {
-				b.t.reportErr(err)
-			}
-			lt.put(lr.r.ID, lr)
-		}
-		if len(p.carves) > 0 {
-			if err := l.j.sync(); err != nil { // Durable: one sync for the batch's carves
-				b.t.reportErr(err)
-			}
-		}
+		b.journalCarves(l, p, jerr)
 		l.lastUse.Store(b.now.UnixNano())
 		switch {
 		case p.release:
@@ -130,6 +118,63 @@ func (b *batch) landedLeases() {
 	}
 	if b.looked {
 		b.t.w.leaseLook = b.now.UnixNano()
+	}
+}
+
+// journalCarves journals the batch's carves from l (one sync for them all,
+// Durable) and makes them known by id. A carve that could not be journaled
+// (its lease has no journal, or a failed write sealed its generation) is
+// not admitted from the lease: its caller is told to take the store's
+// path (errUnjournaled), its room goes back to the lease's free part, and
+// the lease carves no more (the writer gives its room back).
+func (b *batch) journalCarves(l *lease, p *leasePlan, err error) {
+	done := p.carves[:0]
+	for _, lr := range p.carves {
+		if err == nil {
+			err = journalAdmit(l.j, lr, true)
+		}
+		if err != nil {
+			b.refuseCarve(l, lr, err)
+			continue
+		}
+		done = append(done, lr)
+	}
+	if len(done) > 0 {
+		if err := l.j.sync(); err != nil { // Durable: one sync for the batch's carves
+			for _, lr := range done {
+				b.refuseCarve(l, lr, err)
+			}
+			done = done[:0]
+		}
+	}
+	if err != nil {
+		b.t.reportErr(err)
+	}
+	l.mu.Lock()
+	l.inflight += len(done)
+	l.mu.Unlock()
+	for _, lr := range done {
+		lr.op = nil
+		b.t.leases.put(lr.r.ID, lr)
+	}
+}
+
+// errUnjournaled refuses a carve whose admission could not be journaled:
+// its caller (ReserveWith) takes the store's path instead.
+var errUnjournaled = errors.New("budget: lease journal failed")
+
+// refuseCarve answers lr's caller errUnjournaled instead of the
+// reservation.
+func (b *batch) refuseCarve(l *lease, lr *leasedRes, err error) {
+	l.mu.Lock()
+	for i := range l.limits {
+		l.free[i] += lr.amounts[i]
+	}
+	l.dead = true
+	l.mu.Unlock()
+	if o := lr.op; o != nil {
+		o.out.res, o.out.leased, o.out.err = nil, nil, fmt.Errorf("%w: %v", errUnjournaled, err)
+		lr.op = nil
 	}
 }
 

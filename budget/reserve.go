@@ -153,13 +153,23 @@ func (t *Tracker) ReserveWith(ctx context.Context, req Request, opts ReserveOpti
 	// A tagged request is decided by the writer: a lease is carved per
 	// route (key, user, provider, model), which tags would split further.
 	leased := t.leasesOn() && !opts.NoLease && req.Tags == ""
+	var tried string
 	if leased {
-		if r := t.reserveLeased(ctx, &req, ttl, policy, now); r != nil {
+		var r *Reservation
+		if r, tried = t.reserveLeased(ctx, &req, ttl, policy, now); r != nil {
 			return r, nil
 		}
 	}
-	o := newOp(opReserve, &opArgs{req: req, at: now, ttl: ttl, policy: policy, minOut: opts.MinOutput, lease: leased})
-	r, err := t.do(ctx, o)
+	args := &opArgs{req: req, at: now, ttl: ttl, policy: policy, minOut: opts.MinOutput, lease: leased, resID: tried}
+	r, err := t.do(ctx, newOp(opReserve, args))
+	if errors.Is(err, errUnjournaled) {
+		// Carved from a lease whose journal failed: decided again on the
+		// store's path, a reservation of its own, under the same id (args
+		// keep it): if the carve's record did land (its sync failed), a
+		// recovery charges the one request once.
+		args.lease = false
+		r, err = t.do(ctx, newOp(opReserve, args))
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -106,6 +106,12 @@ type WriteSet struct {
 	// settled before both instants. It is measured on a clock a forward
 	// step of the wall clock cannot push (see retentionClock).
 	DeleteExpiredBefore time.Time
+	// Retry: a try of this batch before, whose outcome was unknown, may
+	// have written some of Events. A store that reports an event the
+	// history held with ErrConflict (cheaper than telling which rows went
+	// in, when none was held) must tell which instead: the writer learns
+	// from Apply's answer which events that try wrote.
+	Retry bool
 }
 
 // CounterDeltas is what each of w.Counters gains from the events that
@@ -146,6 +152,10 @@ type CounterAdd struct {
 type CounterWrite struct {
 	Ref    WindowRef
 	Create bool
+	// IfStored: the window had ended when the batch was planned and its
+	// row was not read (Config.Backfill). The store adds the batch's
+	// additions to the row if there is one, and creates none.
+	IfStored bool
 }
 
 // Settle ends a reservation: its state and settled-at set, its holds (as

@@ -108,6 +108,16 @@ type Config struct {
 	// file, FILE.leases; on PostgreSQL the replicas of one machine share
 	// one.)
 	LeaseJournal string
+	// Backfill is for loading history (budget import): an event whose
+	// window had ended before the batch that writes it adds to the
+	// window's counter row only if the row exists, and creates none, so
+	// no rollover is logged into it (contract section 8 logs one when a
+	// write creates a row). The window's total is the history's, which a
+	// later check, inspect or write of that window seeds its row from, as
+	// for any window without a row. Counters of windows that have not
+	// ended, and of limits with alert thresholds, are written as always.
+	// (Optional; default false.)
+	Backfill bool
 }
 
 // DefaultConfig returns the configuration Open uses.

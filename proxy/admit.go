@@ -230,8 +230,24 @@ func (m *Middleware) unavailable(w http.ResponseWriter, r *http.Request, f Forma
 type renewer struct {
 	mu      sync.Mutex
 	stopped bool
-	timer   *time.Timer
+	timer   renewTimer
 	cancel  context.CancelFunc
+}
+
+// renewTimer is what a renewer needs of its timer: *time.Timer's methods.
+type renewTimer interface {
+	Reset(d time.Duration) bool
+	Stop() bool
+}
+
+// afterFunc is time.AfterFunc, or Config.renewAfter: the tests' timers,
+// which they fire themselves, so that no test waits on the wall clock for
+// a renewal.
+func (m *Middleware) afterFunc(d time.Duration, f func()) renewTimer {
+	if m.cfg.renewAfter != nil {
+		return m.cfg.renewAfter(d, f)
+	}
+	return time.AfterFunc(d, f)
 }
 
 func (m *Middleware) startRenew(res *budget.Reservation) *renewer {
@@ -266,7 +282,7 @@ func (m *Middleware) startRenew(res *budget.Reservation) *renewer {
 		rn.timer.Reset(every)
 	}
 	rn.mu.Lock()
-	rn.timer = time.AfterFunc(every, tick)
+	rn.timer = m.afterFunc(every, tick)
 	rn.mu.Unlock()
 	return rn
 }

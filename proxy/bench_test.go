@@ -27,7 +27,8 @@ const benchChatReply = `{"id":"chatcmpl-b","object":"chat.completion","model":"g
 // sequential client sends the same non-streamed chat request (about 1 KB)
 // to a mock upstream on loopback directly, through a bare
 // httputil.ReverseProxy, and through the budget proxy in check mode, in
-// reserve mode, and in reserve mode with leases (budget proxy --leases;
+// reserve mode on the store path ("reserve": budget proxy --leases=false),
+// and in reserve mode with leases ("leases": budget proxy's default;
 // a key with a daily token limit and a per-minute request limit, on
 // SQLite in a temp dir), b.N requests to each, all in this run. The five
 // targets take turns in 10 rounds of b.N/10 requests each, so a change in
@@ -60,11 +61,11 @@ func BenchmarkProxyLatency(b *testing.B) {
 	}
 	targets := []*target{{name: "direct", base: upstream.URL}, {name: "reverseproxy", base: bare.URL}}
 	for _, m := range []struct {
-		name   string
-		mode   proxy.Mode
-		leases bool
-	}{{"check", proxy.ModeCheck, false}, {"reserve", proxy.ModeReserve, false}, {"leases", proxy.ModeReserve, true}} {
-		e := newEnv(b, envOptions{mode: m.mode, leases: m.leases, unsignalled: true}, func(w http.ResponseWriter, r *http.Request) {
+		name      string
+		mode      proxy.Mode
+		storePath bool
+	}{{"check", proxy.ModeCheck, false}, {"reserve", proxy.ModeReserve, true}, {"leases", proxy.ModeReserve, false}} {
+		e := newEnv(b, envOptions{mode: m.mode, storePath: m.storePath, unsignalled: true}, func(w http.ResponseWriter, r *http.Request) {
 			upstream.Config.Handler.ServeHTTP(w, r)
 		})
 		e.limit("", "", "tokens", "daily", 1<<50)

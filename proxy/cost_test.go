@@ -19,12 +19,13 @@ import (
 )
 
 // costModes are the admission modes the cost tests run in: check, reserve
-// on the store's path, and reserve from leases (budget proxy --leases).
+// on the store's path (budget proxy --leases=false), and reserve from
+// leases (the default).
 var costModes = []struct {
-	name   string
-	mode   proxy.Mode
-	leases bool
-}{{"check", proxy.ModeCheck, false}, {"reserve", proxy.ModeReserve, false}, {"reserve-leases", proxy.ModeReserve, true}}
+	name      string
+	mode      proxy.Mode
+	storePath bool
+}{{"check", proxy.ModeCheck, false}, {"reserve-store", proxy.ModeReserve, true}, {"reserve-leases", proxy.ModeReserve, false}}
 
 // keyHeader sends the gateway key where path's SDK does.
 func (e *env) keyHeader(path string) []string {
@@ -100,7 +101,7 @@ func TestCostOnTheResponse(t *testing.T) {
 					t.Fatal(err)
 				}
 				access := &syncBuffer{}
-				e := newEnv(t, envOptions{mode: m.mode, leases: m.leases, cfg: func(pc *proxy.Config) {
+				e := newEnv(t, envOptions{mode: m.mode, storePath: m.storePath, cfg: func(pc *proxy.Config) {
 					pc.AccessLog = slog.New(slog.NewJSONHandler(access, nil))
 				}}, func(w http.ResponseWriter, r *http.Request) {
 					w.Header().Set("Content-Type", "application/json")
@@ -165,7 +166,7 @@ func TestCostOfUnpricedAndFailedAnswers(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
 			var answer func(w http.ResponseWriter)
-			e := newEnv(t, envOptions{mode: m.mode, leases: m.leases}, func(w http.ResponseWriter, r *http.Request) {
+			e := newEnv(t, envOptions{mode: m.mode, storePath: m.storePath}, func(w http.ResponseWriter, r *http.Request) {
 				answer(w)
 			})
 			e.limit("", "", "tokens", "1h", 1_000_000)

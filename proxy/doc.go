@@ -67,7 +67,16 @@
 //     every third of it while the request runs: if the process dies,
 //     recovery charges the estimate (the client may have had its answer; a
 //     request never served may be charged, a served one is never missed) and
-//     the concurrency leases are free within the TTL;
+//     the concurrency leases are free within the TTL. A tracker with
+//     budget leases (budget.Config.Leases, budget proxy's default) answers
+//     most reservations in memory, from room it holds per route and
+//     journals each admission and settlement before the call returns, so
+//     reserve mode costs about what check mode does and recovery charges
+//     exactly (a settled request its usage, one in flight its estimate,
+//     under the id the client saw); reads (GET /v1/budget, the dashboard,
+//     inspect) count a lease's room as reserved. Tagged requests, routes
+//     with a concurrent or dollar limit and a tracker without leases
+//     reserve through the store;
 //  5. the wrapped handler, with stream_options.include_usage added to a
 //     streamed chat request and no Accept-Encoding, whose stream passes
 //     through as it comes, each SSE event flushed (a usage-only chunk the

@@ -35,6 +35,7 @@ const (
 // env is a proxy in front of an httptest upstream, on a fresh database.
 type env struct {
 	t        testing.TB
+	o        envOptions
 	path     string // the SQLite file
 	db       *tokenbudget.DB
 	mw       *proxy.Middleware
@@ -46,6 +47,7 @@ type env struct {
 	logs     *syncBuffer
 	reg      *prometheus.Registry
 	now      atomic.Int64 // the tracker's clock with envOptions.clock, Unix ns
+	renewals *renewals    // the proxy's renewal timers with envOptions.renewals
 }
 
 // advance moves the tracker's clock (envOptions.clock) by d.
@@ -54,9 +56,14 @@ func (e *env) advance(d time.Duration) { e.now.Add(int64(d)) }
 type envOptions struct {
 	mode  proxy.Mode
 	clock bool // the tracker's clock starts at testNow and moves by advance
-	// leases decides reservations in memory (budget.Config.Leases, the
-	// journal beside the database): budget proxy --leases.
-	leases bool
+	// storePath takes every reservation through the store (budget proxy
+	// --leases=false). Without it reserve mode decides reservations in
+	// memory from leases (budget.Config.Leases, the journal beside the
+	// database), as budget proxy does by default.
+	storePath bool
+	// renewals: the proxy's reservation renewals wait for the test to fire
+	// them (e.renewal), instead of going off every third of the TTL.
+	renewals bool
 	// unsignalled: the proxy does not count its requests on served
 	// (benchmarks, which wait for no request).
 	unsignalled bool
@@ -87,12 +94,12 @@ func newEnv(t testing.TB, o envOptions, upstream http.HandlerFunc) *env {
 	t.Helper()
 	ctx := context.Background()
 	cfg := budget.DefaultConfig()
-	e := &env{t: t, served: make(chan struct{}, 1024), logs: &syncBuffer{}, reg: prometheus.NewRegistry()}
+	e := &env{t: t, o: o, served: make(chan struct{}, 1024), logs: &syncBuffer{}, reg: prometheus.NewRegistry()}
 	if o.clock {
 		e.now.Store(testNow.UnixNano())
 		cfg.Now = func() time.Time { return time.Unix(0, e.now.Load()).UTC() }
 	}
-	cfg.Leases = o.leases
+	cfg.Leases = o.mode != proxy.ModeCheck && !o.storePath
 	e.path = filepath.Join(t.TempDir(), "budget.db")
 	db, err := tokenbudget.Open(ctx, e.path, tokenbudget.Options{Create: true, Config: &cfg})
 	if err != nil {
@@ -119,6 +126,10 @@ func newEnv(t testing.TB, o envOptions, upstream http.HandlerFunc) *env {
 	keys := proxy.NewKeys(db.KeyStore())
 	t.Cleanup(keys.Wait)
 	pc := proxy.Config{Mode: o.mode, Keys: keys, Metrics: metrics, Logger: slog.New(slog.NewTextHandler(e.logs, nil))}
+	if o.renewals {
+		e.renewals = newRenewals()
+		proxy.SetRenewTimers(&pc, e.renewals.after)
+	}
 	if o.cfg != nil {
 		o.cfg(&pc)
 	}
@@ -194,6 +205,32 @@ func (e *env) used(id string) (used, reserved int64) {
 	}
 	e.t.Fatalf("no limit %s", id)
 	return 0, 0
+}
+
+// leased reports whether e's reservations come from leases: reserve mode
+// without envOptions.storePath.
+func (e *env) leased() bool { return e.o.mode != proxy.ModeCheck && !e.o.storePath }
+
+// reserveModes are reserve mode's two paths: through the store
+// (--leases=false) and from leases (the default).
+var reserveModes = []struct {
+	name      string
+	storePath bool
+}{{"store", true}, {"leases", false}}
+
+// settled is used(id) once nothing but requests holds room: with leases
+// the tracker's clock (envOptions.clock) first moves past budget.LeaseIdle,
+// so that the flush gives back the free room of every idle lease, the room
+// of a released request included; on the store path it is used(id) at once.
+func (e *env) settled(id string) (used, reserved int64) {
+	e.t.Helper()
+	if e.leased() {
+		if !e.o.clock {
+			e.t.Fatal("settled with leases needs envOptions.clock")
+		}
+		e.advance(budget.LeaseIdle + time.Millisecond)
+	}
+	return e.used(id)
 }
 
 // response is what a client got.

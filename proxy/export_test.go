@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"io"
+	"time"
 
 	"github.com/tokenbudget/tokenbudget/proxy/internal/bedrock"
 	"github.com/tokenbudget/tokenbudget/proxy/internal/openai"
@@ -69,3 +70,12 @@ func newJSONStreamParser(f Format) usageStream {
 // WaitSettled waits until no store write of an answered request is in
 // progress: the tests' signal that a request is over, store included.
 func (m *Middleware) WaitSettled() { m.settling.wait(context.Background()) }
+
+// RenewTimer is a renewal's timer, as the proxy stops and re-arms it.
+type RenewTimer = renewTimer
+
+// SetRenewTimers makes the middleware New builds from c schedule its
+// reservations' renewals with after instead of time.AfterFunc.
+func SetRenewTimers(c *Config, after func(d time.Duration, f func()) RenewTimer) {
+	c.renewAfter = after
+}

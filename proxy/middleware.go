@@ -314,6 +314,11 @@ type Config struct {
 	// and once it is settled: tracing and metrics (the telemetry
 	// package's OpenTelemetry). (Optional; nil: none.)
 	Observer Observer
+
+	// renewAfter schedules the reservations' renewals in place of
+	// time.AfterFunc: the tests' seam (SetRenewTimers), which fire them
+	// at the instants they choose.
+	renewAfter func(d time.Duration, f func()) renewTimer
 }
 
 // Middleware enforces token budgets around an upstream handler; see Wrap.

@@ -308,8 +308,11 @@ func TestParking(t *testing.T) {
 				t.Errorf("anthropic was refused as parked")
 			}
 			e.wait(1)
-			if used, reserved := e.used(id); used != 0 || reserved != 0 {
-				t.Errorf("failed requests were charged: used %d reserved %d", used, reserved)
+			if used, _ := e.used(id); used != 0 {
+				t.Errorf("failed requests were charged: used %d", used)
+			}
+			if used, reserved := e.settled(id); used != 0 || reserved != 0 {
+				t.Errorf("failed requests were charged: used %d reserved %d once leases idled", used, reserved)
 			}
 		})
 	}

@@ -45,8 +45,10 @@ func (e *env) reservation(id string) budget.ReservationRow {
 // TestRequestIDHeader: every proxied answer (2xx, streamed, an upstream
 // error, an unreachable upstream) carries X-Tokenbudget-Request-Id, once,
 // even when the upstream sends one of its own; the usage is recorded under
-// that id: the reservation id in reserve mode (released on an error), a
-// generated id in check mode.
+// that id: the reservation id in reserve mode (released on an error: on
+// the store path its row says so; from leases nothing is charged for it
+// and nothing stays held once the lease idles), a generated id in check
+// mode.
 func TestRequestIDHeader(t *testing.T) {
 	t.Parallel()
 	upstream := func(w http.ResponseWriter, r *http.Request) {
@@ -62,11 +64,16 @@ func TestRequestIDHeader(t *testing.T) {
 			writeJSON(w, 200, chatUsageJSON(10, 20))
 		}
 	}
-	for _, mode := range []proxy.Mode{proxy.ModeReserve, proxy.ModeCheck} {
-		t.Run(string(mode), func(t *testing.T) {
+	for _, m := range []struct {
+		name      string
+		mode      proxy.Mode
+		storePath bool
+	}{{"reserve", proxy.ModeReserve, false}, {"reserve-store", proxy.ModeReserve, true}, {"check", proxy.ModeCheck, false}} {
+		mode := m.mode
+		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, envOptions{mode: mode}, upstream)
-			e.limit("", "", "tokens", "1h", 1000)
+			e := newEnv(t, envOptions{mode: mode, storePath: m.storePath, clock: true}, upstream)
+			lim := e.limit("", "", "tokens", "1h", 1000)
 			prefix := map[proxy.Mode]string{proxy.ModeReserve: "rsv_", proxy.ModeCheck: "req_"}[mode]
 			seen := map[string]bool{}
 			for _, c := range []struct {
@@ -94,7 +101,7 @@ func TestRequestIDHeader(t *testing.T) {
 				case c.want != nil && (len(rows) != 1 || rows[id] != *c.want):
 					t.Errorf("%s: recorded %v under %s; want %v", c.name, rows, id, *c.want)
 				}
-				if mode == proxy.ModeReserve {
+				if mode == proxy.ModeReserve && m.storePath {
 					want := budget.ReservationCommitted
 					if c.want == nil {
 						want = budget.ReservationReleased
@@ -109,21 +116,34 @@ func TestRequestIDHeader(t *testing.T) {
 			if ids := r.header.Values("X-Tokenbudget-Request-Id"); r.status != http.StatusBadGateway || len(ids) != 1 || !strings.HasPrefix(ids[0], prefix) {
 				t.Errorf("unreachable upstream: status %d, request ids %q; want 502 and one id", r.status, ids)
 			}
+			if !e.leased() {
+				return
+			}
+			// Only the two answers' usage is charged; the errors' room is
+			// free once the lease idles; and leases did answer.
+			if used, reserved := e.settled(lim); used != 30+12 || reserved != 0 {
+				t.Errorf("used %d reserved %d once the lease idled; want 42 (the two answers) and 0", used, reserved)
+			}
+			if n := e.db.Stats().Leased; n == 0 {
+				t.Errorf("no reservation came from a lease")
+			}
 		})
 	}
 }
 
 // TestReservationChargedOnExpiry: the proxy reserves with the charge
-// policy and a 20 s TTL by default. A reservation whose proxy stops
-// renewing it (here: the clock jumps past its expiry) is charged its
-// estimate by recovery under its id; the commit that still arrives records
-// only the excess, as id:late, priced as the excess (its trailer still
-// states the response's whole usage and cost). Nothing is charged twice
-// or lost.
+// policy and a 20 s TTL by default, renewed every third of it. A
+// reservation whose proxy does not renew it in time (here: the clock jumps
+// past its expiry before its renewal goes off) is charged its estimate by
+// recovery under its id; the renewal that then goes off finds it lost and
+// the proxy renews it no more; the commit that still arrives records only
+// the excess, as id:late, priced as the excess (its trailer still states
+// the response's whole usage and cost). Nothing is charged twice or lost.
 func TestReservationChargedOnExpiry(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
-	e := newEnv(t, envOptions{clock: true}, sseUpstream(anthropicStart+anthropicDelta, anthropicEnd, release))
+	e := newEnv(t, envOptions{storePath: true, clock: true, renewals: true},
+		sseUpstream(anthropicStart+anthropicDelta, anthropicEnd, release))
 	id := e.limit("", "", "tokens", "1h", 1000)
 	if _, err := e.db.SetPrices(context.Background(), budget.PriceSpec{Provider: "anthropic", Model: "claude-x", Input: "3", Output: "15",
 		From: testNow.Add(-time.Hour)}); err != nil {
@@ -138,6 +158,10 @@ func TestReservationChargedOnExpiry(t *testing.T) {
 	if r.OnExpiry != budget.ExpireCharge || r.ExpiresAt.Sub(r.At) != proxy.DefaultReservationTTL || proxy.DefaultReservationTTL != 20*time.Second {
 		t.Fatalf("reservation: on expiry %q, TTL %s; want charge, 20s", r.OnExpiry, r.ExpiresAt.Sub(r.At))
 	}
+	renewal := e.renewal()
+	if renewal.every != proxy.DefaultReservationTTL/3 {
+		t.Fatalf("renewal armed for %s; want %s, a third of the TTL", renewal.every, proxy.DefaultReservationTTL/3)
+	}
 
 	e.advance(3 * time.Minute)
 	rec, err := e.db.Recover(context.Background(), e.db.Now())
@@ -147,6 +171,13 @@ func TestReservationChargedOnExpiry(t *testing.T) {
 	// estimate: ceil((4+2)/4) + 4 = 6 input, 100 output
 	if rows := e.usageRows(rid); len(rows) != 1 || rows[rid] != (usageRow{6, 100, 0}) {
 		t.Errorf("after recovery: %v; want the estimate 6/100 under %s", rows, rid)
+	}
+	if !renewal.fire() {
+		t.Fatal("the renewal timer was stopped while the response lasts")
+	}
+	if n := e.armedRenewals(); n != 0 || !strings.Contains(e.logs.String(), "expired before its response ended") || e.reservation(rid).State != budget.ReservationExpired {
+		t.Errorf("the renewal of the recovered reservation: %d renewals armed after it, reservation %s; want none, expired, and a warning; log:\n%s",
+			n, e.reservation(rid).State, e.logs)
 	}
 	close(release)
 	if _, err := io.ReadAll(br); err != nil {
@@ -177,38 +208,49 @@ func TestReservationChargedOnExpiry(t *testing.T) {
 	}
 }
 
-// TestReservationRenewed: while a response lasts longer than the
-// reservation's TTL, the proxy renews the reservation (every third of the
-// TTL), so it never expires; the commit records the actual usage.
+// TestReservationRenewed: while a response lasts, the proxy renews its
+// reservation every third of the TTL (Config.ReservationTTL), each time
+// until the tracker's now plus the TTL, so it never expires; once the
+// response is over the renewals stop; the commit records the actual usage.
 func TestReservationRenewed(t *testing.T) {
 	t.Parallel()
-	const ttl = 900 * time.Millisecond // renewed every 300ms: room for a slow writer on a loaded machine
+	const ttl = 30 * time.Second // not the default: the configured TTL is the one renewed
 	release := make(chan struct{})
-	e := newEnv(t, envOptions{cfg: func(c *proxy.Config) { c.ReservationTTL = ttl }},
+	e := newEnv(t, envOptions{storePath: true, clock: true, renewals: true, cfg: func(c *proxy.Config) { c.ReservationTTL = ttl }},
 		sseUpstream(chatChunk, chatChunk+chatUsageChunk+"data: [DONE]\n\n", release))
 	id := e.limit("", "", "tokens", "1h", 1000)
 	resp := e.openStream(context.Background(), "/v1/chat/completions", chatBody("gpt-4o", 50, true))
 	rid := resp.Header.Get("X-Tokenbudget-Request-Id")
 	br := bufio.NewReader(resp.Body)
 	readEvent(t, br)
-	first := e.reservation(rid)
-	if got := first.ExpiresAt.Sub(first.At); got != ttl {
-		t.Fatalf("TTL %s; want %s", got, ttl)
+	if r := e.reservation(rid); !r.At.Equal(testNow) || !r.ExpiresAt.Equal(testNow.Add(ttl)) {
+		t.Fatalf("reserved at %s until %s; want %s until %s", r.At, r.ExpiresAt, testNow, testNow.Add(ttl))
 	}
-	// Renewed twice: the expiry has moved past the first renewal's.
-	deadline := time.Now().Add(10 * time.Second)
-	for r := e.reservation(rid); !r.ExpiresAt.After(first.ExpiresAt.Add(ttl / 3)); r = e.reservation(rid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("not renewed in 10s: expires %s, first %s", r.ExpiresAt, first.ExpiresAt)
+	now := testNow
+	for i := 1; i <= 2; i++ {
+		renewal := e.renewal()
+		if renewal.every != ttl/3 {
+			t.Fatalf("renewal %d armed for %s; want %s, a third of the TTL", i, renewal.every, ttl/3)
 		}
-		<-time.After(ttl / 10)
+		e.advance(ttl / 3)
+		now = now.Add(ttl / 3)
+		if !renewal.fire() {
+			t.Fatalf("renewal %d: the timer was stopped while the response lasts", i)
+		}
+		if r := e.reservation(rid); r.State != budget.ReservationLive || !r.ExpiresAt.Equal(now.Add(ttl)) {
+			t.Fatalf("after renewal %d at %s: %s until %s; want live until %s; log:\n%s", i, now, r.State, r.ExpiresAt, now.Add(ttl), e.logs)
+		}
 	}
+	third := e.renewal() // armed by the second
 	close(release)
 	if _, err := io.ReadAll(br); err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
 	e.wait(1)
+	if n := e.armedRenewals(); !third.stopped() || n != 0 {
+		t.Errorf("once the response ended: renewal timer stopped %t, %d renewals armed; want stopped, none", third.stopped(), n)
+	}
 	if r := e.reservation(rid); r.State != budget.ReservationCommitted {
 		t.Errorf("reservation %s; want committed", r.State)
 	}

@@ -224,23 +224,38 @@ func TestNoUsage(t *testing.T) {
 }
 
 // TestUpstreamFailureReleases: an upstream that cannot be reached, or
-// answers an error, frees the reservation and charges nothing.
+// answers an error, frees the reservation and charges nothing, on the
+// store path (nothing reserved at once) and from leases (the room goes
+// back to the lease, and to the store once the lease idles).
 func TestUpstreamFailureReleases(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOptions{}, func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, 400, `{"error":{"message":"bad model"}}`)
-	})
-	id := e.limit("", "", "tokens", "1h", 1000)
-	if r := e.do("/v1/chat/completions", chatBody("gpt-4o", 50, false)); r.status != 400 {
-		t.Errorf("status %d; want the upstream's 400", r.status)
-	}
-	e.upstream.Close()
-	r := e.do("/v1/chat/completions", chatBody("gpt-4o", 50, false))
-	if r.status != http.StatusBadGateway || errorObject(t, r.body)["code"] != "upstream_error" {
-		t.Errorf("unreachable upstream: %d %s", r.status, r.body)
-	}
-	if used, reserved := e.used(id); used != 0 || reserved != 0 {
-		t.Errorf("used %d reserved %d; want 0 0", used, reserved)
+	for _, m := range reserveModes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, envOptions{storePath: m.storePath, clock: true}, func(w http.ResponseWriter, r *http.Request) {
+				writeJSON(w, 400, `{"error":{"message":"bad model"}}`)
+			})
+			id := e.limit("", "", "tokens", "1h", 1000)
+			for range 3 {
+				if r := e.do("/v1/chat/completions", chatBody("gpt-4o", 50, false)); r.status != 400 {
+					t.Errorf("status %d; want the upstream's 400", r.status)
+				}
+			}
+			e.upstream.Close()
+			r := e.do("/v1/chat/completions", chatBody("gpt-4o", 50, false))
+			if r.status != http.StatusBadGateway || errorObject(t, r.body)["code"] != "upstream_error" {
+				t.Errorf("unreachable upstream: %d %s", r.status, r.body)
+			}
+			if used, _ := e.used(id); used != 0 {
+				t.Errorf("used %d; want 0", used)
+			}
+			if used, reserved := e.settled(id); used != 0 || reserved != 0 {
+				t.Errorf("used %d reserved %d; want 0 0", used, reserved)
+			}
+			if leased := e.db.Stats().Leased; e.leased() != (leased > 0) {
+				t.Errorf("%d reservations carved from leases; want some only with leases", leased)
+			}
+		})
 	}
 }
 

@@ -221,7 +221,10 @@ func TestPerUserLimit(t *testing.T) {
 func TestEndUserChargedOnExpiry(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
-	e := newEnv(t, envOptions{clock: true}, sseUpstream(anthropicStart+anthropicDelta, anthropicEnd, release))
+	// Its renewals wait for the test, which never fires them: the
+	// reservation expires when the clock says so, however slow the run.
+	e := newEnv(t, envOptions{storePath: true, clock: true, renewals: true},
+		sseUpstream(anthropicStart+anthropicDelta, anthropicEnd, release))
 	max := int64(150)
 	ctx := context.Background()
 	if _, _, err := e.db.SetLimit(ctx, budget.LimitSpec{Key: "team", Scope: "user", ScopeValue: "*", Window: "1h", Max: &max}); err != nil {

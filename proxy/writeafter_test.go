@@ -61,7 +61,7 @@ func TestClientNeverWaitsForTheStoreWrite(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				testWriteAfterResponse(t, m.mode, m.leases, stream)
+				testWriteAfterResponse(t, m.mode, m.mode == proxy.ModeReserve && !m.storePath, stream)
 			})
 		}
 	}
@@ -205,7 +205,7 @@ func TestNextRequestDecidedAfterTheLastSettlement(t *testing.T) {
 	for _, m := range costModes {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, envOptions{mode: m.mode, leases: m.leases}, func(w http.ResponseWriter, r *http.Request) {
+			e := newEnv(t, envOptions{mode: m.mode, storePath: m.storePath}, func(w http.ResponseWriter, r *http.Request) {
 				writeJSON(w, http.StatusOK, chatUsageJSON(50, 50))
 			})
 			e.limit("", "", "tokens", "1h", 1000)

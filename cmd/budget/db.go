@@ -63,6 +63,12 @@ func (m *Main) openDB(ctx context.Context, dsn string, o dbOptions) (*tokenbudge
 	cfg := budget.DefaultConfig()
 	cfg.SweepInterval = -1
 	cfg.Now = m.Now
+	if isPostgres(dsn) {
+		// Where budget proxy journals its leases by default, so that
+		// 'budget recover' settles a dead proxy's leases of this machine
+		// exactly (tokenbudget.Open looks beside a SQLite file itself).
+		cfg.LeaseJournal, _ = m.defaultLeaseJournal(dsn)
+	}
 	if o.now != nil {
 		cfg.Now = o.now
 	}

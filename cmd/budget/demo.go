@@ -99,7 +99,7 @@ func (m *Main) runDemo(ctx context.Context, args []string) (err error) {
 		path = filepath.Join(dir, "demo.db")
 	}
 
-	p, err := m.startProxy(ctx, proxyOptions{dsn: path, listen: "127.0.0.1:0", mock: true, mode: proxy.ModeReserve,
+	p, err := m.startProxy(ctx, proxyOptions{dsn: path, listen: "127.0.0.1:0", mock: true, mode: proxy.ModeReserve, leases: true,
 		maxBody: proxy.DefaultMaxBody, maxOutput: proxy.DefaultMaxOutput, imageTokens: proxy.DefaultImageTokens, log: discardLogger(),
 		admin: adminOptions{listen: "127.0.0.1:0"}})
 	if err != nil {
@@ -130,7 +130,11 @@ func (m *Main) runDemo(ctx context.Context, args []string) (err error) {
 		if err != nil {
 			return fmt.Errorf("demo request %d: %w", i+1, err)
 		}
-		p.inflight.Wait() // the proxy has settled the request's usage
+		// The proxy has queued the request's settlement; the flush writes it.
+		p.inflight.Wait()
+		if _, err := p.tracker.Flush(ctx); err != nil {
+			return fmt.Errorf("demo request %d: %w", i+1, err)
+		}
 		after := demoUsed(ctx, p.tracker)
 		charged := "-"
 		if after.used != before.used {

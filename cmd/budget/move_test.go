@@ -193,12 +193,14 @@ func writeOut(t *testing.T, path string, r result) {
 
 // checkSecrets proxies a request with each secret through a proxy on db:
 // live keys and a rotated key's previous secret (within its grace) get
-// through, a revoked key's secret gets 401.
+// through, a revoked key's secret gets 401. The proxy runs with its
+// default leases, journaled on PostgreSQL in the state directory.
 func checkSecrets(t *testing.T, db string, secrets map[string]string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	line, done := startCLI(t, ctx, nil, "proxy", "--db", db, "--mock-upstream", "--listen", "127.0.0.1:0")
+	env := map[string]string{"XDG_STATE_HOME": t.TempDir()}
+	line, done := startCLI(t, ctx, env, "proxy", "--db", db, "--mock-upstream", "--listen", "127.0.0.1:0")
 	base := listenURL(t, line)
 	names := slices.Sorted(func(yield func(string) bool) {
 		for k := range secrets {

@@ -32,7 +32,7 @@ const proxyHelp = `usage: budget proxy (--upstream URL | --upstream NAME=URL ...
 	[--model-route PATTERN=NAME ...] [--mode reserve|check] [--max-body N] [--default-max-output N]
 	[--cap-field auto|none|max_tokens|max_completion_tokens|max_output_tokens]
 	[--max-client-wait D] [--require-limits] [--image-tokens N] [--reservation-ttl D]
-	[--leases [--lease-journal DIR]]
+	[--leases=false | --lease-journal DIR]
 	[--body-timeout D] [--header-timeout D] [--stream-idle-timeout D]
 	[--max-inflight-bytes N] [--max-inflight-bytes-per-key N] [--min-body-rate N]
 	[--retain D] [--log-format text|json]
@@ -56,13 +56,20 @@ With --require-limits a request that no enabled limit applies to (its key's
 own, a default, its team's or its org's; a per-user limit only when the
 request names an end user) gets 403 no_budget.
 
-With --leases, reserve mode decides most requests in memory from budget
-leases the proxy holds in the database, exact all the same; every admission
-and settlement is journaled in --lease-journal (default: beside a SQLite
-database, FILE.leases; required on PostgreSQL, the same directory for every
-replica of a machine) before it is answered, so a crash charges exactly.
-A tagged request (X-Budget-Tags) always takes the store path, even when no
-tag limit applies to it: the journal records no tags.
+Reserve mode decides most requests in memory from budget leases the proxy
+holds in the database (room on a route's limits that every other process
+and replica counts as reserved), exact all the same; every admission and
+settlement is journaled in --lease-journal before it is answered, so a
+crash charges exactly. The journal's default is FILE.leases beside a SQLite
+database and, on PostgreSQL, $XDG_STATE_HOME/tokenbudget/leases/HASH
+(~/.local/state without XDG_STATE_HOME; HASH names the database's hosts,
+name, user and search_path, never the password), so the replicas of one
+machine and its 'budget recover' share it. An in-memory database, or no
+directory for the journal, keeps the store path and says why on stderr.
+--leases=false takes every request through the store (two writes each).
+A route with a concurrent or usd limit always takes the store path, and
+so does a tagged request (X-Budget-Tags), even when no tag limit applies
+to it: the journal records no tags.
 
 Output caps: a request is estimated at the largest of its max_tokens,
 max_completion_tokens and max_output_tokens (times n). A request with none
@@ -290,8 +297,8 @@ func (m *Main) runProxy(ctx context.Context, args []string) (err error) {
 	fs.DurationVar(&o.maxClientWait, "max-client-wait", proxy.DefaultMaxClientWait, "a refusal with a longer wait says x-should-retry: false (0s: every refusal)")
 	fs.StringVar(&o.capField, "cap-field", proxy.CapAuto, "field an injected output cap goes in: auto, none, max_tokens, max_completion_tokens or max_output_tokens")
 	fs.BoolVar(&o.requireLimits, "require-limits", false, "refuse (403 no_budget) a request that no enabled limit applies to")
-	fs.BoolVar(&o.leases, "leases", false, "reserve mode: decide requests in memory from budget leases (journaled; tagged requests keep the store path)")
-	fs.StringVar(&o.leaseJournal, "lease-journal", "", "`directory` of the lease journals (default: FILE.leases beside a SQLite database)")
+	fs.BoolVar(&o.leases, "leases", true, "reserve mode: decide requests in memory from budget leases (journaled; tagged requests keep the store path); --leases=false: every request through the store")
+	fs.StringVar(&o.leaseJournal, "lease-journal", "", "`directory` of the lease journals (default: FILE.leases beside a SQLite database; on PostgreSQL $XDG_STATE_HOME/tokenbudget/leases/HASH)")
 	retain := fs.String("retain", "", "prune the usage history older than this at start and daily: days (400d) or a duration (default: keep it all)")
 	logFormat := fs.String("log-format", "text", "stderr log lines as text or json")
 	o.admin.flags(fs)
@@ -495,10 +502,7 @@ func (m *Main) startProxy(ctx context.Context, o proxyOptions) (_ *runningProxy,
 	cfg.Now = m.Now
 	cfg.OnError = func(err error) { o.log.Error("budget: write failed; retrying", "err", err) }
 	cfg.MaxRetryBackoff = o.maxWriteBackoff
-	cfg.Leases, cfg.LeaseJournal = o.leases, o.leaseJournal
-	if cfg.LeaseJournal == "" && !strings.Contains(o.dsn, "://") {
-		cfg.LeaseJournal = o.dsn + ".leases" // where every process on the file looks
-	}
+	m.proxyLeases(o, &cfg)
 	if p.tracker, err = budget.New(ctx, metrics.InstrumentStore(s), cfg); err != nil {
 		return nil, err
 	}

@@ -83,7 +83,7 @@ func (d delivery) check(t *testing.T, secret string) map[string]any {
 // testProxyOptions are the options of a proxy on db with the mock
 // upstream, on a free port, logging to log.
 func testProxyOptions(db string, log *slog.Logger) proxyOptions {
-	return proxyOptions{dsn: db, listen: "127.0.0.1:0", mock: true, mode: "reserve",
+	return proxyOptions{dsn: db, listen: "127.0.0.1:0", mock: true, mode: "reserve", leases: true,
 		maxBody: 1 << 20, maxOutput: 100, reservationTTL: time.Minute, bodyTimeout: time.Second, headerTimeout: time.Second,
 		idleTimeout: time.Second, maxInflight: 1 << 20, log: log}
 }

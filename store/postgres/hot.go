@@ -258,7 +258,7 @@ func (t *tx) settle(ctx context.Context, ss []budget.Settle) error {
 // contribute, in w's order.
 func (t *tx) applyCounters(ctx context.Context, w *budget.WriteSet, inserted []bool) error {
 	return sqlrow.ApplyCounters(w, inserted, func(cs []*budget.CounterWrite) ([]bool, error) { return t.createCounters(ctx, cs) },
-		func(cs []*budget.CounterWrite, ds []int64) error {
+		func(cs []*budget.CounterWrite, ds []int64, ifStored bool) error {
 			ids, subs, starts := make([]string, len(cs)), make([]string, len(cs)), make([]int64, len(cs))
 			for i, c := range cs {
 				ids[i], subs[i], starts[i] = c.Ref.Limit.ID, c.Ref.Limit.Subject, ns(c.Ref.Start)
@@ -269,7 +269,7 @@ func (t *tx) applyCounters(ctx context.Context, w *budget.WriteSet, inserted []b
 			if err != nil {
 				return fmt.Errorf("add to counters: %w", err)
 			}
-			if n != int64(len(ids)) {
+			if n != int64(len(ids)) && !ifStored {
 				return fmt.Errorf("%w: add to counters: %d of %d rows are gone", budget.ErrConflict, int64(len(ids))-n, len(ids))
 			}
 			return nil

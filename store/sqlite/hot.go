@@ -136,7 +136,7 @@ func (t *tx) Apply(ctx context.Context, w *budget.WriteSet) ([]bool, int64, erro
 	if err := t.write(); err != nil {
 		return nil, 0, err
 	}
-	inserted, err := t.insertUsage(ctx, w.Events)
+	inserted, err := t.insertUsage(ctx, w.Events, w.Retry)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -252,7 +252,7 @@ func (t *tx) settle(ctx context.Context, ss []budget.Settle) error {
 // contribute.
 func (t *tx) applyCounters(ctx context.Context, w *budget.WriteSet, inserted []bool) error {
 	return sqlrow.ApplyCounters(w, inserted, func(cs []*budget.CounterWrite) ([]bool, error) { return t.createCounters(ctx, cs) },
-		func(cs []*budget.CounterWrite, ds []int64) error {
+		func(cs []*budget.CounterWrite, ds []int64, ifStored bool) error {
 			for lo := 0; lo < len(cs); lo += chunk {
 				hi := min(lo+chunk, len(cs))
 				args := make([]any, 0, 4*(hi-lo))
@@ -264,7 +264,7 @@ func (t *tx) applyCounters(ctx context.Context, w *budget.WriteSet, inserted []b
 				if err != nil {
 					return fmt.Errorf("add to counters: %w", err)
 				}
-				if n != int64(hi-lo) {
+				if n != int64(hi-lo) && !ifStored {
 					return fmt.Errorf("%w: add to counters: %d of %d rows are gone", budget.ErrConflict, int64(hi-lo)-n, hi-lo)
 				}
 			}

@@ -75,6 +75,7 @@ type DB struct {
 	retries  atomic.Int64
 	failures atomic.Int64
 	commits  atomic.Uint64 // committed write transactions: budget.Mark's Local
+	exact    atomic.Int32  // batches left to insert their events with RETURNING (tx.insertUsage)
 
 	file os.FileInfo // the file as opened, to notice it deleted or replaced
 }

@@ -47,7 +47,13 @@ var errReadOnly = errors.New("store: write inside a read-only transaction")
 const (
 	// Multi-row statements: %s stands for the VALUES rows.
 	qInsertUsageN = `INSERT OR IGNORE INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm, cost, unpriced, team, org, end_user, no_price, tags)
-		VALUES %s RETURNING key, request_id`
+		VALUES %s`
+	// qInsertUsageLeanN leaves the levels, the end user and the tags to
+	// their default, '': a chunk of events that carry none binds 14
+	// values a row, not 18 (a string bound is a copy into C memory).
+	qInsertUsageLeanN = `INSERT OR IGNORE INTO usage (key, request_id, provider, model, input, output, reasoning, cache_read, cache_write, at, model_norm, cost, unpriced, no_price)
+		VALUES %s`
+	qReturning    = ` RETURNING key, request_id`
 	qAddCountersN = `WITH v(lid, sub, ws, d) AS (VALUES %s)
 		UPDATE counters SET used = MIN(used + v.d, 9007199254740991) FROM v
 		WHERE counters.limit_id = v.lid AND counters.subject = v.sub AND counters.window_start = v.ws`
@@ -58,10 +64,13 @@ const (
 const chunk = 64
 
 var hotStatements = []string{qLimitsVersion, `PRAGMA data_version`,
-	multiRow(qInsertUsageN, usageCols, chunk), multiRow(qInsertUsageN, usageCols, 1), multiRow(qAddCountersN, 4, chunk)}
+	multiRow(qInsertUsageN, usageCols, chunk), multiRow(qInsertUsageN, usageCols, 1),
+	multiRow(qInsertUsageN+qReturning, usageCols, chunk), multiRow(qInsertUsageN+qReturning, usageCols, 1),
+	multiRow(qInsertUsageLeanN, usageLeanCols, chunk), multiRow(qInsertUsageLeanN, usageLeanCols, 1), multiRow(qAddCountersN, 4, chunk)}
 
-// usageCols is the number of columns qInsertUsageN writes.
-const usageCols = 18
+// usageCols and usageLeanCols are the numbers of columns qInsertUsageN
+// and qInsertUsageLeanN write.
+const usageCols, usageLeanCols = 18, 14
 
 var multiRows sync.Map // multiRowKey -> string
 
@@ -185,7 +194,19 @@ func (t *tx) UnpricedEvents(ctx context.Context) (int64, error) {
 // constraint: the table has no CHECK and every column is bound to a
 // non-NULL value, so only the key's uniqueness can fail (a CHECK added to
 // usage needs ON CONFLICT DO NOTHING back, or events would be dropped).
-func (t *tx) insertUsage(ctx context.Context, evs []budget.EventWrite) ([]bool, error) {
+//
+// Which rows went in: nearly always every row but the batch's own repeats
+// of an id, and the insert's count of rows says so. RETURNING each row
+// that went in cost the writer about 1.7 µs an event (the rows' strings
+// scanned, the statement's table of them); a read of the stored ids
+// before the insert, as much. So a batch inserts with neither, and if the
+// count falls short (the history held one of its ids) the batch fails
+// with ErrConflict, which the writer plans again at once, and this
+// handle's next exactBatches batches insert with RETURNING: a client
+// sending its events twice, or an import run again, pays one wasted try
+// in exactBatches + 1 batches. A retry (WriteSet.Retry: a try before may
+// have written some of the events) inserts with RETURNING at once.
+func (t *tx) insertUsage(ctx context.Context, evs []budget.EventWrite, retry bool) ([]bool, error) {
 	if err := t.write(); err != nil {
 		return nil, err
 	}
@@ -199,23 +220,62 @@ func (t *tx) insertUsage(ctx context.Context, evs []budget.EventWrite) ([]bool, 
 		x, y := &evs[a].Usage, &evs[b].Usage
 		return cmp.Or(strings.Compare(x.Key, y.Key), strings.Compare(x.RequestID, y.RequestID))
 	})
+	exact := retry
+	if t.db.exact.Load() > 0 {
+		exact = true
+		t.db.exact.Add(-1)
+	}
 	args := make([]any, 0, min(len(order), chunk)*usageCols)
-	first := make(map[[2]string]int, min(len(order), chunk))
+	var box boxes
+	var first map[[2]string]int
+	var last *budget.Usage // the row before in order: a repeat of its id is ignored
 	for lo := 0; lo < len(order); lo += chunk {
 		part := order[lo:min(lo+chunk, len(order))]
 		args = args[:0]
+		var news int64
+		q, cols := qInsertUsageLeanN, usageLeanCols
+		for _, i := range part {
+			if e := &evs[i].Usage; e.Team != "" || e.Org != "" || e.User != "" || e.Tags != "" {
+				q, cols = qInsertUsageN, usageCols
+				break
+			}
+		}
 		for _, i := range part {
 			e := &evs[i].Usage
-			args = append(args, e.Key, e.RequestID, e.Provider, e.Model, e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, ns(e.At),
-				budget.NormalizeModel(e.Model), e.Cost, e.Unpriced, e.Team, e.Org, e.User, evs[i].NoPrice, string(e.Tags))
+			args = append(args, box.str(0, e.Key), e.RequestID, box.str(1, e.Provider), box.str(2, e.Model), e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, ns(e.At),
+				box.str(3, budget.NormalizeModel(e.Model)), e.Cost, e.Unpriced)
+			if cols == usageCols {
+				args = append(args, box.str(4, e.Team), box.str(5, e.Org), box.str(6, e.User), evs[i].NoPrice, box.str(7, string(e.Tags)))
+			} else {
+				args = append(args, evs[i].NoPrice)
+			}
+			if last == nil || last.Key != e.Key || last.RequestID != e.RequestID {
+				inserted[i] = !exact
+				news++
+			}
+			last = e
+		}
+		if !exact {
+			n, err := t.exec(ctx, multiRow(q, cols, len(part)), args...)
+			if err != nil {
+				return nil, fmt.Errorf("insert usage: %w", err)
+			}
+			if n != news {
+				t.db.exact.Store(exactBatches)
+				return nil, fmt.Errorf("%w: insert usage: the history holds %d of the batch's request ids", budget.ErrConflict, news-n)
+			}
+			continue
 		}
 		// The rows that went in come back (a duplicate of a stored row,
 		// or of an earlier row, does not): one statement either way.
+		if first == nil {
+			first = make(map[[2]string]int, min(len(order), chunk))
+		}
 		clear(first)
 		for _, i := range slices.Backward(part) {
 			first[[2]string{evs[i].Usage.Key, evs[i].Usage.RequestID}] = i
 		}
-		err := t.scan(ctx, multiRow(qInsertUsageN, usageCols, len(part)), args, func(s scanner) error {
+		err := t.scan(ctx, multiRow(q+qReturning, cols, len(part)), args, func(s scanner) error {
 			var k [2]string
 			if err := s.Scan(&k[0], &k[1]); err != nil {
 				return err
@@ -229,6 +289,26 @@ func (t *tx) insertUsage(ctx context.Context, evs []budget.EventWrite) ([]bool, 
 	}
 	return inserted, nil
 }
+
+// boxes keeps the last string each of a few columns was boxed as an
+// argument: rows in key order repeat their key, provider, model and levels,
+// and a string put in an interface is an allocation each time.
+type boxes [8]struct {
+	s string
+	v any
+}
+
+func (b *boxes) str(col int, s string) any {
+	if c := &b[col]; c.v != nil && c.s == s {
+		return c.v
+	}
+	b[col].s, b[col].v = s, s
+	return b[col].v
+}
+
+// exactBatches is how many batches insert with RETURNING after one found
+// an id the history held (see insertUsage).
+const exactBatches = 16
 
 // Sums saturate at 2^53-1, past any limit: TOTAL never overflows (SUM
 // would fail the whole batch, and with it every key's usage behind it), and

@@ -2,6 +2,8 @@ package storetest
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,6 +28,7 @@ func init() {
 			testBudgetLeaseUnjournaled(t, newDB, true, budget.ExpireCharge)
 		}},
 		suiteCase{"BudgetLeaseRoomGivenBackBeforeTheWholeChargeRecordedWhole", testBudgetLeaseGivenBackThenCharged},
+		suiteCase{"BudgetLeaseGrownWithoutItsJournalOverchargedAtMostOneRefill", testBudgetLeaseGrownUnjournaled},
 		suiteCase{"BudgetLeaseFoundLostBeforeItsRecoveryThenCommitsOnlyTheExcess", testBudgetLeaseLostBeforeRecovery},
 	)
 }
@@ -190,4 +193,81 @@ func stalling(t *testing.T, newDB NewDB, opts ...budget.ReserveOptions) (a, b *b
 		ids = append(ids, r.ID)
 	}
 	return a, b, c, l, ids
+}
+
+// The crash bound of a grown lease. A leasing tracker serves steady demand
+// (64 goroutines reserving and committing) until its route's lease has
+// grown, then keeps reserving without committing until the lease is
+// refilled, and dies at once: the worst moment, its lease holding a whole
+// refill of free room. A replica that cannot read its journal charges the
+// rest of the lease: never less than it served (each reservation in
+// flight at its estimate), and beyond that at most the last refill, which
+// is capped at 1,024 estimates (and at half the room left). The figure is
+// logged: BENCHMARKS.md reports it.
+func testBudgetLeaseGrownUnjournaled(t *testing.T, newDB NewDB) {
+	const est, maxRefill = 100, 1024
+	open := newDB(t)
+	c := NewClock(T0)
+	a := NewLeaseTracker(t, open(), c, time.Second, t.TempDir(), true)
+	b := NewLeaseTracker(t, open(), c, 0, t.TempDir(), false) // another machine
+	l := SetLimit(t, b, budget.LimitSpec{Key: "k", Window: "daily"}, 1e8)
+	ctx := context.Background()
+	var committed atomic.Int64
+	err := concurrently(64, func(int) error {
+		for range 60 {
+			r, err := a.Reserve(ctx, leaseReq(est), 20*time.Second)
+			if err != nil {
+				return err
+			}
+			if _, err := a.Commit(ctx, r.ID, budget.Usage{Input: 40, Output: 50}); err != nil {
+				return err
+			}
+			committed.Add(90)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// In flight until the lease runs out and is refilled: a reservation
+	// the lease did not carve went to the writer, which grew it.
+	inflight := int64(0)
+	for {
+		before := a.Stats().Leased
+		if _, err := a.Reserve(ctx, leaseReq(est), 20*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		inflight++
+		if a.Stats().Leased == before {
+			break
+		}
+		if inflight > 4*maxRefill {
+			t.Fatal(errors.New("the lease was never refilled"))
+		}
+	}
+	if _, err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	used, held := Used(t, b, leaseReq(est), c.Now(), l.ID)
+	if used != committed.Load() {
+		t.Fatalf("before the crash: used %d; want the %d committed", used, committed.Load())
+	}
+	stalled := c.Now().Add(30 * time.Second)
+	c.Advance(30 * time.Second)
+	if _, err := b.Recover(ctx, stalled); err != nil {
+		t.Fatal(err)
+	}
+	after, reserved := Used(t, b, leaseReq(est), c.Now(), l.ID)
+	served := committed.Load() + inflight*est
+	over := after - served
+	if reserved != 0 || over < 0 || over > maxRefill*est {
+		t.Fatalf("after recovering the grown lease without its journal: used %d, reserved %d; want at least the %d served and at most %d more, 0",
+			after, reserved, served, maxRefill*est)
+	}
+	if over <= 32*est {
+		t.Fatalf("charged %d beyond what was served: no more than a fresh lease's room; the lease did not grow", over)
+	}
+	t.Logf("a grown lease (%d held at the crash, %d requests in flight) charged %d tokens (%d estimates) beyond the %d served",
+		held, inflight, over, over/est, served)
+	noDrift(t, b)
 }

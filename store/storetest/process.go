@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -72,7 +73,7 @@ func child(role, dsn, arg string, open OpenDSN) error {
 	cfg.SweepInterval = -1
 	cfg.Leases = strings.HasPrefix(role, "lease")
 	cfg.LeaseJournal = journalDir(dsn)
-	if role == "leasekill" {
+	if role == "leasekill" || role == "leaseload" {
 		// Commits are written only when a refill makes the writer write:
 		// the last ones are in the journal alone when the child is killed.
 		cfg.BatchInterval = time.Hour
@@ -85,6 +86,9 @@ func child(role, dsn, arg string, open OpenDSN) error {
 	n, err := strconv.Atoi(arg)
 	if err != nil {
 		return fmt.Errorf("argument %q: %w", arg, err)
+	}
+	if fn := leaseRoles[role]; fn != nil {
+		return fn(ctx, tr, n)
 	}
 	switch role {
 	case "record":
@@ -165,84 +169,6 @@ func child(role, dsn, arg string, open OpenDSN) error {
 		// from leases, or the case would prove only the store path.
 		fmt.Println(admitted.Load(), leased)
 		return nil
-	case "leasekill":
-		// Each goroutine reserves n (ExpireCharge) and commits two in three
-		// of them at a usage of its own; then the child says so and waits
-		// for SIGKILL with the rest in flight.
-		err := concurrently(goroutinesPerChild, func(g int) error {
-			for i := range n {
-				r, err := reserveCharged(ctx, tr, 20*time.Second)
-				if err != nil {
-					return err
-				}
-				if i%3 != 2 {
-					if _, err := tr.Commit(ctx, r.ID, killUsage(g, i)); err != nil {
-						return err
-					}
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		if tr.Stats().Leased == 0 {
-			// Killed now, it would prove only the store path's recovery.
-			return errors.New("no reservation came from a lease")
-		}
-		fmt.Println("ready")
-		select {}
-	case "leasestop":
-		// As leasekill, committing one in two; after "ready" it is stopped
-		// (SIGSTOP) while another process recovers its leases, continued,
-		// and told on stdin to commit those still in flight.
-		var inflight [goroutinesPerChild][]string
-		err := concurrently(goroutinesPerChild, func(g int) error {
-			for i := range n {
-				r, err := reserveCharged(ctx, tr, time.Minute)
-				if err != nil {
-					return err
-				}
-				if i%2 == 1 {
-					inflight[g] = append(inflight[g], r.ID)
-					continue
-				}
-				if _, err := tr.Commit(ctx, r.ID, killUsage(g, i)); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		// Its commits written first: stopped inside a write transaction it
-		// would hold row locks (on PostgreSQL) that the recovery waits for
-		// until the server ends its session, a stall this case is not about.
-		if _, err := tr.Flush(ctx); err != nil {
-			return err
-		}
-		fmt.Println("ready")
-		if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
-			return err
-		}
-		err = concurrently(goroutinesPerChild, func(g int) error {
-			for j, id := range inflight[g] {
-				if _, err := tr.Commit(ctx, id, stopUsage(2*j+1)); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		if _, err := tr.Flush(ctx); err != nil {
-			return err
-		}
-		st := tr.Stats()
-		fmt.Println(st.LeasesLost, st.LeaseLate)
-		return nil
 	case "mixed":
 		if err := mixed(ctx, tr, n); err != nil {
 			return err
@@ -315,26 +241,6 @@ func mixed(ctx context.Context, tr *budget.Tracker, n int) error {
 		}
 		return nil
 	})
-}
-
-// reserveCharged is the lease children's reservation: 40 input and 60
-// output tokens on key k, charged on expiry.
-func reserveCharged(ctx context.Context, tr *budget.Tracker, ttl time.Duration) (*budget.Reservation, error) {
-	return tr.ReserveWith(ctx, budget.Request{Key: "k", Provider: "p", Model: "m", Estimate: budget.Estimate{Input: 40, Output: 60}},
-		budget.ReserveOptions{TTL: ttl, OnExpiry: budget.ExpireCharge})
-}
-
-// killUsage is what goroutine g of a leasekill child commits for its
-// i-th reservation.
-func killUsage(g, i int) budget.Usage {
-	return budget.Usage{Input: int64(10 + g), Output: int64(20 + i%7*30)}
-}
-
-// stopUsage is what a leasestop child commits, once continued, for its
-// i-th reservation (i odd): one in two is 20 output tokens over the
-// estimate of 40 + 60.
-func stopUsage(i int) budget.Usage {
-	return budget.Usage{Input: 40, Output: int64(50 + i%4*10)}
 }
 
 // journalDir is the lease journal directory of the database dsn, which
@@ -417,8 +323,23 @@ func runChildrenSums(t *testing.T, n int, role, dsn string, arg int) []int64 {
 // must be want. The child is killed by t.Cleanup if still running.
 func startChild(t *testing.T, role, dsn string, arg int, want string) *exec.Cmd {
 	t.Helper()
+	cmd, _, out := pipeChild(t, role, dsn, arg)
+	if line, _ := out.ReadString('\n'); strings.TrimSpace(line) != want {
+		t.Fatalf("child %s said %q; want %q", role, line, want)
+	}
+	return cmd
+}
+
+// pipeChild starts a child of role with pipes to its stdin and from its
+// stdout. The child is killed by t.Cleanup if still running.
+func pipeChild(t *testing.T, role, dsn string, arg int) (*exec.Cmd, io.WriteCloser, *bufio.Reader) {
+	t.Helper()
 	cmd := spawn(role, dsn, arg)
-	out, err := cmd.StdoutPipe()
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -426,10 +347,7 @@ func startChild(t *testing.T, role, dsn string, arg int, want string) *exec.Cmd 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	if line, _ := bufio.NewReader(out).ReadString('\n'); strings.TrimSpace(line) != want {
-		t.Fatalf("child %s said %q; want %q", role, line, want)
-	}
-	return cmd
+	return cmd, stdin, bufio.NewReader(stdout)
 }
 
 // openParent opens the test's own handle, closed by t.Cleanup, and starts

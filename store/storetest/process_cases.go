@@ -1,14 +1,10 @@
 package storetest
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -36,6 +32,9 @@ func RunProcesses(t *testing.T, p Processes) {
 		{"ProbeClaimRespected", testProcProbeClaim},
 		{"RecoverAfterSIGKILL", testProcRecoverAfterKill},
 		{"LeasesChargedExactlyAfterSIGKILL", testProcLeaseKill},
+		{"LeasesChargedExactlyWhenKilledUnderLoad", testProcLeaseKillUnderLoad},
+		{"IdleLeaseGivenBackToAnotherProcess", testProcLeaseIdle},
+		{"NoLeaseReservationCommittedByAnotherProcess", testProcNoLeaseCommittedElsewhere},
 		{"StalledLeaseFencedAfterSIGSTOP", testProcLeaseStop},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, p) })
@@ -339,138 +338,6 @@ func testProcRecoverAfterKill(t *testing.T, p Processes) {
 	if st[budget.MetricTokens].Reserved != 0 || st[budget.MetricConcurrent].Used != 0 {
 		t.Fatalf("after recovery reserved=%d leases=%d; want 0", st[budget.MetricTokens].Reserved, st[budget.MetricConcurrent].Used)
 	}
-}
-
-// A child with leases reserves under load (ExpireCharge), commits two in
-// three, and is killed with SIGKILL, its last commits in its journal
-// alone. Once its leases expired, recovery in this process charges every
-// request it admitted exactly once: a committed one its actual usage, one
-// in flight its estimate; the unused rest of its leases nothing.
-func testProcLeaseKill(t *testing.T, p Processes) {
-	dsn, c, tr, tok, reqs := leaseParent(t, p)
-	const n = 60
-	var want int64
-	for g := range goroutinesPerChild {
-		for i := range n {
-			if i%3 == 2 {
-				want += 100 // in flight: its estimate
-			} else {
-				want += killUsage(g, i).Billable()
-			}
-		}
-	}
-	cmd := startChild(t, "leasekill", dsn, n, "ready")
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
-	c.Advance(time.Minute)
-	res, err := tr.Recover(ctx, c.Now())
-	if err != nil || res.ReleasedReservations == 0 {
-		t.Fatalf("Recover = %+v, %v; want the child's leases", res, err)
-	}
-	req := budget.Request{Key: "k", Provider: "p", Model: "m"}
-	used, reserved := Used(t, tr, req, c.Now(), tok.ID)
-	count, _ := Used(t, tr, req, c.Now(), reqs.ID)
-	if used != want || reserved != 0 || count != goroutinesPerChild*n {
-		t.Fatalf("after SIGKILL and recovery: %d tokens in %d requests, %d reserved; want %d tokens (actual of the committed, estimates of those in flight) in %d, 0 reserved",
-			used, count, reserved, want, goroutinesPerChild*n)
-	}
-	if entries, _ := os.ReadDir(journalDir(dsn)); len(entries) != 0 {
-		t.Fatalf("journals left after recovery: %d", len(entries))
-	}
-	noDrift(t, tr)
-}
-
-// A child with leases is stopped (SIGSTOP) with reservations in flight,
-// its leases pass their TTL and this process recovers them from the
-// journal; continued (SIGCONT), the child commits what was in flight: its
-// batches find the lease recovered, so each request is charged once (the
-// estimate recovery charged) plus, for those whose usage exceeds it, the
-// excess as <id>:late.
-func testProcLeaseStop(t *testing.T, p Processes) {
-	dsn, c, tr, tok, reqs := leaseParent(t, p)
-	const n = 20
-	var want, late int64
-	for g := range goroutinesPerChild {
-		for i := range n {
-			if i%2 == 0 {
-				want += killUsage(g, i).Billable()
-				continue
-			}
-			want += 100
-			if over := stopUsage(i).Billable() - 100; over > 0 {
-				want += over
-				late++
-			}
-		}
-	}
-	cmd := spawn("leasestop", dsn, n)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	out := bufio.NewReader(stdout)
-	if line, _ := out.ReadString('\n'); strings.TrimSpace(line) != "ready" {
-		t.Fatalf("child said %q; want ready", line)
-	}
-	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	c.Advance(2 * time.Minute)
-	if res, err := tr.Recover(ctx, c.Now()); err != nil || res.ReleasedReservations == 0 {
-		t.Fatalf("Recover = %+v, %v; want the stopped child's leases", res, err)
-	}
-	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.WriteString(stdin, "go\n"); err != nil {
-		t.Fatal(err)
-	}
-	line, _ := out.ReadString('\n')
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("child: %v", err)
-	}
-	var lost, gotLate int64
-	if _, err := fmt.Sscan(line, &lost, &gotLate); err != nil || lost < 1 || gotLate != late {
-		t.Fatalf("child's LeasesLost, LeaseLate = %q; want at least 1, and %d", line, late)
-	}
-	req := budget.Request{Key: "k", Provider: "p", Model: "m"}
-	used, reserved := Used(t, tr, req, c.Now(), tok.ID)
-	count, _ := Used(t, tr, req, c.Now(), reqs.ID)
-	if used != want || reserved != 0 || count != goroutinesPerChild*n {
-		t.Fatalf("after the stall: %d tokens in %d requests, %d reserved; want %d tokens in %d (an excess is no request), 0 reserved",
-			used, count, reserved, want, goroutinesPerChild*n)
-	}
-	noDrift(t, tr)
-}
-
-// leaseParent is a fresh database for a lease child, this process's
-// tracker on it (which recovers the child's leases from their journals)
-// with its clock, and key k's token and request limits, too large to
-// refuse.
-func leaseParent(t *testing.T, p Processes) (dsn string, c *Clock, tr *budget.Tracker, tok, reqs budget.Limit) {
-	t.Helper()
-	dsn = p.NewDSN(t)
-	t.Cleanup(func() { os.RemoveAll(journalDir(dsn)) })
-	c = NewClock(time.Now())
-	s, err := p.Open(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	tr = NewLeaseTracker(t, s, c, 0, journalDir(dsn), false)
-	tok = SetLimit(t, tr, budget.LimitSpec{Key: "k", Window: "daily"}, 1<<40)
-	reqs = SetLimit(t, tr, budget.LimitSpec{Key: "k", Metric: string(budget.MetricRequests), Window: "daily"}, 1<<40)
-	return dsn, c, tr, tok, reqs
 }
 
 // usedNow is the used amount of key k's limit id at tr's clock.

@@ -228,7 +228,7 @@ func (t *tx) applyCounters(w *budget.WriteSet, inserted []bool) error {
 				return err
 			}
 			row = counterRow{end: ns(c.Ref.End), used: used}
-		case deltas[i] == 0:
+		case deltas[i] == 0 || c.IfStored:
 			continue
 		default:
 			return fmt.Errorf("%w: add to counter %s@%d: the row is gone", budget.ErrConflict, l.ID, c.Ref.Start.Unix())

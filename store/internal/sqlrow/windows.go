@@ -97,9 +97,10 @@ func CompleteWindows(refs []budget.WindowRef, out []budget.WindowState,
 // counters w creates and reports which existed already (another
 // transaction created them first); then add adds their deltas to the
 // counters that gain one, every existing row with a delta and each created
-// row found existing.
+// row found existing; last, with ifStored, to the IfStored ones, whose
+// rows may not exist (none is created).
 func ApplyCounters(w *budget.WriteSet, inserted []bool, create func([]*budget.CounterWrite) ([]bool, error),
-	add func([]*budget.CounterWrite, []int64) error) error {
+	add func(cs []*budget.CounterWrite, ds []int64, ifStored bool) error) error {
 	deltas := w.CounterDeltas(inserted)
 	var creates []*budget.CounterWrite
 	var createdAt []int
@@ -118,15 +119,24 @@ func ApplyCounters(w *budget.WriteSet, inserted []bool, create func([]*budget.Co
 			existed[i] = found[j]
 		}
 	}
-	var cs []*budget.CounterWrite
-	var ds []int64
+	var cs, opt []*budget.CounterWrite
+	var ds, optDs []int64
 	for i := range w.Counters {
-		if c := &w.Counters[i]; deltas[i] != 0 && (!c.Create || existed[i]) {
+		switch c := &w.Counters[i]; {
+		case deltas[i] == 0:
+		case c.IfStored:
+			opt, optDs = append(opt, c), append(optDs, deltas[i])
+		case !c.Create || existed[i]:
 			cs, ds = append(cs, c), append(ds, deltas[i])
 		}
 	}
-	if len(cs) == 0 {
-		return nil
+	if len(cs) > 0 {
+		if err := add(cs, ds, false); err != nil {
+			return err
+		}
 	}
-	return add(cs, ds)
+	if len(opt) > 0 {
+		return add(opt, optDs, true)
+	}
+	return nil
 }

@@ -1,0 +1,191 @@
+package budget_test
+
+import (
+	"errors"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tokenbudget/tokenbudget/budget"
+	"github.com/tokenbudget/tokenbudget/budget/internal/faultstore"
+	"github.com/tokenbudget/tokenbudget/budget/internal/memstore"
+)
+
+// A journal write that fails halfway hides no request answered after it.
+// Tracker A (leases on, its writer writing only when a caller waits) takes
+// a lease; one admission's record is then written in part and fails. The
+// failure seals the lease's generation: that reservation is admitted by
+// the store's path instead (carved from a new lease, in a new
+// generation, as the pause after a failure is 0 here), the old lease's
+// later commits are written to the store before they return, and a
+// release that cannot be journaled is refused.
+// A then dies with commits in its journals alone; recovery by B on the
+// same machine charges every answered request exactly once: a committed
+// one its actual usage, one in flight (ExpireCharge) its estimate.
+func TestFailedJournalWriteHidesNoAnsweredRequest(t *testing.T) {
+	mem := memstore.New()
+	f := faultstore.New(mem)
+	c := &testClock{t: time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)}
+	dir := t.TempDir()
+	a := storeTracker(t, f, func(cfg *budget.Config) {
+		cfg.Now, cfg.Leases, cfg.LeaseJournal, cfg.BatchInterval = c.Now, true, dir, time.Hour
+	})
+	b := storeTracker(t, mem, func(cfg *budget.Config) { cfg.Now, cfg.LeaseJournal = c.Now, dir })
+	max := int64(1 << 40)
+	if _, _, err := b.SetLimit(ctx, budget.LimitSpec{Key: "k", Window: "daily", Max: &max}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.SetLimit(ctx, budget.LimitSpec{Key: "k", Window: "daily", Metric: "requests", Max: &max}); err != nil {
+		t.Fatal(err)
+	}
+	req := budget.Request{Key: "k", Provider: "p", Model: "m", Estimate: budget.Estimate{Input: 40, Output: 60}}
+	var want, requests int64 // what recovery must leave charged
+	reserve := func() string {
+		t.Helper()
+		r, err := a.ReserveWith(ctx, req, budget.ReserveOptions{TTL: 20 * time.Second, OnExpiry: budget.ExpireCharge})
+		if err != nil {
+			t.Fatal(err)
+		}
+		requests++
+		want += 100 // its estimate, unless committed
+		return r.ID
+	}
+	n := int64(0)
+	commit := func(id string) {
+		t.Helper()
+		n++
+		u := budget.Usage{Input: 10 + n, Output: 20 + n}
+		if _, err := a.Commit(ctx, id, u); err != nil {
+			t.Fatal(err)
+		}
+		want += u.Billable() - 100
+	}
+	first := reserve() // the store's path: the route's first request
+	commit(first)
+	var old []string // carved from the first lease
+	for range 6 {
+		old = append(old, reserve())
+	}
+	commit(old[0])
+	commit(old[1])
+	leased := a.Stats().Leased
+	if leased < 5 {
+		t.Fatalf("carved from a lease before the failure: %d; want at least 5", leased)
+	}
+	// The next record is written in part, then the write fails.
+	var failed atomic.Bool
+	var real func(*os.File, []byte) (int, error)
+	real = budget.SetJournalWrite(func(f *os.File, p []byte) (int, error) {
+		if failed.CompareAndSwap(false, true) {
+			n, _ := f.Write(p[:len(p)/2])
+			return n, errors.New("no space left on device")
+		}
+		return real(f, p)
+	})
+	t.Cleanup(func() { budget.SetJournalWrite(real) })
+	defer budget.SetJournalPause(budget.SetJournalPause(0)) // leases again at once
+	after := reserve()
+	if !failed.Load() {
+		t.Fatal("the reservation after the injected failure wrote no record")
+	}
+	commit(old[2]) // its lease's generation is sealed: written to the store
+	if err := a.Release(ctx, old[3]); err == nil {
+		t.Fatal("Release of a reservation whose journal is sealed succeeded; want an error (a crash would charge it)")
+	}
+	var carved []string // from the new lease, in a new generation
+	for range 6 {
+		carved = append(carved, reserve())
+	}
+	commit(after)
+	commit(carved[0])
+	commit(carved[1])
+	commit(carved[2])
+	if got := a.Stats().Leased - leased; got < 6 {
+		t.Fatalf("carved after the failure: %d; want the new lease to serve (at least 6)", got)
+	}
+	if n := budget.JournalGens(a); n < 2 {
+		t.Fatalf("journal generations: %d; want a new one after the failed write", n)
+	}
+	// A dies: its writer is held, the last commits in the journal alone.
+	g := f.Gate()
+	t.Cleanup(g.Release) // before A's Close
+	c.Advance(time.Minute)
+	if _, err := b.Recover(ctx, c.Now()); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := b.Inspect(ctx, "k", c.Now(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range rep.Limits {
+		got, w := st.Used, want
+		if st.Limit.Metric == budget.MetricRequests {
+			w = requests
+		}
+		if got != w || st.Reserved != 0 {
+			t.Errorf("%s after A's failed write, death and recovery: used %d, reserved %d; want %d, 0 (each answered request charged once)",
+				st.Limit.Metric, got, st.Reserved, w)
+		}
+	}
+}
+
+// A journal whose every write fails costs no caller an error: each
+// reservation is answered by the store's path (a carve whose record
+// failed is decided again there), each commit is written, and the store
+// holds exactly what was committed, with no room left held once the
+// leases ended. With no pause after a failure, every request tries a new
+// lease first; with the pause, the routes keep to the store's path.
+func TestFailingJournalStillAnswersEveryCaller(t *testing.T) {
+	for _, pause := range []time.Duration{0, time.Hour} {
+		t.Run(pause.String(), func(t *testing.T) {
+			defer budget.SetJournalPause(budget.SetJournalPause(pause))
+			real := budget.SetJournalWrite(func(f *os.File, p []byte) (int, error) {
+				n, _ := f.Write(p[:len(p)/3])
+				return n, errors.New("no space left on device")
+			})
+			defer func() { budget.SetJournalWrite(real) }()
+			mem := memstore.New()
+			a := storeTracker(t, mem, func(cfg *budget.Config) { cfg.Leases, cfg.LeaseJournal = true, t.TempDir() })
+			max := int64(1 << 40)
+			if _, _, err := a.SetLimit(ctx, budget.LimitSpec{Key: "k", Window: "daily", Max: &max}); err != nil {
+				t.Fatal(err)
+			}
+			var used atomic.Int64
+			errs := make(chan error, 8)
+			for g := range 8 {
+				go func() {
+					for i := range 20 {
+						r, err := a.Reserve(ctx, budget.Request{Key: "k", Estimate: budget.Estimate{Input: 40, Output: 60}}, time.Minute)
+						if err != nil {
+							errs <- err
+							return
+						}
+						u := budget.Usage{Input: int64(g), Output: int64(i)}
+						if _, err := a.Commit(ctx, r.ID, u); err != nil {
+							errs <- err
+							return
+						}
+						used.Add(u.Billable())
+					}
+					errs <- nil
+				}()
+			}
+			for range 8 {
+				if err := <-errs; err != nil {
+					t.Fatalf("with every journal write failing: %v; want every call answered", err)
+				}
+			}
+			if n := a.Stats().Leased; n != 0 {
+				t.Fatalf("%d reservations answered from a lease whose journal failed", n)
+			}
+			if err := a.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			b := storeTracker(t, mem, nil)
+			if got, reserved := usedReserved(t, b); got != used.Load() || reserved != 0 {
+				t.Fatalf("after 160 reservations committed: used %d, reserved %d; want %d, 0", got, reserved, used.Load())
+			}
+		})
+	}
+}
