@@ -169,7 +169,7 @@ func TestBatchesBoundedByTheirKeys(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			s := memstore.New()
-			tr := storeTracker(t, s, nil)
+			tr := storeTracker(t, s, func(c *budget.Config) { c.QueueSize, c.BatchSize = 1<<16, 1<<16 })
 			at := time.Date(2026, 3, 2, 9, 30, 0, 0, time.UTC)
 			g := s.Gate()
 			if err := tr.Record(ctx, budget.Usage{Key: "first", Provider: "openai", Model: "gpt-4o", Input: 1, At: at}); err != nil {
