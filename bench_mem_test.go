@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -23,6 +24,9 @@ import (
 // is the tracker's alone.
 func TestMain(m *testing.M) {
 	if path := os.Getenv("TB_MEM_CHILD"); path != "" {
+		if os.Getenv("TB_MEM_HEAPPROFILE")+os.Getenv("TB_MEM_PEAKPROFILE") != "" {
+			runtime.MemProfileRate = 4096 // a sample every 4 KiB, not 512: per-key costs of tens of bytes show
+		}
 		keys, _ := strconv.Atoi(os.Getenv("TB_MEM_KEYS"))
 		if err := memChild(path, keys); err != nil {
 			fmt.Fprintln(os.Stderr, "mem child:", err)
@@ -37,7 +41,10 @@ func TestMain(m *testing.M) {
 // each key checked and recorded twice, in the same windows (the previous
 // minute), then flushed. It prints the live heap per key after that load
 // (HeapAlloc after GC, less the heap before it, over keys) and the peak RSS,
-// no GC forced before the load ends. Then, outside that load, it checks
+// no GC forced before the load ends, with the largest RSS sampled split
+// into the Go runtime's memory and the rest (peak_go_MiB, peak_other_MiB).
+// TB_MEM_PEAKPROFILE names a heap profile written as the live heap peaks
+// during the load; TB_MEM_HEAPPROFILE one written after it. Then, outside that load, it checks
 // every key in the windows of the day before, which adds 3 counters per
 // key and nothing else, and prints the live heap per cached counter.
 func memChild(path string, keys int) error {
@@ -72,6 +79,11 @@ func memChild(path string, keys int) error {
 		return nil
 	}
 	h0 := heap()
+	split := sampleRSS()
+	if pp := os.Getenv("TB_MEM_PEAKPROFILE"); pp != "" {
+		stop := peakProfile(pp)
+		defer stop()
+	}
 	for round := range 2 {
 		at := at.Add(time.Duration(round) * 20 * time.Second)
 		for k := range keys {
@@ -88,6 +100,8 @@ func memChild(path string, keys int) error {
 		return err
 	}
 	rss := peakRSS()
+	goPeak, otherPeak := split()
+	fmt.Printf("peak_go_MiB %d\npeak_other_MiB %d\n", goPeak>>20, otherPeak>>20)
 	h1 := heap()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -112,6 +126,73 @@ func memChild(path string, keys int) error {
 	fmt.Printf("bytes/key %.0f\npeak_rss_MiB %d\nbytes/counter %.0f\n",
 		float64(int64(h1)-int64(h0))/float64(keys), rss>>10, float64(int64(h2)-int64(h1))/float64(3*keys))
 	return nil
+}
+
+// peakProfile writes a heap profile to path each time the live heap (as
+// of the last GC) passes its largest so far by 5%, until stop: the last
+// one written is what was live at the load's peak.
+func peakProfile(path string) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+		var best uint64
+		tk := time.NewTicker(20 * time.Millisecond)
+		defer tk.Stop()
+		for {
+			select {
+			case <-done:
+				fmt.Fprintf(os.Stderr, "peak live heap %d MiB\n", best>>20)
+				return
+			case <-tk.C:
+			}
+			metrics.Read(s)
+			if v := s[0].Value.Uint64(); v > best+best/20 {
+				best = v
+				if f, err := os.Create(path); err == nil {
+					pprof.WriteHeapProfile(f)
+					f.Close()
+				}
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+// sampleRSS samples the RSS every 50 ms until the returned function is
+// called, which reports the largest sample split in two: the memory the
+// Go runtime holds (mapped, not released to the OS: the heap, its
+// metadata, stacks) and the rest (SQLite's page caches, allocated by
+// modernc.org/libc outside the Go heap, and the binary).
+func sampleRSS() func() (goBytes, other int64) {
+	done := make(chan struct{})
+	var goAt, otherAt, best int64
+	finished := make(chan struct{})
+	s := []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
+	sample := func() {
+		rss := procStatus("VmRSS:") << 10
+		metrics.Read(s)
+		g := int64(s[0].Value.Uint64() - s[1].Value.Uint64())
+		if rss > best {
+			best, goAt, otherAt = rss, g, rss-g
+		}
+	}
+	go func() {
+		defer close(finished)
+		tk := time.NewTicker(50 * time.Millisecond)
+		defer tk.Stop()
+		for {
+			select {
+			case <-done:
+				sample()
+				return
+			case <-tk.C:
+				sample()
+			}
+		}
+	}()
+	return func() (int64, int64) { close(done); <-finished; return goAt, otherAt }
 }
 
 func peakRSS() int64 { return procStatus("VmHWM:") }

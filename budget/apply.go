@@ -29,7 +29,8 @@ type writerState struct {
 
 	prices *priceSnap
 
-	mem memory // the store's state as of the writer's last commit
+	mem   memory // the store's state as of the writer's last commit
+	burst int    // the most windows mem held since its maps were rebuilt (shrinkMemory)
 
 	leaseLook    int64              // when the leases were last looked after (Unix nanos)
 	leaseCharges []*leasedRes       // carved reservations expired under ExpireCharge, to charge

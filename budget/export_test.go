@@ -55,6 +55,16 @@ func WriterMemory(t *Tracker) (stored, latest int) {
 	return len(t.w.mem.stored), len(t.w.mem.latest)
 }
 
+// WriterWindows is how many windows the writer's memory holds, and the
+// most it held since its maps were last rebuilt (0 once rebuilt). Read it
+// only while the writer is idle (after Flush).
+func WriterWindows(t *Tracker) (now, sinceRebuilt int) {
+	return len(t.w.mem.windows), t.w.burst
+}
+
+// MaxBatchKeys is the most distinct keys the writer puts in one batch.
+const MaxBatchKeys = maxBatchKeys
+
 // SetJournalWrite replaces the one write() of a lease journal record, for
 // a test that fails it or writes part of it, and returns the old one.
 func SetJournalWrite(fn func(f *os.File, p []byte) (int, error)) func(f *os.File, p []byte) (int, error) {

@@ -106,3 +106,91 @@ func TestWriterMemoryBoundedByTheCounterCache(t *testing.T) {
 		}
 	}
 }
+
+// Go's maps keep their largest table, so the writer rebuilds its window
+// maps once its queue is empty after a burst: a reserved window it keeps
+// survives the rebuild with its count and its hold, and the burst's
+// windows, gone from memory, still count.
+func TestWriterMapsRebuiltAfterABurst(t *testing.T) {
+	ctx := context.Background()
+	at := time.Date(2026, 3, 2, 9, 30, 0, 0, time.UTC)
+	tr := storeTracker(t, memstore.New(), func(c *budget.Config) { c.Now = func() time.Time { return at } })
+	max := int64(1 << 40)
+	if _, _, err := tr.SetLimit(ctx, budget.LimitSpec{ID: "dflt", Default: true, Window: "daily", Max: &max}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := tr.Reserve(ctx, budget.Request{Key: "hot", Provider: "openai", Model: "gpt-4o", Estimate: budget.Estimate{Tokens: 100}}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	burst := make([]budget.Usage, 3000)
+	for k := range burst {
+		burst[k] = budget.Usage{Key: "key-" + strconv.Itoa(k), Provider: "openai", Model: "gpt-4o", Input: 1, At: at}
+	}
+	burst = append(burst, budget.Usage{Key: "hot", Provider: "openai", Model: "gpt-4o", Input: 5, At: at})
+	if _, err := tr.RecordSync(ctx, burst...); err != nil {
+		t.Fatal(err)
+	}
+	if now, since := budget.WriterWindows(tr); now != 1 || since != 0 {
+		t.Errorf("after a burst of 3,001 windows the writer holds %d windows, %d since its maps were rebuilt; want the reserved one, rebuilt (0)", now, since)
+	}
+	d, err := tr.CheckAt(ctx, budget.Request{Key: "hot", Provider: "openai", Model: "gpt-4o"}, at)
+	if err != nil || len(d.Limits) != 1 || d.Limits[0].Used != 5 || d.Limits[0].Reserved != 100 {
+		t.Fatalf("hot before its commit: %+v, %v; want used 5, reserved 100", d.Limits, err)
+	}
+	if _, err := tr.Commit(ctx, res.ID, budget.Usage{Provider: "openai", Model: "gpt-4o", Input: 40}); err != nil {
+		t.Fatal(err)
+	}
+	tr.InvalidateLimits("")
+	for _, c := range []struct {
+		key  string
+		want int64
+	}{{"hot", 45}, {"key-0", 1}, {"key-2999", 1}} {
+		d, err := tr.CheckAt(ctx, budget.Request{Key: c.key, Provider: "openai", Model: "gpt-4o"}, at)
+		if err != nil || len(d.Limits) != 1 || d.Limits[0].Used != c.want || d.Limits[0].Reserved != 0 {
+			t.Errorf("%s: %+v, %v; want used %d, nothing reserved", c.key, d.Limits, err, c.want)
+		}
+	}
+}
+
+// What a batch holds while it is written grows with its keys: events over
+// many keys queued while the writer is busy are written in batches of at
+// most MaxBatchKeys keys, every one of them; events over few keys still
+// share one batch.
+func TestBatchesBoundedByTheirKeys(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		keys     int
+		min, max int64 // batches: the held one, the queued events', and the flush's if it came late
+	}{
+		{"many keys", 2*budget.MaxBatchKeys + 10, 1 + 3, 1 + 3 + 1},
+		{"few keys", 10, 1 + 1, 1 + 1 + 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			s := memstore.New()
+			tr := storeTracker(t, s, func(c *budget.Config) { c.QueueSize, c.BatchSize = 1<<16, 1<<16 })
+			at := time.Date(2026, 3, 2, 9, 30, 0, 0, time.UTC)
+			g := s.Gate()
+			if err := tr.Record(ctx, budget.Usage{Key: "first", Provider: "openai", Model: "gpt-4o", Input: 1, At: at}); err != nil {
+				t.Fatal(err)
+			}
+			<-g.Reached() // the writer holds its first batch: the rest queue
+			const events = 2*budget.MaxBatchKeys + 10
+			for i := range events {
+				key := "key-" + strconv.Itoa(i%tc.keys)
+				if err := tr.Record(ctx, budget.Usage{Key: key, Provider: "openai", Model: "gpt-4o", Input: 1, At: at}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			g.Release()
+			res, err := tr.Flush(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st := tr.Stats(); res.Written != events+1 || st.Batches < tc.min || st.Batches > tc.max {
+				t.Errorf("%d events over %d keys: %d written in %d batches; want %d in %d to %d", events+1, tc.keys, res.Written, st.Batches, events+1, tc.min, tc.max)
+			}
+		})
+	}
+}

@@ -28,7 +28,6 @@ const (
 // op is one unit of work for the writer: a typed request the batch decides
 // (see batch.go), and the answer its caller waits for.
 type op struct {
-	kind     opKind
 	ev       Usage      // opUsage from Record: the event; opCommit: the actual usage
 	evs      []Usage    // opUsage from RecordSync: the events, in order (ev unused)
 	contribs []contrib  // opUsage: the pending deltas enqueue added for its events
@@ -38,6 +37,9 @@ type op struct {
 
 	done  chan opResult // nil for fire-and-forget usage
 	state atomic.Int32  // withdrawable ops: opQueued, then opClaimed by the writer or opWithdrawn by the caller
+	// kind sits in state's word with the flags below: a Record's op is
+	// 320 bytes, not 352, with up to QueueSize of them queued.
+	kind opKind
 
 	// Writer-owned.
 	skip     bool      // not planned: withdrawn, or told of a failure and not a settlement
@@ -83,8 +85,9 @@ type opResult struct {
 	leased     *leasedRes        // opReserve: carved from a lease
 }
 
+// contrib is a pending delta an event added to a counter (whose key is
+// c.Key(): a queued event holds no copy of it).
 type contrib struct {
-	key   cache.Key
 	c     *cache.Counter
 	delta int64
 }
@@ -301,7 +304,7 @@ func (t *Tracker) addPendingEvent(o *op, ev *Usage) {
 				c = t.counters.Acquire(k)
 			}
 		}
-		o.contribs = append(o.contribs, contrib{key: k, c: c, delta: d})
+		o.contribs = append(o.contribs, contrib{c: c, delta: d})
 	}
 }
 

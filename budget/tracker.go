@@ -15,7 +15,13 @@ import (
 // Defaults for Config fields.
 const (
 	DefaultRefreshInterval = time.Second
-	DefaultQueueSize       = 65536
+	// DefaultQueueSize: a batch's worth queued while one is written keeps
+	// the writer busy; beyond that a queue only postpones Record's
+	// backpressure while it holds memory (~400 bytes an event: 26 MB at
+	// 65,536, the default until issue 29, most of it live whenever a
+	// load outran the writer). 16,384 still absorbs 16 seconds of a
+	// stalled store at 1,000 events a second.
+	DefaultQueueSize = 16384
 	// DefaultBatchSize: a batch holds what queued while the one before was
 	// written, so it reaches this bound only when the writer is behind, and
 	// then its cost is mostly the leaf pages of the keys it touches, however
@@ -52,7 +58,8 @@ type Config struct {
 	// CLI changes are seen. 0 reads the store on every check.
 	RefreshInterval time.Duration
 	// QueueSize bounds the events queued for the writer; Record blocks when
-	// it is full. (Optional; default DefaultQueueSize.)
+	// it is full (about 400 bytes each are held while queued). (Optional;
+	// default DefaultQueueSize.)
 	QueueSize int
 	// BatchSize and BatchInterval bound one write transaction: the writer
 	// commits when it holds BatchSize operations or BatchInterval after the

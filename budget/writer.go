@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 func (t *Tracker) writeLoop() {
 	defer close(t.done)
 	batch := make([]*op, 0, t.cfg.BatchSize)
+	keys := make(map[string]struct{})
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
@@ -26,15 +28,18 @@ func (t *Tracker) writeLoop() {
 			return
 		}
 		batch = append(batch[:0], first)
+		clear(keys)
+		first.addKeys(keys)
 		urgent := first.waited()
 		if !urgent {
 			timer.Reset(t.cfg.BatchInterval)
 		}
 	gather:
-		for len(batch) < t.cfg.BatchSize {
+		for len(batch) < t.cfg.BatchSize && len(keys) < maxBatchKeys {
 			select {
 			case o := <-t.queue:
 				batch = append(batch, o)
+				o.addKeys(keys)
 				urgent = urgent || o.waited()
 				continue
 			default:
@@ -45,6 +50,7 @@ func (t *Tracker) writeLoop() {
 			select {
 			case o := <-t.queue:
 				batch = append(batch, o)
+				o.addKeys(keys)
 				urgent = urgent || o.waited()
 			case <-timer.C:
 				break gather
@@ -58,6 +64,35 @@ func (t *Tracker) writeLoop() {
 		// up to BatchSize written operations, their events and their
 		// contributions alive until the slots are reused.
 		clear(batch)
+	}
+}
+
+// maxBatchKeys bounds the distinct keys of a batch's events: the writer
+// closes a batch that reaches it, however few events it holds. What a
+// batch holds while it is planned and written grows with its keys more
+// than with its events (each key's limits written out, its windows looked
+// up, loaded and created, their rows and rollups): in Memory100kKeys,
+// batches of 16,384 events over as many keys were most of what was live
+// when the heap peaked, on top of the queue. A load over up to this many
+// keys gets batches of BatchSize as before, which is where larger
+// batches pay: many events per leaf page written (at 4,096, a load over
+// 5,000 keys took 25% more CPU an event, its batches closing at ~4,000
+// events, one a key, instead of ~14,000). Past ~30,000 keys a full batch
+// has about one event a key either way.
+const maxBatchKeys = 8192
+
+// addKeys adds the keys of o's events to keys (a usage operation's: the
+// others, a few per batch, add nothing).
+func (o *op) addKeys(keys map[string]struct{}) {
+	if o.kind != opUsage {
+		return
+	}
+	if o.evs == nil {
+		keys[o.ev.Key] = struct{}{}
+		return
+	}
+	for i := 0; i < len(o.evs) && len(keys) < maxBatchKeys; i++ {
+		keys[o.evs[i].Key] = struct{}{}
 	}
 }
 
@@ -190,6 +225,7 @@ func (t *Tracker) process(ops []*op) bool {
 		}
 		backoff = min(2*backoff, t.cfg.MaxRetryBackoff)
 	}
+	t.shrinkMemory()
 	t.publish(b, sums)
 	if b == prev {
 		t.releaseTold(b)
@@ -209,7 +245,7 @@ func claim(ops []*op, sums map[*cache.Counter]*pendingSum) {
 			for _, c := range o.contribs {
 				ps := sums[c.c]
 				if ps == nil {
-					ps = &pendingSum{key: c.key}
+					ps = &pendingSum{key: c.c.Key()}
 					sums[c.c] = ps
 				}
 				ps.queued += c.delta
@@ -454,6 +490,7 @@ func (b *batch) landed() {
 	}
 	// Windows no reservation decides on leave memory; that their rows
 	// exist is all later events need.
+	b.t.w.burst = max(b.t.w.burst, len(m.windows))
 	for _, k := range b.visited {
 		if w := m.windows[k]; w != nil && w.hot {
 			m.hotPairs[latestHash(w.l)] = struct{}{}
@@ -475,6 +512,32 @@ func (b *batch) landed() {
 		delete(m.windows, k)
 	}
 }
+
+// shrinkMemory gives back what a burst grew the writer's window maps to.
+// A batch fills them with the windows its events touch, and landed
+// deletes all but the hot ones, but Go's maps keep their largest table:
+// after a burst of full batches, megabytes of empty slots stay (6 MB after
+// batches of 16,384 events over 100,000 keys, more than the keys' windows
+// themselves). Once the queue is empty after a batch that large, the maps
+// are built again holding what is left; under a sustained load the queue
+// is never empty and they are reused as they are. It runs before the
+// batch's answers, so a Flush's caller sees the writer's memory shrunk.
+func (t *Tracker) shrinkMemory() {
+	w := &t.w
+	if w.burst < shrinkAfter || len(t.queue) > 0 {
+		return
+	}
+	w.burst = 0
+	m := &w.mem
+	m.windows = maps.Collect(maps.All(m.windows))
+	m.latest = maps.Collect(maps.All(m.latest))
+	m.hotPairs = maps.Collect(maps.All(m.hotPairs))
+}
+
+// shrinkAfter is how many windows the writer's memory must have held
+// since it was last rebuilt for shrinkMemory to rebuild it once idle:
+// below it the slack is a few hundred kilobytes at most.
+const shrinkAfter = 1024
 
 // rowStored reports whether the writer knows that window k has a counter
 // row.

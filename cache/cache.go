@@ -13,6 +13,7 @@ package cache
 import (
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Key names one limit's window: the limit id and the window start in Unix
@@ -40,8 +41,13 @@ type Counter struct {
 	used     atomic.Int64
 	pending  atomic.Int64
 	loadedAt atomic.Int64 // Unix nanos of the last store read; 0 = never read
-	seq      atomic.Uint64
 	holds    atomic.Pointer[[]Hold]
+	// seq is 32 bits, beside the other small fields, so that a node (key
+	// and Counter) is 96 bytes, a size class of its own, not 104 in the
+	// 112 class: it is only compared for equality across one store read,
+	// which 2^31 commits to one window would have to span to mistake a
+	// wrapped seq for the one it took.
+	seq atomic.Uint32
 	// dead: dropped from the cache and not pinned, no longer the live
 	// object; set under mu, read without it.
 	dead     atomic.Bool
@@ -50,6 +56,18 @@ type Counter struct {
 	// the writer's memory epoch it learnt so in, 0 for never (see Row).
 	row atomic.Uint32
 }
+
+// Key is the key c is cached under. A Counter exists only in its table
+// node, beside its key (Acquire makes it there, and Counters hands out no
+// other), so whoever keeps a counter finds its key without a copy of it:
+// an event queued for the writer keeps its counters as pointers alone (16
+// bytes each instead of 56, with up to QueueSize events queued).
+func (c *Counter) Key() Key {
+	return (*node[Key, Counter])(unsafe.Add(unsafe.Pointer(c), -counterOffset)).key
+}
+
+// counterOffset is where a Counter sits in its node.
+var counterOffset = int(unsafe.Offsetof(node[Key, Counter]{}.val))
 
 // Used is the committed total plus what this process has queued since.
 func (c *Counter) Used() int64 { return c.used.Load() }
@@ -89,7 +107,7 @@ func (c *Counter) Reserved(now int64) (sum, count, next int64) {
 
 // Seq is the counter's commit sequence, taken before a store read and
 // handed back to Refresh. It is odd while a local commit is in flight.
-func (c *Counter) Seq() uint64 { return c.seq.Load() }
+func (c *Counter) Seq() uint64 { return uint64(c.seq.Load()) }
 
 // Refresh installs what was read from the store at loadedAt, unless a local
 // commit began or ended since seq was taken: then the read may or may not
@@ -101,7 +119,7 @@ func (c *Counter) Refresh(seq uint64, committed int64, holds []Hold, loadedAt in
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.seq.Load() != seq {
+	if uint64(c.seq.Load()) != seq {
 		return false
 	}
 	c.used.Store(committed + c.pending.Load())

@@ -155,3 +155,24 @@ func TestDefs(t *testing.T) {
 		t.Fatal("Remove did not remove")
 	}
 }
+
+// A queued event keeps its counters without their keys: the writer reads
+// each counter's key back from it, including a busy counter pinned aside
+// by eviction and brought back.
+func TestCounterKnowsItsKey(t *testing.T) {
+	cs := cache.NewCounters(2)
+	k := cache.Key{LimitID: "lim-1", Subject: "key-7" + "\x1fuser", Start: 1_700_000_000}
+	busy := cs.Acquire(k)
+	busy.AddPending(1)
+	for i := range 50 { // evicts k's counter, which is pinned: it is busy
+		if c := cs.Acquire(key(i)); c.Key() != key(i) {
+			t.Fatalf("Acquire(%v).Key() = %v", key(i), c.Key())
+		}
+	}
+	if busy.Key() != k {
+		t.Fatalf("pinned counter's Key() = %v; want %v", busy.Key(), k)
+	}
+	if c := cs.Acquire(k); c != busy || c.Key() != k {
+		t.Fatalf("Acquire after pinning = %p with key %v; want %p with %v", c, c.Key(), busy, k)
+	}
+}
