@@ -193,7 +193,12 @@ func (m *Middleware) written(res *budget.Reservation, s *settlement, err error) 
 	if err != nil {
 		m.cfg.Metrics.settleError()
 		msg := "proxy: settling a request's usage failed"
-		if res != nil && !errors.Is(err, budget.ErrInvalid) && !errors.Is(err, budget.ErrNotFound) && !errors.Is(err, budget.ErrSettled) {
+		switch {
+		case errors.Is(err, budget.ErrReleaseNotRecorded):
+			// Not retried: the reservation is charged its estimate when it
+			// expires, unless something commits it first.
+			msg = "proxy: releasing a request's reservation failed; it is charged its estimate at its expiry"
+		case res != nil && !errors.Is(err, budget.ErrInvalid) && !errors.Is(err, budget.ErrNotFound) && !errors.Is(err, budget.ErrSettled):
 			// A queued commit or release is never given up: the tracker
 			// writes it once the database takes writes again.
 			msg = "proxy: settling a request's usage is not written yet; the tracker keeps retrying it"
