@@ -336,6 +336,10 @@ func (b *batch) needJournal(ctx context.Context, tx Tx, r *ReservationRow, n *ne
 				metric[ls[i].ID] = ls[i].Metric
 			}
 			evs = unjournaledEvents(r, metric)
+			if b.noJournal == nil {
+				b.noJournal = make(map[string]bool)
+			}
+			b.noJournal[r.ID] = true
 		case err != nil:
 			return err
 		default:
@@ -366,8 +370,32 @@ func (b *batch) chargeJournal(ctx context.Context, tx Tx, r *ReservationRow, o *
 	}
 	if _, ok := b.journals[r.ID]; ok {
 		b.recoveredLeases = append(b.recoveredLeases, r.ID)
+		if b.noJournal[r.ID] {
+			o.out.recovered.UnjournaledLeases++
+			b.unjournaled = append(b.unjournaled, r.ID)
+		}
 	}
 	return nil
+}
+
+// ErrLeaseUnjournaled is reported (Config.OnError) for each lease that
+// recovery charged whole because its journal was not in
+// Config.LeaseJournal: the process that held it ran on another machine,
+// or with another journal directory. Every process recovering a database
+// must see the journal directory of every process on its machine.
+var ErrLeaseUnjournaled = errors.New("lease charged whole: its journal is not in this process's journal directory")
+
+// reportUnjournaled counts and reports the leases the landed batch
+// charged whole without their journal.
+func (b *batch) reportUnjournaled() {
+	for _, id := range b.unjournaled {
+		b.t.leases.unjournaled.Add(1)
+		dir := b.t.cfg.LeaseJournal
+		if dir == "" {
+			dir = "(none configured)"
+		}
+		b.t.reportErr(fmt.Errorf("budget: %w: lease %s, journal directory %s", ErrLeaseUnjournaled, id, dir))
+	}
 }
 
 // unjournaledEvents charge a lease whose journal this process cannot read

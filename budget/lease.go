@@ -122,6 +122,7 @@ type leaseTable struct {
 	lost         atomic.Int64 // leases found recovered by another process
 	carved       atomic.Int64 // reservations answered in memory
 	late         atomic.Int64 // commits after a recovery that recorded an excess
+	unjournaled  atomic.Int64 // leases recovery charged whole, their journal not found
 }
 
 type resShard struct {

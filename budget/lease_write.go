@@ -107,6 +107,7 @@ func (b *batch) landedLeases() {
 			lt.late.Add(1)
 		}
 	}
+	b.reportUnjournaled()
 	for _, id := range b.recoveredLeases {
 		removeJournal(b.t.cfg.LeaseJournal, id)
 	}

@@ -355,7 +355,7 @@ func (b *batch) reset(now time.Time) {
 	b.now = now
 	b.ws = WriteSet{}
 	b.missing, b.prices, b.touched, b.expired, b.evOps, b.inserted, b.again, b.visited = nil, nil, nil, nil, nil, nil, nil, nil
-	b.leases, b.leaseOrder, b.newLeases, b.looked, b.recoveredLeases = nil, nil, nil, false, nil
+	b.leases, b.leaseOrder, b.newLeases, b.looked, b.recoveredLeases, b.unjournaled = nil, nil, nil, false, nil, nil
 }
 
 // try is one attempt at the batch inside tx (process makes as many as it
