@@ -293,7 +293,10 @@ type batch struct {
 	// directory, unjournaled those of them this try charged whole.
 	noJournal   map[string]bool
 	unjournaled []string
-	maint       []*lease // the leases this look attends to
+	// linked are the journal names of the leases this try creates, made
+	// before its writes (linkLease).
+	linked []string
+	maint  []*lease // the leases this look attends to
 
 	// bounds memoises the windows' bounds (refAt), nextBound the entry
 	// replaced next once it is full.

@@ -164,6 +164,9 @@ func (t *Tracker) process(ops []*op) bool {
 			break
 		}
 		m.forget()
+		if !b.ran {
+			b.unlinkLeases() // it did not land
+		}
 		switch {
 		case b.ran:
 			prev = b
@@ -349,6 +352,7 @@ func (o *op) answer(r opResult) {
 
 // reset empties the plan for a (re)try at now.
 func (b *batch) reset(now time.Time) {
+	b.unlinkLeases()
 	for _, w := range b.touched { // a failed try's (a fresh batch has none)
 		w.cw = -1
 	}
@@ -374,6 +378,7 @@ func (b *batch) try(ctx context.Context, tx Tx) error {
 			return errLanded
 		}
 		b.probed = true
+		b.prev.unlinkLeases() // it did not land
 	}
 	if err := b.decide(ctx, tx); err != nil {
 		return err
