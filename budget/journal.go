@@ -343,6 +343,9 @@ func (b *batch) needJournal(ctx context.Context, tx Tx, r *ReservationRow, n *ne
 		case err != nil:
 			return err
 		default:
+			if entries, err = b.notStoreReserved(ctx, tx, entries); err != nil {
+				return err
+			}
 			evs = journalEvents(r, entries)
 		}
 		b.journals[r.ID] = evs
@@ -355,6 +358,40 @@ func (b *batch) needJournal(ctx context.Context, tx Tx, r *ReservationRow, n *ne
 		}
 	}
 	return nil
+}
+
+// notStoreReserved leaves out the unsettled admissions whose id the
+// store holds a reservation row under: a carve whose record was written
+// but not synced (Durable, a failed fdatasync) was refused and decided
+// again on the store's path under the same id, and that row (live,
+// committed, released or expired) settles the request; charging the
+// journal's admission its estimate as well would charge it twice, or
+// charge a released request.
+func (b *batch) notStoreReserved(ctx context.Context, tx Tx, entries []*journalEntry) ([]*journalEntry, error) {
+	var ids []string
+	for _, e := range entries {
+		if !e.settled && e.charge {
+			ids = append(ids, e.id)
+		}
+	}
+	if len(ids) == 0 {
+		return entries, nil
+	}
+	rows, err := tx.Reservations(ctx, ids)
+	if err != nil || len(rows) == 0 {
+		return entries, err
+	}
+	held := make(map[string]bool, len(rows))
+	for i := range rows {
+		held[rows[i].ID] = true
+	}
+	out := make([]*journalEntry, 0, len(entries)) // entries is the parsed file's
+	for _, e := range entries {
+		if !held[e.id] {
+			out = append(out, e)
+		}
+	}
+	return out, nil
 }
 
 // chargeJournal plans the events of lease row r's journal that the
