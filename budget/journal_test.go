@@ -227,7 +227,7 @@ func TestFailedJournalSyncReleasedRequestChargedNothing(t *testing.T) {
 		}
 		return nil
 	})
-	defer budget.SetJournalSync(real)
+	defer func() { budget.SetJournalSync(real) }()
 	defer budget.SetJournalPause(budget.SetJournalPause(time.Hour)) // no new lease after the failure
 	second, err := a.ReserveWith(ctx, req, opts)                    // carved, its sync fails: the store's path
 	if err != nil {
