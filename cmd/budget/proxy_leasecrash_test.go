@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -112,17 +111,11 @@ func testLeasedCrash(t *testing.T, bin, db string) {
 	if isPostgres(db) {
 		journal = filepath.Join(state, "tokenbudget", "leases", postgresIdentity(db))
 	}
+	run := binRunner(t, bin, db, env)
 	cli := func(args ...string) string {
 		t.Helper()
-		cmd := exec.Command(bin, append(args, "--db", db)...)
-		cmd.Env = append(os.Environ(), env...)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("budget %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
-		}
-		return string(out)
+		out, _ := run(args...)
+		return out
 	}
 	secret := strings.TrimSpace(cli("key", "add", "app"))
 	cli("limit", "set", "--key", "app", "--limit", "1000000000", "--window", "daily", "--id", "day")

@@ -37,18 +37,7 @@ func TestRecoverReadsTheProxysLeaseJournal(t *testing.T) {
 func testRecoverJournal(t *testing.T, bin, db string, given bool) {
 	state := t.TempDir()
 	env := []string{"XDG_STATE_HOME=" + state}
-	run := func(args ...string) (stdout, stderr string) {
-		t.Helper()
-		cmd := exec.Command(bin, append(args, "--db", db)...)
-		cmd.Env = append(os.Environ(), env...)
-		var eb bytes.Buffer
-		cmd.Stderr = &eb
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("budget %s: %v\n%s", strings.Join(args, " "), err, eb.String())
-		}
-		return string(out), eb.String()
-	}
+	run := binRunner(t, bin, db, env)
 	secret, _ := run("key", "add", "app")
 	secret = strings.TrimSpace(secret)
 	run("limit", "set", "--key", "app", "--limit", "1000000000", "--window", "daily", "--id", "day")
@@ -122,6 +111,24 @@ func testRecoverJournal(t *testing.T, bin, db string, given bool) {
 		if !strings.Contains(warned, "warning") || !strings.Contains(warned, id) {
 			t.Errorf("recover without the proxy's journal: stderr %q; want a warning naming lease %s", warned, id)
 		}
+	}
+}
+
+// binRunner runs bin's commands on db with the variables env added,
+// failing the test unless one exits 0, and returns their stdout and
+// stderr.
+func binRunner(t *testing.T, bin, db string, env []string) func(args ...string) (stdout, stderr string) {
+	return func(args ...string) (string, string) {
+		t.Helper()
+		cmd := exec.Command(bin, append(args, "--db", db)...)
+		cmd.Env = append(os.Environ(), env...)
+		var eb bytes.Buffer
+		cmd.Stderr = &eb
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("budget %s: %v\n%s", strings.Join(args, " "), err, eb.String())
+		}
+		return string(out), eb.String()
 	}
 }
 
