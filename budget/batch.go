@@ -289,7 +289,14 @@ type batch struct {
 	stale           map[*op][]string
 	staleLate       map[string][]Usage
 	recoveredLeases []string
-	maint           []*lease // the leases this look attends to
+	// noJournal are the lease rows whose journal is not in this process's
+	// directory, unjournaled those of them this try charged whole.
+	noJournal   map[string]bool
+	unjournaled []string
+	// linked are the journal names of the leases this try creates, made
+	// before its writes (linkLease).
+	linked []string
+	maint  []*lease // the leases this look attends to
 
 	// bounds memoises the windows' bounds (refAt), nextBound the entry
 	// replaced next once it is full.

@@ -25,6 +25,11 @@ var (
 	// planned on changed underneath (another process won a race). The
 	// writer retries the batch, re-reading that state.
 	ErrConflict = errors.New("write conflict")
+	// ErrReleaseNotRecorded is returned by Release (and ReleaseQueued) of
+	// a leased ExpireCharge reservation whose release could not be
+	// journaled: it is not retried; the reservation stays held and, unless
+	// committed, is charged its estimate at its expiry.
+	ErrReleaseNotRecorded = errors.New("release not recorded: charged its estimate at expiry unless committed")
 )
 
 // invalid returns an ErrInvalid naming the field and the offending value.

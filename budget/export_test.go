@@ -73,6 +73,14 @@ func SetJournalWrite(fn func(f *os.File, p []byte) (int, error)) func(f *os.File
 	return old
 }
 
+// SetJournalSync replaces the fdatasync of a lease journal generation,
+// for a test that fails it, and returns the old one.
+func SetJournalSync(fn func(f *os.File) error) func(f *os.File) error {
+	old := syncRecords
+	syncRecords = fn
+	return old
+}
+
 // SetJournalPause sets how long leases stay off after a journal failure,
 // and returns the old pause.
 func SetJournalPause(d time.Duration) time.Duration {

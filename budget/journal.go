@@ -336,9 +336,16 @@ func (b *batch) needJournal(ctx context.Context, tx Tx, r *ReservationRow, n *ne
 				metric[ls[i].ID] = ls[i].Metric
 			}
 			evs = unjournaledEvents(r, metric)
+			if b.noJournal == nil {
+				b.noJournal = make(map[string]bool)
+			}
+			b.noJournal[r.ID] = true
 		case err != nil:
 			return err
 		default:
+			if entries, err = b.notStoreReserved(ctx, tx, entries); err != nil {
+				return err
+			}
 			evs = journalEvents(r, entries)
 		}
 		b.journals[r.ID] = evs
@@ -351,6 +358,40 @@ func (b *batch) needJournal(ctx context.Context, tx Tx, r *ReservationRow, n *ne
 		}
 	}
 	return nil
+}
+
+// notStoreReserved leaves out the unsettled admissions whose id the
+// store holds a reservation row under: a carve whose record was written
+// but not synced (Durable, a failed fdatasync) was refused and decided
+// again on the store's path under the same id, and that row (live,
+// committed, released or expired) settles the request; charging the
+// journal's admission its estimate as well would charge it twice, or
+// charge a released request.
+func (b *batch) notStoreReserved(ctx context.Context, tx Tx, entries []*journalEntry) ([]*journalEntry, error) {
+	var ids []string
+	for _, e := range entries {
+		if !e.settled && e.charge {
+			ids = append(ids, e.id)
+		}
+	}
+	if len(ids) == 0 {
+		return entries, nil
+	}
+	rows, err := tx.Reservations(ctx, ids)
+	if err != nil || len(rows) == 0 {
+		return entries, err
+	}
+	held := make(map[string]bool, len(rows))
+	for i := range rows {
+		held[rows[i].ID] = true
+	}
+	out := make([]*journalEntry, 0, len(entries)) // entries is the parsed file's
+	for _, e := range entries {
+		if !held[e.id] {
+			out = append(out, e)
+		}
+	}
+	return out, nil
 }
 
 // chargeJournal plans the events of lease row r's journal that the
@@ -366,8 +407,32 @@ func (b *batch) chargeJournal(ctx context.Context, tx Tx, r *ReservationRow, o *
 	}
 	if _, ok := b.journals[r.ID]; ok {
 		b.recoveredLeases = append(b.recoveredLeases, r.ID)
+		if b.noJournal[r.ID] {
+			o.out.recovered.UnjournaledLeases++
+			b.unjournaled = append(b.unjournaled, r.ID)
+		}
 	}
 	return nil
+}
+
+// ErrLeaseUnjournaled is reported (Config.OnError) for each lease that
+// recovery charged whole because its journal was not in
+// Config.LeaseJournal: the process that held it ran on another machine,
+// or with another journal directory. Every process recovering a database
+// must see the journal directory of every process on its machine.
+var ErrLeaseUnjournaled = errors.New("lease charged whole: its journal is not in this process's journal directory")
+
+// reportUnjournaled counts and reports the leases the landed batch
+// charged whole without their journal.
+func (b *batch) reportUnjournaled() {
+	for _, id := range b.unjournaled {
+		b.t.leases.unjournaled.Add(1)
+		dir := b.t.cfg.LeaseJournal
+		if dir == "" {
+			dir = "(none configured)"
+		}
+		b.t.reportErr(fmt.Errorf("budget: %w: lease %s, journal directory %s", ErrLeaseUnjournaled, id, dir))
+	}
 }
 
 // unjournaledEvents charge a lease whose journal this process cannot read

@@ -80,6 +80,10 @@ type journalGen struct {
 	failed *atomic.Int64
 }
 
+// syncRecords is the fdatasync of a generation (a variable so that tests
+// can fail it).
+var syncRecords = fdatasync
+
 // errSealed refuses a record to a generation that a failed write or sync
 // sealed.
 var errSealed = errors.New("budget: lease journal: generation sealed by an earlier failed write")
@@ -146,7 +150,7 @@ func (g *journalGen) syncTo(end int64) error {
 		return errSealed
 	}
 	upto := g.size.Load()
-	if err := fdatasync(g.f); err != nil {
+	if err := syncRecords(g.f); err != nil {
 		g.seal()
 		return fmt.Errorf("budget: lease journal sync (generation sealed): %w", err)
 	}

@@ -20,15 +20,19 @@ import (
 // <id>:late (the whole charge covered each at its estimate), unless their
 // events are already in the history; then the name goes. A name whose row
 // is gone altogether (past SettledRetention) goes with nothing charged:
-// nothing is left to tell its key. A live row's name is its owner's (or a
-// later sweep's, once it expires).
+// nothing is left to tell its key; but only once it has been seen without
+// a row for staleRecheck, as a lease's name is linked before its row is
+// committed (linkLease): a name without a row may be a lease being
+// created. A live row's name is its owner's (or a later sweep's, once it
+// expires).
 
 const (
 	// staleRecheck is how often a lease name found with a live row is
 	// looked at again: settling a stale journal is never urgent (its
 	// lease was charged at least what it served).
 	staleRecheck = time.Minute
-	// maxStaleChecked bounds the names remembered.
+	// maxStaleChecked bounds the names remembered (staleChecked and
+	// rowless).
 	maxStaleChecked = 100_000
 )
 
@@ -54,6 +58,9 @@ func (b *batch) staleOf(o *op, ids []string) []string {
 	lt := &b.t.leases
 	if lt.staleChecked == nil || len(lt.staleChecked) > maxStaleChecked {
 		lt.staleChecked = make(map[string]int64)
+	}
+	if lt.rowless == nil || len(lt.rowless) > maxStaleChecked {
+		lt.rowless = make(map[string]int64)
 	}
 	now := o.at.UnixNano()
 	if b.stale == nil {
@@ -140,11 +147,27 @@ func entryOf(entries []*journalEntry, id string) *journalEntry {
 // decideStale writes the late events of o's stale names and has the names
 // of the rows that ended removed once the batch lands.
 func (b *batch) decideStale(ctx context.Context, tx Tx, o *op) error {
+	rowless := b.t.leases.rowless
 	for _, id := range b.stale[o] {
 		r := b.t.w.mem.res[id]
 		if r != nil && !b.missing[id] && r.State == ReservationLive {
+			delete(rowless, id)
 			continue
 		}
+		if r == nil || b.missing[id] {
+			// Perhaps a lease being created (its name comes first): it
+			// goes once it has stayed without a row for staleRecheck.
+			now := o.at.UnixNano()
+			since, seen := rowless[id]
+			if !seen || now < since {
+				rowless[id] = now
+				continue
+			}
+			if now-since < int64(staleRecheck) {
+				continue
+			}
+		}
+		delete(rowless, id)
 		for _, late := range b.staleLate[id] {
 			if b.stored(late) {
 				continue

@@ -3,6 +3,7 @@ package budget_test
 import (
 	"errors"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -90,8 +91,8 @@ func TestFailedJournalWriteHidesNoAnsweredRequest(t *testing.T) {
 		t.Fatal("the reservation after the injected failure wrote no record")
 	}
 	commit(old[2]) // its lease's generation is sealed: written to the store
-	if err := a.Release(ctx, old[3]); err == nil {
-		t.Fatal("Release of a reservation whose journal is sealed succeeded; want an error (a crash would charge it)")
+	if err := a.Release(ctx, old[3]); !errors.Is(err, budget.ErrReleaseNotRecorded) {
+		t.Fatalf("Release of a reservation whose journal is sealed: %v; want ErrReleaseNotRecorded (it is charged at its expiry, not retried)", err)
 	}
 	var carved []string // from the new lease, in a new generation
 	for range 6 {
@@ -187,5 +188,75 @@ func TestFailingJournalStillAnswersEveryCaller(t *testing.T) {
 				t.Fatalf("after 160 reservations committed: used %d, reserved %d; want %d, 0", got, reserved, used.Load())
 			}
 		})
+	}
+}
+
+// Durable, a carve whose record was written but whose fdatasync failed is
+// refused and reserved again on the store's path under the same id. That
+// reservation, released, is charged nothing when its owner then dies
+// before the dead lease ends: recovery by B on the same machine finds the
+// journal's unsettled admission, and the store's row of the same id, and
+// leaves the admission to the row. (Were the store's reservation given a
+// new id, the admission would be charged its estimate.)
+func TestFailedJournalSyncReleasedRequestChargedNothing(t *testing.T) {
+	mem := memstore.New()
+	f := faultstore.New(mem)
+	c := &testClock{t: time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)}
+	dir := t.TempDir()
+	a := storeTracker(t, f, func(cfg *budget.Config) {
+		cfg.Now, cfg.Leases, cfg.LeaseJournal, cfg.BatchInterval, cfg.Durable = c.Now, true, dir, time.Hour, true
+	})
+	b := storeTracker(t, mem, func(cfg *budget.Config) { cfg.Now, cfg.LeaseJournal = c.Now, dir })
+	max := int64(1 << 40)
+	if _, _, err := b.SetLimit(ctx, budget.LimitSpec{Key: "k", Window: "daily", Max: &max}); err != nil {
+		t.Fatal(err)
+	}
+	req := budget.Request{Key: "k", Provider: "p", Model: "m", Estimate: budget.Estimate{Input: 40, Output: 60}}
+	opts := budget.ReserveOptions{TTL: 20 * time.Second, OnExpiry: budget.ExpireCharge}
+	first, err := a.ReserveWith(ctx, req, opts) // the store's path: the route's first request
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Commit(ctx, first.ID, budget.Usage{Input: 10, Output: 20}); err != nil {
+		t.Fatal(err)
+	}
+	var failed atomic.Bool
+	real := budget.SetJournalSync(func(f *os.File) error {
+		if failed.CompareAndSwap(false, true) {
+			return errors.New("input/output error")
+		}
+		return nil
+	})
+	defer func() { budget.SetJournalSync(real) }()
+	defer budget.SetJournalPause(budget.SetJournalPause(time.Hour)) // no new lease after the failure
+	second, err := a.ReserveWith(ctx, req, opts)                    // carved, its sync fails: the store's path
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !failed.Load() || a.Stats().Leased != 0 {
+		t.Fatalf("sync failed %v, %d carves answered from the lease; want the carve's sync to fail and the store to answer", failed.Load(), a.Stats().Leased)
+	}
+	if err := a.Release(ctx, second.ID); err != nil {
+		t.Fatal(err)
+	}
+	// A dies before its writer gives the dead lease's room back.
+	g := f.Gate()
+	t.Cleanup(g.Release) // before A's Close
+	entries, _ := os.ReadDir(dir)
+	names := 0
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".journal") {
+			names++
+		}
+	}
+	if names != 1 {
+		t.Fatalf("lease journal names when A dies: %d; want the dead lease's", names)
+	}
+	c.Advance(time.Minute)
+	if _, err := b.Recover(ctx, c.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if used, reserved := usedReserved(t, b); used != 30 || reserved != 0 {
+		t.Fatalf("after recovering A: used %d, reserved %d; want 30 (the released request charged nothing), 0", used, reserved)
 	}
 }

@@ -66,9 +66,11 @@ type lease struct {
 	from, until int64
 	ttl         time.Duration
 	lastUse     atomic.Int64 // Unix nanos of the tracker's clock
-	// j is its journal's generation, set before it serves (nil without
-	// one).
-	j *journalGen
+	// j is its journal's generation, linked before its row is written
+	// (nil without one); jerr why the link failed (it then serves
+	// nothing).
+	j    *journalGen
+	jerr error
 
 	mu       sync.Mutex
 	free     []int64 // room not carved, per limit
@@ -119,9 +121,12 @@ type leaseTable struct {
 	// staleChecked is when Recover last looked at other processes' lease
 	// names (writer-owned; journal_stale.go).
 	staleChecked map[string]int64
-	lost         atomic.Int64 // leases found recovered by another process
-	carved       atomic.Int64 // reservations answered in memory
-	late         atomic.Int64 // commits after a recovery that recorded an excess
+	// rowless is when each of those names was first found without a row.
+	rowless     map[string]int64
+	lost        atomic.Int64 // leases found recovered by another process
+	carved      atomic.Int64 // reservations answered in memory
+	late        atomic.Int64 // commits after a recovery that recorded an excess
+	unjournaled atomic.Int64 // leases recovery charged whole, their journal not found
 }
 
 type resShard struct {

@@ -2,6 +2,7 @@ package budget
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -91,7 +92,7 @@ func (t *Tracker) releaseLeased(id string) (bool, error) {
 			// (charged). An ExpireRelease one needs no record: recovery
 			// charges such a reservation nothing, released or not.
 			t.leases.put(id, lr)
-			return true, err
+			return true, fmt.Errorf("%w: %w", ErrReleaseNotRecorded, err)
 		}
 	}
 	// A dead lease's free room is the writer's to give back.

@@ -1,6 +1,7 @@
 package budget_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -398,5 +399,134 @@ func TestBusyLeaseJournalBounded(t *testing.T) {
 	}
 	if sizes := files(); len(sizes) > 2 {
 		t.Fatalf("journal files left after the flush: %v; want the current generation's and at most one lease's still ending", sizes)
+	}
+}
+
+// crashAfterLease is a store whose write transaction that creates a lease
+// row commits and then never returns to its writer: the process died
+// between the lease row's commit and anything its writer does after it.
+type crashAfterLease struct {
+	budget.Store
+	hit  chan struct{} // closed once such a transaction committed
+	hold chan struct{} // closed by the test's cleanup
+	once sync.Once
+}
+
+func (s *crashAfterLease) Update(ctx context.Context, fn func(budget.Tx) error) error {
+	created := false
+	err := s.Store.Update(ctx, func(tx budget.Tx) error { return fn(&leaseSpyTx{fullTx: tx.(fullTx), created: &created}) })
+	if err == nil && created {
+		s.once.Do(func() { close(s.hit) })
+		<-s.hold
+	}
+	return err
+}
+
+// fullTx is every role of memstore's transaction, which leaseSpyTx
+// passes on.
+type fullTx interface {
+	budget.Tx
+	budget.HistoryTx
+	budget.OutboxTx
+	budget.ProviderTx
+	budget.AlertTx
+	budget.AuditTx
+}
+
+// leaseSpyTx notes a write set that creates a lease row.
+type leaseSpyTx struct {
+	fullTx
+	created *bool
+}
+
+func (t *leaseSpyTx) Apply(ctx context.Context, ws *budget.WriteSet) ([]bool, int64, error) {
+	for _, r := range ws.NewReservations {
+		if strings.HasPrefix(r.ID, "lse_") {
+			*t.created = true
+		}
+	}
+	return t.fullTx.Apply(ctx, ws)
+}
+
+// A process killed right after a new lease's row committed, before its
+// writer went on, left the lease's journal name (linked before the row
+// was written), so recovery on its machine reads the journal and charges
+// only what was served: nothing from the lease, none of whose carves was
+// answered. (Were the name linked after the commit, recovery would find
+// none and charge the lease whole.)
+func TestLeaseKilledAfterItsRowCommittedChargesNothingUnserved(t *testing.T) {
+	mem := memstore.New()
+	s := &crashAfterLease{Store: mem, hit: make(chan struct{}), hold: make(chan struct{})}
+	c := &testClock{t: time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)}
+	dir := t.TempDir()
+	a := storeTracker(t, s, func(cfg *budget.Config) {
+		cfg.Now, cfg.Leases, cfg.LeaseJournal = c.Now, true, dir
+	})
+	t.Cleanup(func() { close(s.hold) }) // before A's Close
+	b := storeTracker(t, mem, func(cfg *budget.Config) { cfg.Now, cfg.LeaseJournal = c.Now, dir })
+	max := int64(1 << 40)
+	if _, _, err := b.SetLimit(ctx, budget.LimitSpec{Key: "k", Window: "daily", Max: &max}); err != nil {
+		t.Fatal(err)
+	}
+	req := budget.Request{Key: "k", Provider: "p", Model: "m", Estimate: budget.Estimate{Input: 50, Output: 50}}
+	first, err := a.ReserveWith(ctx, req, budget.ReserveOptions{TTL: 20 * time.Second, OnExpiry: budget.ExpireCharge})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Commit(ctx, first.ID, budget.Usage{Input: 10, Output: 20}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The route's next requests take a lease; its row commits, and A dies.
+	for range 4 {
+		go a.ReserveWith(ctx, req, budget.ReserveOptions{TTL: 20 * time.Second, OnExpiry: budget.ExpireCharge})
+	}
+	select {
+	case <-s.hit:
+	case <-time.After(time.Minute):
+		t.Fatal("no write transaction created a lease row")
+	}
+	if _, reserved := usedReserved(t, b); reserved == 0 {
+		t.Fatal("the lease row committed holds nothing")
+	}
+	c.Advance(time.Minute)
+	res, err := b.Recover(ctx, c.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used, reserved := usedReserved(t, b); used != 30 || reserved != 0 || res.UnjournaledLeases != 0 {
+		t.Fatalf("after recovering the lease of a process killed at its row's commit: used %d, reserved %d, %d leases without a journal; want 30 (the one answered), 0, 0",
+			used, reserved, res.UnjournaledLeases)
+	}
+}
+
+// A lease's journal name is linked before its row is committed, so a
+// sweep that finds a name without a row keeps it (it may be a lease being
+// created, by this process or another) until it has stayed without a row
+// for a minute (staleRecheck); then it goes.
+func TestRowlessJournalNameKeptUntilItStaysRowless(t *testing.T) {
+	c := &testClock{t: time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)}
+	dir := t.TempDir()
+	b := storeTracker(t, memstore.New(), func(cfg *budget.Config) { cfg.Now, cfg.LeaseJournal = c.Now, dir })
+	name := filepath.Join(dir, "lse_18eef71e9bcc243aeff6a2e135e7.journal")
+	if err := os.WriteFile(name, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	exists := func() bool { _, err := os.Stat(name); return err == nil }
+	for _, d := range []time.Duration{0, 30 * time.Second, 59 * time.Second} {
+		if _, err := b.Recover(ctx, c.Now().Add(d)); err != nil {
+			t.Fatal(err)
+		}
+		if !exists() {
+			t.Fatalf("a journal name without a row, %s after it was first seen: removed; want it kept for a minute (its lease may be being created)", d)
+		}
+	}
+	if _, err := b.Recover(ctx, c.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if exists() {
+		t.Fatal("a journal name without a row for a minute: kept; want it removed")
 	}
 }

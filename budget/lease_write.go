@@ -25,6 +25,7 @@ func (b *batch) writeLeases() {
 		case p.create && p.release:
 			continue
 		case p.create:
+			b.linkLease(l)
 			row := ReservationRow{ID: l.id, Key: l.route.key, Team: l.who.Team, Org: l.who.Org, User: l.route.user,
 				Provider: l.route.provider, Model: l.route.model, At: b.now, ExpiresAt: exp, State: ReservationLive,
 				OnExpiry: ExpireRelease, Holds: holds}
@@ -43,6 +44,32 @@ func (b *batch) writeLeases() {
 			}
 		}
 	}
+}
+
+// linkLease makes new lease l's journal name before its row is written:
+// a process killed once the row is committed leaves the name for
+// recovery to read (an empty journal charges nothing), where a name
+// linked after the commit could be missing and the lease charged whole.
+// A try that does not land removes its names (unlinkLeases); one whose
+// outcome is unknown leaves them to the stale sweep, which removes a name
+// that stays without a row for staleRecheck.
+func (b *batch) linkLease(l *lease) {
+	if b.t.cfg.LeaseJournal == "" || l.j != nil || l.jerr != nil {
+		return
+	}
+	l.j, l.jerr = b.t.leases.journals.link(l.id)
+	if l.jerr == nil {
+		b.linked = append(b.linked, l.id)
+	}
+}
+
+// unlinkLeases removes the journal names this try linked: it did not
+// land, so their rows do not exist.
+func (b *batch) unlinkLeases() {
+	for _, id := range b.linked {
+		removeJournal(b.t.cfg.LeaseJournal, id)
+	}
+	b.linked = nil
 }
 
 // holds are l's holds at sizes, expiring at exp.
@@ -77,14 +104,13 @@ func (b *batch) landedLeases() {
 		}
 		l.mu.Unlock()
 		var jerr error
-		if p.create && b.t.cfg.LeaseJournal != "" {
+		if p.create && l.jerr != nil {
 			// Without a journal it serves nothing: its carves are refused
 			// and its room goes back at the next look.
-			if l.j, jerr = b.t.leases.journals.link(l.id); jerr != nil {
-				l.mu.Lock()
-				l.dead = true
-				l.mu.Unlock()
-			}
+			jerr = l.jerr
+			l.mu.Lock()
+			l.dead = true
+			l.mu.Unlock()
 		}
 		b.journalCarves(l, p, jerr)
 		l.lastUse.Store(b.now.UnixNano())
@@ -107,6 +133,7 @@ func (b *batch) landedLeases() {
 			lt.late.Add(1)
 		}
 	}
+	b.reportUnjournaled()
 	for _, id := range b.recoveredLeases {
 		removeJournal(b.t.cfg.LeaseJournal, id)
 	}

@@ -121,7 +121,12 @@ type Stats struct {
 	// had recovered (this one stalled) that recorded an excess over the
 	// charged estimate as <id>:late.
 	LeaseLate int64
-	Store     StoreStats
+	// LeasesUnjournaled counts leases this tracker's recovery charged
+	// whole (the rest of the lease) because their journal was not in
+	// Config.LeaseJournal; each is also reported to Config.OnError
+	// (ErrLeaseUnjournaled).
+	LeasesUnjournaled int64
+	Store             StoreStats
 }
 
 type trackerStats struct {
@@ -136,6 +141,7 @@ func (t *Tracker) Stats() Stats {
 		Batches: t.stats.batches.Load(), Retries: t.stats.retries.Load(), Failures: t.stats.failures.Load(),
 		QueueDepth: int64(len(t.queue)), Store: t.store.Stats(), Unpriced: t.stats.unpriced.Load(),
 		LeasesLost: t.leases.lost.Load(), Leased: t.leases.carved.Load(), LeaseLate: t.leases.late.Load(),
+		LeasesUnjournaled: t.leases.unjournaled.Load(),
 	}
 }
 

@@ -109,6 +109,10 @@ type RecoverResult struct {
 	// ReleasedReservations: each was charged its estimate.
 	ChargedReservations int64
 	Deleted             int64 // settled reservations past retention, removed
+	// UnjournaledLeases counts the leases among ReleasedReservations
+	// charged whole because their journal was not in Config.LeaseJournal
+	// (ErrLeaseUnjournaled).
+	UnjournaledLeases int64
 }
 
 // Reserve is ReserveWith with TTL ttl and the default expiry policy
@@ -304,6 +308,7 @@ func (t *Tracker) Recover(ctx context.Context, now time.Time) (RecoverResult, er
 		res.ReleasedLeases += r.recovered.ReleasedLeases
 		res.ChargedReservations += r.recovered.ChargedReservations
 		res.Deleted += r.recovered.Deleted
+		res.UnjournaledLeases += r.recovered.UnjournaledLeases
 		if !r.more {
 			return res, nil
 		}

@@ -199,6 +199,9 @@ func (t *Tracker) process(ops []*op) bool {
 			break
 		}
 		m.forget()
+		if !b.ran {
+			b.unlinkLeases() // it did not land
+		}
 		switch {
 		case b.ran:
 			prev = b
@@ -385,13 +388,14 @@ func (o *op) answer(r opResult) {
 
 // reset empties the plan for a (re)try at now.
 func (b *batch) reset(now time.Time) {
+	b.unlinkLeases()
 	for _, w := range b.touched { // a failed try's (a fresh batch has none)
 		w.cw = -1
 	}
 	b.now = now
 	b.ws = WriteSet{}
 	b.missing, b.prices, b.touched, b.expired, b.evOps, b.inserted, b.again, b.visited = nil, nil, nil, nil, nil, nil, nil, nil
-	b.leases, b.leaseOrder, b.newLeases, b.looked, b.recoveredLeases = nil, nil, nil, false, nil
+	b.leases, b.leaseOrder, b.newLeases, b.looked, b.recoveredLeases, b.unjournaled = nil, nil, nil, false, nil, nil
 }
 
 // try is one attempt at the batch inside tx (process makes as many as it
@@ -410,6 +414,7 @@ func (b *batch) try(ctx context.Context, tx Tx) error {
 			return errLanded
 		}
 		b.probed = true
+		b.prev.unlinkLeases() // it did not land
 	}
 	if err := b.decide(ctx, tx); err != nil {
 		return err

@@ -69,6 +69,9 @@ type envOptions struct {
 	unsignalled bool
 	cfg         func(*proxy.Config)
 	up          func(*proxy.UpstreamConfig)
+	// around wraps the proxy's handler, to watch what the client is sent
+	// and when. (Optional.)
+	around func(http.Handler) http.Handler
 }
 
 // syncBuffer is a bytes.Buffer safe for concurrent writes (the log).
@@ -155,6 +158,9 @@ func newEnv(t testing.TB, o envOptions, upstream http.HandlerFunc) *env {
 	h, err := proxy.NewHandler(proxy.HandlerConfig{Middleware: e.mw, Upstream: up, Registry: e.reg, Health: proxy.TrackerHealth(db.Tracker)})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if o.around != nil {
+		h = o.around(h)
 	}
 	e.proxy = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if o.unsignalled {

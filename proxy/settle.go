@@ -103,9 +103,9 @@ func setCost(h http.Header, s *settlement) {
 
 // settle decides what the request is charged once the handler returned
 // (or panicked: ReverseProxy aborts that way when the client goes away),
-// prices it, ends the client's response with its cost, and queues the
-// settlement in the tracker (in memory: the client's next request is
-// decided after it); waiting for its store write is left to x.write,
+// prices it, queues the settlement in the tracker (in memory, journaled
+// for a leased reservation: the client's next request is decided after
+// it) and then ends the client's response with its cost; waiting for its store write is left to x.write,
 // which Wrap runs after the response.
 func (m *Middleware) settle(x *exchange, r *http.Request, rc *recorder, info *Info, route Route, res *budget.Reservation, panicked bool) {
 	parked := m.observe(route.Provider, rc, info.RequestID)
@@ -123,12 +123,17 @@ func (m *Middleware) settle(x *exchange, r *http.Request, rc *recorder, info *In
 				"request_id", info.RequestID, "err", err)
 		}
 	}
+	// Queued before the last bytes go out: a leased settlement is then in
+	// its lease's journal (Commit's record, written before CommitQueued
+	// returns) before the client can have its whole answer, so a crash
+	// after the client heard of it charges it exactly. Its store write
+	// follows, and the client never waits for it.
+	wait := m.queue(ctx, s, res)
 	if !panicked {
 		rc.finish(route.Provider, parked, s)
 	}
 	m.outcome(x, s.Outcome)
 	x.settled = s
-	wait := m.queue(ctx, s, res)
 	x.write = func() {
 		defer cancel()
 		m.written(res, s, wait(ctx))
@@ -193,7 +198,12 @@ func (m *Middleware) written(res *budget.Reservation, s *settlement, err error) 
 	if err != nil {
 		m.cfg.Metrics.settleError()
 		msg := "proxy: settling a request's usage failed"
-		if res != nil && !errors.Is(err, budget.ErrInvalid) && !errors.Is(err, budget.ErrNotFound) && !errors.Is(err, budget.ErrSettled) {
+		switch {
+		case errors.Is(err, budget.ErrReleaseNotRecorded):
+			// Not retried: the reservation is charged its estimate when it
+			// expires, unless something commits it first.
+			msg = "proxy: releasing a request's reservation failed; it is charged its estimate at its expiry"
+		case res != nil && !errors.Is(err, budget.ErrInvalid) && !errors.Is(err, budget.ErrNotFound) && !errors.Is(err, budget.ErrSettled):
 			// A queued commit or release is never given up: the tracker
 			// writes it once the database takes writes again.
 			msg = "proxy: settling a request's usage is not written yet; the tracker keeps retrying it"

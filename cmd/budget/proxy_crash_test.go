@@ -106,8 +106,16 @@ func startProxyProc(t *testing.T, bin string, args ...string) *proxyProc {
 // to its environment.
 func startProxyProcEnv(t *testing.T, bin string, env []string, args ...string) *proxyProc {
 	t.Helper()
+	return startProxyProcIn(t, bin, "", env, args...)
+}
+
+// startProxyProcIn is startProxyProcEnv run in the working directory dir
+// ("": the test's).
+func startProxyProcIn(t *testing.T, bin, dir string, env []string, args ...string) *proxyProc {
+	t.Helper()
 	p := &proxyProc{cmd: exec.Command(bin, append([]string{"proxy", "--listen", "127.0.0.1:0"}, args...)...),
 		stderr: &lockedBuffer{}, exited: make(chan struct{})}
+	p.cmd.Dir = dir
 	p.cmd.Env = append(append(os.Environ(), "OPENAI_API_KEY=", "ANTHROPIC_API_KEY="), env...)
 	p.cmd.Stderr = p.stderr
 	out, err := p.cmd.StdoutPipe()

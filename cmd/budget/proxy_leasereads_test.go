@@ -27,16 +27,27 @@ type leaseReads struct {
 // (exactly the answers' usage) and the same reserved, which is more than
 // the one request then in flight holds: the fast route's lease keeps its
 // free room. budget verify is exact meanwhile, and after shutdown nothing
-// is reserved and verify is exact still.
+// is reserved and verify is exact still. On SQLite and PostgreSQL.
 func TestProxyLeasedRoomReadAsReserved(t *testing.T) {
 	t.Parallel()
-	db := tempDB(t)
+	for _, target := range moveTargets {
+		t.Run(target.name, func(t *testing.T) {
+			t.Parallel()
+			testLeasedRoomRead(t, target.fresh(t))
+		})
+	}
+}
+
+func testLeasedRoomRead(t *testing.T, db string) {
 	secret := strings.TrimSpace(mustRun(t, 0, "key", "add", "app", "--db", db).stdout)
 	mustRun(t, 0, "limit", "set", "--db", db, "--key", "app", "--id", "lim_app", "--limit", "1000000", "--window", "daily")
 	held := make(chan struct{}, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	lines, done := startCLILines(t, ctx, nil, 2, "proxy", "--db", db, "--upstream", leaseCrashUpstream(t, held),
+	// On PostgreSQL the proxy keeps its lease journal under
+	// $XDG_STATE_HOME.
+	env := map[string]string{"XDG_STATE_HOME": t.TempDir()}
+	lines, done := startCLILines(t, ctx, env, 2, "proxy", "--db", db, "--upstream", leaseCrashUpstream(t, held),
 		"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0")
 	api, dash := listenURL(t, lines[0]), strings.TrimSuffix(listenURL(t, lines[1]), "/")
 

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -150,5 +151,26 @@ func TestPostgresIdentity(t *testing.T) {
 	}
 	if len(base) != 24 || strings.Trim(base, "0123456789abcdef") != "" {
 		t.Errorf("identity %q; want 24 hex digits", base)
+	}
+}
+
+// TestProxyInMemoryMakesNoFile: budget proxy --db :memory: keeps its
+// database in memory and leaves no file named ":memory:" in its working
+// directory.
+func TestProxyInMemoryMakesNoFile(t *testing.T) {
+	t.Parallel()
+	bin := buildBudget(t)
+	dir := t.TempDir()
+	p := startProxyProcIn(t, bin, dir, nil, "--db", ":memory:", "--mock-upstream")
+	if code, body := getURL(proxyClient(), p.url+"/healthz"); code != http.StatusOK {
+		t.Fatalf("GET /healthz of a proxy on :memory:: %d %s; want 200", code, body)
+	}
+	p.kill(t)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		t.Errorf("budget proxy --db :memory: left %q in its working directory; want nothing", e.Name())
 	}
 }

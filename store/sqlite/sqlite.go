@@ -120,12 +120,17 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()))
 	q.Add("_pragma", "foreign_keys(1)")
 	q.Add("_pragma", "synchronous("+sync+")")
-	base := "file:" + (&url.URL{Path: path}).EscapedPath()
+	base := "file:" + (&url.URL{Path: path}).EscapedPath() + "?"
+	if path == ":memory:" {
+		// One database for the writer and the read pool (each connection
+		// to a plain :memory: would have its own, empty one).
+		base = "file:/tokenbudget-" + strconv.FormatUint(rand.Uint64(), 16) + "?vfs=memdb&"
+	}
 	// The writer touches index pages all over the file (one per key), so it
 	// gets a large page cache, and checkpoints less often than every 1,000
 	// WAL pages (each checkpoint is an fsync pair).
 	wq := url.Values{"_pragma": append([]string{"journal_mode(WAL)", "cache_size(-32768)", "wal_autocheckpoint(8192)", "temp_store(MEMORY)"}, q["_pragma"]...), "_txlock": {"immediate"}}
-	w, err := open(base + "?mode=rw&" + wq.Encode())
+	w, err := open(base + "mode=rw&" + wq.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
@@ -134,12 +139,12 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 	w.SetConnMaxIdleTime(0)
 	w.SetConnMaxLifetime(0)
 	rq := url.Values{"_pragma": append([]string{"query_only(1)"}, q["_pragma"]...)}
-	r, err := open(base + "?mode=ro&" + rq.Encode())
+	r, err := open(base + "mode=ro&" + rq.Encode())
 	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	fi, err := os.Stat(path)
+	fi, err := statFile(path)
 	if err != nil {
 		w.Close()
 		r.Close()
@@ -159,7 +164,7 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 		// WAL index: nobody can write this file through that path, so it
 		// is read as immutable. Writes still fail, at once.
 		db.r.Close()
-		if db.r, err = open(base + "?mode=ro&immutable=1&" + rq.Encode()); err != nil {
+		if db.r, err = open(base + "mode=ro&immutable=1&" + rq.Encode()); err != nil {
 			w.Close()
 			return nil, fmt.Errorf("open %s: %w", path, err)
 		}
@@ -177,9 +182,21 @@ func Open(ctx context.Context, path, schema string, opts Options) (*DB, error) {
 	return db, nil
 }
 
+// statFile is the database file's info; nil for SQLite's in-memory
+// database.
+func statFile(path string) (os.FileInfo, error) {
+	if path == ":memory:" {
+		return nil, nil
+	}
+	return os.Stat(path)
+}
+
 // prepareFile refuses a missing file unless create, and makes a new one 0600
 // so the WAL and shared-memory files SQLite derives from it are private too.
 func prepareFile(path string, create bool) error {
+	if path == ":memory:" {
+		return nil // SQLite's in-memory database: no file to make
+	}
 	f, err := os.Open(path)
 	if err == nil {
 		defer f.Close()
@@ -426,6 +443,9 @@ func (db *DB) migrate(ctx context.Context, schema string, create bool) error {
 // would go on writing to the unlinked file, which no other process and no
 // restart would ever read.
 func (db *DB) Health() error {
+	if db.file == nil {
+		return nil // in memory
+	}
 	fi, err := os.Stat(db.path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):

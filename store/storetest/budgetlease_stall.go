@@ -68,9 +68,16 @@ func testBudgetLeaseUnjournaled(t *testing.T, newDB NewDB, look bool, policy bud
 	}
 	c.Advance(30 * time.Second)
 	if !look {
-		if _, err := b.Recover(ctx, stalled); err != nil {
+		res, err := b.Recover(ctx, stalled)
+		if err != nil {
 			t.Fatal(err)
 		}
+		if res.UnjournaledLeases != 1 {
+			t.Errorf("Recover charging a lease without its journal: %+v; want UnjournaledLeases 1", res)
+		}
+	}
+	if n := b.Stats().LeasesUnjournaled; n != 1 {
+		t.Errorf("Stats.LeasesUnjournaled after recovering one lease without its journal: %d; want 1", n)
 	}
 	used, reserved = Used(t, b, leaseReq(100), c.Now(), l.ID)
 	if used != 60+lease || reserved != 0 {

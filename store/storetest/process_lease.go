@@ -219,6 +219,9 @@ func testProcLeaseKillUnderLoad(t *testing.T, p Processes) {
 		events++
 		actual := loadUsage(id)
 		isActual, isEst := got == budget.Usage{Input: actual.Input, Output: actual.Output}, got == est
+		if seen[id] {
+			t.Errorf("%s charged a second time (%d+%d): want every request charged once", id, got.Input, got.Output)
+		}
 		seen[id] = true
 		pol, admitted := policy[id]
 		charge := pol == budget.ExpireCharge
