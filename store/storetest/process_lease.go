@@ -149,7 +149,27 @@ func leaseParent(t *testing.T, p Processes) (dsn string, c *Clock, tr *budget.Tr
 // charge and nothing under release, and the unused rest of its leases
 // nothing. What the child answered but had not yet printed (at most one
 // call per goroutine) is charged one of the two amounts its id allows.
+//
+// Whether the kill finds commits in the journal alone and requests in
+// flight is up to timing (a lease refill just before it makes the writer
+// write what was queued): the exactness checks hold on every attempt,
+// and an attempt that did not reach both states is run again, at most
+// three times, so the test cannot pass without having proved them.
 func testProcLeaseKillUnderLoad(t *testing.T, p Processes) {
+	for attempt := 1; ; attempt++ {
+		inflight, journalOnly, committed := killUnderLoadOnce(t, p)
+		if t.Failed() || inflight > 0 && journalOnly > 0 {
+			return
+		}
+		if attempt == 3 {
+			t.Fatalf("in 3 attempts the child was never killed with both requests in flight and commits in its journal alone (last: %d in flight, %d of %d commits)",
+				inflight, journalOnly, committed)
+		}
+		t.Logf("attempt %d: %d in flight, %d of %d commits in the journal alone; want some of both: again", attempt, inflight, journalOnly, committed)
+	}
+}
+
+func killUnderLoadOnce(t *testing.T, p Processes) (inflight, journalOnly int64, commits int) {
 	const killAfter = 3000
 	dsn, c, tr, tok, reqs := leaseParent(t, p)
 	cmd, _, stdout := pipeChild(t, "leaseload", dsn, 0)
@@ -249,7 +269,6 @@ func testProcLeaseKillUnderLoad(t *testing.T, p Processes) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var inflight, journalOnly int64
 	for id, pol := range policy {
 		if committed[id] && seen[id] && !written[id] {
 			journalOnly++
@@ -278,11 +297,8 @@ func testProcLeaseKillUnderLoad(t *testing.T, p Processes) {
 	}
 	t.Logf("killed after %d answers: %d admitted, %d committed (%d in the journal alone), %d released, %d in flight, %d outcomes not printed; %d events, %d tokens",
 		answers, len(policy), len(committed), journalOnly, len(released), inflight, unknown, events, tokens)
-	if journalOnly == 0 || inflight == 0 {
-		t.Fatalf("the child was killed with %d in flight, and %d of its %d commits in its journal alone; want some of both",
-			inflight, journalOnly, len(committed))
-	}
 	noDrift(t, tr)
+	return inflight, journalOnly, len(committed)
 }
 
 // A child takes leases under load and goes idle. Its own idle timer (no
