@@ -590,8 +590,8 @@ func isBusy(err error) bool {
 // the connection it would prepare on may be the only one (the writer), or
 // the pool may be exhausted by transactions that all wait for it (readers).
 type stmtCache struct {
-	stmts   sync.Map // query string -> *sqlx.Stmt
-	pending sync.Map // query string -> struct{}: to prepare before the next transaction
+	stmts   sync.Map     // query string -> *sqlx.Stmt
+	pending sync.Map     // query string -> struct{}: to prepare before the next transaction
 	n       atomic.Int64 // the prepared statements' cost, see prepare
 }
 
