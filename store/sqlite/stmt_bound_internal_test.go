@@ -11,20 +11,28 @@ import (
 	"github.com/tokenbudget/tokenbudget/budget"
 )
 
+// openInternal opens a new database named name in tb's temporary
+// directory, closed when tb ends.
+func openInternal(tb testing.TB, name string) *DB {
+	tb.Helper()
+	schema, err := os.ReadFile("../../schema.sql") // the root package embeds it; it imports this one
+	if err != nil {
+		tb.Fatal(err)
+	}
+	db, err := Open(context.Background(), filepath.Join(tb.TempDir(), name), string(schema), Options{Create: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { db.Close() })
+	return db
+}
+
 // The writer keeps its prepared statements within maxWriteParams bound
 // parameters (their memory, in SQLite's heap, grows with them), and a
 // statement past the bound still runs, unprepared.
 func TestWriterPreparedStatementsBoundedByTheirParameters(t *testing.T) {
 	ctx := context.Background()
-	schema, err := os.ReadFile("../../schema.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := Open(ctx, filepath.Join(t.TempDir(), "s.db"), string(schema), Options{Create: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := openInternal(t, "s.db")
 	const params = 1000
 	const shapes = maxWriteParams/params + 16 // past the bound
 	query := func(i int) string {
