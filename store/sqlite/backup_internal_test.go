@@ -21,15 +21,7 @@ import (
 // vacuumInto.)
 func TestBackupDiskFullLeavesNothing(t *testing.T) {
 	ctx := context.Background()
-	schema, err := os.ReadFile("../../schema.sql") // the root package embeds it; it imports this one
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := Open(ctx, filepath.Join(t.TempDir(), "src.db"), string(schema), Options{Create: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := openInternal(t, "src.db")
 	dir := t.TempDir()
 	out := filepath.Join(dir, "copy.db")
 	real := vacuumInto
@@ -55,7 +47,7 @@ func TestBackupDiskFullLeavesNothing(t *testing.T) {
 		}
 		return full
 	}
-	err = db.Backup(ctx, out)
+	err := db.Backup(ctx, out)
 	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), out) {
 		t.Errorf("Backup on a full disk: got %v; want the disk-full error naming %s", err, out)
 	}

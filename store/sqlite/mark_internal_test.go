@@ -2,8 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/tokenbudget/tokenbudget/budget"
@@ -15,15 +13,7 @@ import (
 // current after another writer on the same handle changed the store.
 func TestMarkCountsACommitBeforeItReturns(t *testing.T) {
 	ctx := context.Background()
-	schema, err := os.ReadFile("../../schema.sql") // the root package embeds it; it imports this one
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := Open(ctx, filepath.Join(t.TempDir(), "m.db"), string(schema), Options{Create: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := openInternal(t, "m.db")
 	var first, next budget.Mark
 	fired := false
 	afterCommit = func(db *DB) {

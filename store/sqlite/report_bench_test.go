@@ -2,8 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/tokenbudget/tokenbudget/budget"
@@ -23,15 +21,7 @@ import (
 //	go test -run '^$' -bench Report -benchtime 5x -count 5 ./store/sqlite/
 func BenchmarkReport(b *testing.B) {
 	ctx := context.Background()
-	schema, err := os.ReadFile("../../schema.sql") // the root package embeds it; it imports this one
-	if err != nil {
-		b.Fatal(err)
-	}
-	db, err := Open(ctx, filepath.Join(b.TempDir(), "report.db"), string(schema), Options{Create: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer db.Close()
+	db := openInternal(b, "report.db")
 	if err := db.Update(ctx, func(t budget.Tx) error {
 		x := t.(*tx).tx
 		if _, err := x.ExecContext(ctx, `WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?)
