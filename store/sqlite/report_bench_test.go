@@ -33,8 +33,8 @@ func BenchmarkReport(b *testing.B) {
 			return err
 		}
 		_, err := x.ExecContext(ctx, `INSERT INTO rollups (`+sqlrow.RollupCols+`)
-			SELECT `+dayOf("at")+`, key, team, org, end_user, provider, model, MAX(model_norm), `+rollupSums+`
-			FROM usage GROUP BY 1, key, team, org, end_user, provider, model`)
+			SELECT `+dayOf("at")+`, key, team, org, end_user, provider, model, tags, MAX(model_norm), `+rollupSums+`
+			FROM usage GROUP BY 1, key, team, org, end_user, provider, model, tags`)
 		return err
 	}); err != nil {
 		b.Fatal(err)
