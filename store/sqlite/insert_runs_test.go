@@ -13,7 +13,8 @@ import (
 // TestEventsStoredColumnForColumnWhateverTheirRuns writes a batch whose
 // events, in key order, form full runs of one key, provider and model (the
 // insert binds those once per 64 rows), runs with columns zero in every
-// row (left out of its statement once it is prepared), runs broken by a model, and rows
+// row (left out of its statement once it is prepared), a run no price
+// matched (its no_price flag set, unpriced not: a swap shows), runs broken by a model, and rows
 // with levels, an end user and tags, with one request id the history
 // already holds in the middle of a run; every column of every event must
 // read back as written; a second batch of the run's ids again (the history
@@ -38,6 +39,11 @@ func TestEventsStoredColumnForColumnWhateverTheirRuns(t *testing.T) {
 		e.Reasoning, e.CacheWrite, e.Cost, e.CacheRead = 0, 0, 0, int64(1+i%5)
 		evs = append(evs, e)
 	}
+	for i := range 64 { // a run no price matched: its flags are bound, its cost is not
+		e := ev("run-n", fmt.Sprintf("id-%04d", i), "GPT-4o", i)
+		e.Cost, e.NoPrice = 0, true
+		evs = append(evs, e)
+	}
 	for i := range 100 { // the model changes every 10 events: no full run
 		evs = append(evs, ev("run-b", fmt.Sprintf("id-%04d", i), fmt.Sprintf("gpt-4o-%d", i/10), i))
 	}
@@ -58,6 +64,9 @@ func TestEventsStoredColumnForColumnWhateverTheirRuns(t *testing.T) {
 		e := ev("run-z", fmt.Sprintf("id-%04d", i), "GPT-4o", i)
 		e.Reasoning, e.CacheWrite, e.Cost, e.CacheRead = 0, 0, 0, int64(1+i%5)
 		more = append(more, e)
+		n := ev("run-n", fmt.Sprintf("id-%04d", i), "GPT-4o", i)
+		n.Cost, n.NoPrice = 0, true
+		more = append(more, n)
 	}
 	d2, err := tr.RecordSync(ctx, more...)
 	if err != nil {
@@ -91,6 +100,7 @@ func TestEventsStoredColumnForColumnWhateverTheirRuns(t *testing.T) {
 	type row struct {
 		provider, model, norm, team, org, user, tags              string
 		input, output, reasoning, cacheRead, cacheWrite, at, cost int64
+		unpriced, noPrice                                         bool
 	}
 	var n int
 	if err := db.QueryRow(`SELECT COUNT(*) FROM usage`).Scan(&n); err != nil || n != len(evs) {
@@ -98,9 +108,9 @@ func TestEventsStoredColumnForColumnWhateverTheirRuns(t *testing.T) {
 	}
 	for _, e := range evs {
 		var got row
-		err := db.QueryRow(`SELECT provider, model, model_norm, team, org, end_user, tags, input, output, reasoning, cache_read, cache_write, at, cost
+		err := db.QueryRow(`SELECT provider, model, model_norm, team, org, end_user, tags, input, output, reasoning, cache_read, cache_write, at, cost, unpriced, no_price
 			FROM usage WHERE key = ? AND request_id = ?`, e.Key, e.RequestID).Scan(&got.provider, &got.model, &got.norm, &got.team, &got.org, &got.user, &got.tags,
-			&got.input, &got.output, &got.reasoning, &got.cacheRead, &got.cacheWrite, &got.at, &got.cost)
+			&got.input, &got.output, &got.reasoning, &got.cacheRead, &got.cacheWrite, &got.at, &got.cost, &got.unpriced, &got.noPrice)
 		if err != nil {
 			t.Fatalf("%s %s: %v", e.Key, e.RequestID, err)
 		}
@@ -109,7 +119,7 @@ func TestEventsStoredColumnForColumnWhateverTheirRuns(t *testing.T) {
 			tags = "project=atlas"
 		}
 		want := row{e.Provider, e.Model, budget.NormalizeModel(e.Model), e.Team, e.Org, e.User, tags,
-			e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, e.At.UnixNano(), e.Cost}
+			e.Input, e.Output, e.Reasoning, e.CacheRead, e.CacheWrite, e.At.UnixNano(), e.Cost, false, e.NoPrice}
 		if got != want {
 			t.Errorf("%s %s: stored %+v, want %+v", e.Key, e.RequestID, got, want)
 		}
