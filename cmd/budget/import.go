@@ -49,6 +49,10 @@ window that had ended when its events are written gets no counter row of
 its own (a row it has gains them): its total is read from the history
 whenever asked, and no rollover is logged into it.
 
+The import runs its garbage collector at GOGC=400 (a few batches are live,
+~10-15 MB, so its peak heap is ~150 MB for a large file) unless GOGC is set
+in its environment; GOMEMLIMIT is honoured as usual.
+
 Prints a summary, or {"imported", "duplicates"} with --json.
 
 `
