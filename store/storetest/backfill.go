@@ -100,6 +100,20 @@ func testBackfill(t *testing.T, newDB NewDB) {
 	if len(into) != 1 || !into[0].Equal(T0) {
 		t.Errorf("hourly rollovers into %v; want only the one into 09:00 (no row created for an ended window)", into)
 	}
+	// Rows at both ends of the ended windows' span (the store may find
+	// them by a range over the span) gain their events; the window between
+	// them still gets none.
+	edge := SetLimit(t, plain, budget.LimitSpec{Key: "k2", Window: "1h"}, 1<<40)
+	RecordSync(t, plain, ev("e6", "k2", "p", "m", 1, 0, T0.Add(-3*time.Hour)), ev("e8", "k2", "p", "m", 2, 0, T0.Add(-time.Hour)))
+	RecordSync(t, back,
+		ev("f6", "k2", "p", "m", 10, 0, T0.Add(-3*time.Hour+time.Minute)),
+		ev("f7", "k2", "p", "m", 20, 0, T0.Add(-2*time.Hour)),
+		ev("f8", "k2", "p", "m", 40, 0, T0.Add(-time.Hour+time.Minute)),
+	)
+	e := storedCounters(t, s)[edge.ID]
+	if _, ok := e[T0.Add(-2*time.Hour)]; ok || e[T0.Add(-3*time.Hour)] != 11 || e[T0.Add(-time.Hour)] != 42 {
+		t.Errorf("k2's hourly rows = %v; want 06:00 11 and 08:00 42 (both gained their events), none at 07:00", e)
+	}
 	// An ordinary write into 08:00 creates its row, seeded with the history.
 	RecordSync(t, plain, ev("late", "k", "p", "m", 1, 0, T0.Add(-time.Hour+time.Minute)))
 	if got := storedCounters(t, s)[hour.ID][T0.Add(-time.Hour)]; got != 41 {
