@@ -169,7 +169,12 @@
 // on its own machine is settled by the next Recover of any tracker there
 // (its own restart included): the commits it holds that the history does
 // not add what they exceed their estimates by, as <id>:late, and the name
-// goes (journal_stale.go).
+// goes (journal_stale.go). Since that sweep removes a name that stays
+// without a row for staleRecheck (a minute), a transaction that spends
+// longer than that between a new lease's link and its commit (PostgreSQL,
+// a process stalled inside it) can lose a live lease's journal name, and a
+// crash then charges that lease whole: bounded as above, counted
+// (Stats.LeasesUnjournaled) and warned (ErrLeaseUnjournaled).
 //
 // Where it lives: the domain types in limit.go, window.go, usage.go,
 // price.go and model.go; decisions in decide.go; statuses in status.go;
