@@ -1,6 +1,7 @@
 package budget_test
 
 import (
+	"context"
 	"errors"
 	"os"
 	"strings"
@@ -258,5 +259,65 @@ func TestFailedJournalSyncReleasedRequestChargedNothing(t *testing.T) {
 	}
 	if used, reserved := usedReserved(t, b); used != 30 || reserved != 0 {
 		t.Fatalf("after recovering A: used %d, reserved %d; want 30 (the released request charged nothing), 0", used, reserved)
+	}
+}
+
+// Durable, a carve whose fdatasync failed while its caller's context was
+// being cancelled is still decided again on the store's path (not cut
+// short by the caller), and, the caller having gone, that reservation is
+// released and the caller gets its context's error: recovery after the
+// owner dies finds the journal's unsettled admission and the store's
+// released row of the same id, and charges the request nothing. (Were the
+// re-decision cut short, no row would tell recovery, and the request,
+// whose Reserve failed, would be charged its estimate.)
+func TestFailedJournalSyncCancelledCallerChargedNothing(t *testing.T) {
+	mem := memstore.New()
+	f := faultstore.New(mem)
+	c := &testClock{t: time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)}
+	dir := t.TempDir()
+	a := storeTracker(t, f, func(cfg *budget.Config) {
+		cfg.Now, cfg.Leases, cfg.LeaseJournal, cfg.BatchInterval, cfg.Durable = c.Now, true, dir, time.Hour, true
+	})
+	b := storeTracker(t, mem, func(cfg *budget.Config) { cfg.Now, cfg.LeaseJournal = c.Now, dir })
+	max := int64(1 << 40)
+	if _, _, err := b.SetLimit(ctx, budget.LimitSpec{Key: "k", Window: "daily", Max: &max}); err != nil {
+		t.Fatal(err)
+	}
+	req := budget.Request{Key: "k", Provider: "p", Model: "m", Estimate: budget.Estimate{Input: 40, Output: 60}}
+	opts := budget.ReserveOptions{TTL: 20 * time.Second, OnExpiry: budget.ExpireCharge}
+	first, err := a.ReserveWith(ctx, req, opts) // the store's path: the route's first request
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Commit(ctx, first.ID, budget.Usage{Input: 10, Output: 20}); err != nil {
+		t.Fatal(err)
+	}
+	callerCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var failed atomic.Bool
+	real := budget.SetJournalSync(func(f *os.File) error {
+		if failed.CompareAndSwap(false, true) {
+			cancel() // the caller leaves as its carve's sync fails
+			return errors.New("input/output error")
+		}
+		return nil
+	})
+	defer func() { budget.SetJournalSync(real) }()
+	defer budget.SetJournalPause(budget.SetJournalPause(time.Hour)) // no new lease after the failure
+	if r, err := a.ReserveWith(callerCtx, req, opts); !errors.Is(err, context.Canceled) {
+		t.Fatalf("reserve whose caller left as its carve's sync failed: %v, %v; want context.Canceled", r, err)
+	}
+	if !failed.Load() || a.Stats().Leased != 0 {
+		t.Fatalf("sync failed %v, %d carves answered from the lease; want the carve's sync to fail", failed.Load(), a.Stats().Leased)
+	}
+	// A dies before its writer gives the dead lease's room back.
+	g := f.Gate()
+	t.Cleanup(g.Release) // before A's Close
+	c.Advance(time.Minute)
+	if _, err := b.Recover(ctx, c.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if used, reserved := usedReserved(t, b); used != 30 || reserved != 0 {
+		t.Fatalf("after recovering A: used %d, reserved %d; want 30 (the request whose Reserve failed charged nothing), 0", used, reserved)
 	}
 }
