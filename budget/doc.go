@@ -135,13 +135,21 @@
 // so a record not written whole can only be its last, and recovery,
 // reading up to the first record whose length or checksum is wrong, loses
 // no answered one. A Reserve whose record failed is decided again on the
-// store's path (a reservation of its own, under the same id); the
+// store's path (a reservation of its own, under the same id, whatever the
+// caller's context: a caller that left gets its row released and its
+// context's error, so recovery, finding the row, charges it nothing); the
 // generation's leases carve no more; for a second no lease is taken or
 // grown (the routes hold reservations of their own, so a failing disk
 // costs no caller an error), then the next lease starts a new
 // generation; a Commit of what they had carved is written to the store
 // before it returns; and a Release under ExpireCharge, which has nothing
 // to write there, fails, the reservation then expiring by its policy.
+// One bounded exception: when that re-decision makes no row (the request
+// is denied there, or the store fails), a record whose sync failed but
+// whose bytes landed stays an unsettled admission, and if the process
+// then dies before the lease ends, recovery charges its estimate to a
+// request whose Reserve returned an error (Durable only, one estimate per
+// failed sync).
 //
 // Crash rules. A process killed under load: every request it admitted is
 // charged exactly once, within the lease's TTL (the reservations' TTL)
@@ -169,7 +177,12 @@
 // on its own machine is settled by the next Recover of any tracker there
 // (its own restart included): the commits it holds that the history does
 // not add what they exceed their estimates by, as <id>:late, and the name
-// goes (journal_stale.go).
+// goes (journal_stale.go). Since that sweep removes a name that stays
+// without a row for staleRecheck (a minute), a transaction that spends
+// longer than that between a new lease's link and its commit (PostgreSQL,
+// a process stalled inside it) can lose a live lease's journal name, and a
+// crash then charges that lease whole: bounded as above, counted
+// (Stats.LeasesUnjournaled) and warned (ErrLeaseUnjournaled).
 //
 // Where it lives: the domain types in limit.go, window.go, usage.go,
 // price.go and model.go; decisions in decide.go; statuses in status.go;

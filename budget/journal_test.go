@@ -1,6 +1,7 @@
 package budget_test
 
 import (
+	"context"
 	"errors"
 	"os"
 	"strings"
@@ -191,6 +192,76 @@ func TestFailingJournalStillAnswersEveryCaller(t *testing.T) {
 	}
 }
 
+// syncFailure is A (Durable, leased, on a faultstore over mem) and B on
+// the same journal directory, with the route's first request taken by the
+// store's path and committed (30 tokens), and the next journal sync
+// failing once, calling onFail first; no new lease is taken after it.
+type syncFailure struct {
+	a, b   *budget.Tracker
+	f      *faultstore.Store
+	c      *testClock
+	dir    string
+	req    budget.Request
+	opts   budget.ReserveOptions
+	failed atomic.Bool
+}
+
+func newSyncFailure(t *testing.T, onFail func()) *syncFailure {
+	t.Helper()
+	mem := memstore.New()
+	x := &syncFailure{f: faultstore.New(mem), c: &testClock{t: time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)}, dir: t.TempDir()}
+	x.a = storeTracker(t, x.f, func(cfg *budget.Config) {
+		cfg.Now, cfg.Leases, cfg.LeaseJournal, cfg.BatchInterval, cfg.Durable = x.c.Now, true, x.dir, time.Hour, true
+	})
+	x.b = storeTracker(t, mem, func(cfg *budget.Config) { cfg.Now, cfg.LeaseJournal = x.c.Now, x.dir })
+	max := int64(1 << 40)
+	if _, _, err := x.b.SetLimit(ctx, budget.LimitSpec{Key: "k", Window: "daily", Max: &max}); err != nil {
+		t.Fatal(err)
+	}
+	x.req = budget.Request{Key: "k", Provider: "p", Model: "m", Estimate: budget.Estimate{Input: 40, Output: 60}}
+	x.opts = budget.ReserveOptions{TTL: 20 * time.Second, OnExpiry: budget.ExpireCharge}
+	first, err := x.a.ReserveWith(ctx, x.req, x.opts) // the store's path: the route's first request
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.a.Commit(ctx, first.ID, budget.Usage{Input: 10, Output: 20}); err != nil {
+		t.Fatal(err)
+	}
+	real := budget.SetJournalSync(func(f *os.File) error {
+		if x.failed.CompareAndSwap(false, true) {
+			onFail()
+			return errors.New("input/output error")
+		}
+		return nil
+	})
+	pause := budget.SetJournalPause(time.Hour) // no new lease after the failure
+	t.Cleanup(func() { budget.SetJournalSync(real); budget.SetJournalPause(pause) })
+	return x
+}
+
+// checkRefused fails t unless the carve's sync failed and no carve was
+// answered from the lease.
+func (x *syncFailure) checkRefused(t *testing.T) {
+	t.Helper()
+	if !x.failed.Load() || x.a.Stats().Leased != 0 {
+		t.Fatalf("sync failed %v, %d carves answered from the lease; want the carve's sync to fail and the store to answer", x.failed.Load(), x.a.Stats().Leased)
+	}
+}
+
+// recoverDead has A die before its writer gives the dead lease's room
+// back, then B recover it a minute later, and returns B's used and
+// reserved totals.
+func (x *syncFailure) recoverDead(t *testing.T) (used, reserved int64) {
+	t.Helper()
+	g := x.f.Gate()
+	t.Cleanup(g.Release) // before A's Close
+	x.c.Advance(time.Minute)
+	if _, err := x.b.Recover(ctx, x.c.Now()); err != nil {
+		t.Fatal(err)
+	}
+	return usedReserved(t, x.b)
+}
+
 // Durable, a carve whose record was written but whose fdatasync failed is
 // refused and reserved again on the store's path under the same id. That
 // reservation, released, is charged nothing when its owner then dies
@@ -199,50 +270,16 @@ func TestFailingJournalStillAnswersEveryCaller(t *testing.T) {
 // leaves the admission to the row. (Were the store's reservation given a
 // new id, the admission would be charged its estimate.)
 func TestFailedJournalSyncReleasedRequestChargedNothing(t *testing.T) {
-	mem := memstore.New()
-	f := faultstore.New(mem)
-	c := &testClock{t: time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)}
-	dir := t.TempDir()
-	a := storeTracker(t, f, func(cfg *budget.Config) {
-		cfg.Now, cfg.Leases, cfg.LeaseJournal, cfg.BatchInterval, cfg.Durable = c.Now, true, dir, time.Hour, true
-	})
-	b := storeTracker(t, mem, func(cfg *budget.Config) { cfg.Now, cfg.LeaseJournal = c.Now, dir })
-	max := int64(1 << 40)
-	if _, _, err := b.SetLimit(ctx, budget.LimitSpec{Key: "k", Window: "daily", Max: &max}); err != nil {
-		t.Fatal(err)
-	}
-	req := budget.Request{Key: "k", Provider: "p", Model: "m", Estimate: budget.Estimate{Input: 40, Output: 60}}
-	opts := budget.ReserveOptions{TTL: 20 * time.Second, OnExpiry: budget.ExpireCharge}
-	first, err := a.ReserveWith(ctx, req, opts) // the store's path: the route's first request
+	x := newSyncFailure(t, func() {})
+	second, err := x.a.ReserveWith(ctx, x.req, x.opts) // carved, its sync fails: the store's path
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Commit(ctx, first.ID, budget.Usage{Input: 10, Output: 20}); err != nil {
+	x.checkRefused(t)
+	if err := x.a.Release(ctx, second.ID); err != nil {
 		t.Fatal(err)
 	}
-	var failed atomic.Bool
-	real := budget.SetJournalSync(func(f *os.File) error {
-		if failed.CompareAndSwap(false, true) {
-			return errors.New("input/output error")
-		}
-		return nil
-	})
-	defer func() { budget.SetJournalSync(real) }()
-	defer budget.SetJournalPause(budget.SetJournalPause(time.Hour)) // no new lease after the failure
-	second, err := a.ReserveWith(ctx, req, opts)                    // carved, its sync fails: the store's path
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !failed.Load() || a.Stats().Leased != 0 {
-		t.Fatalf("sync failed %v, %d carves answered from the lease; want the carve's sync to fail and the store to answer", failed.Load(), a.Stats().Leased)
-	}
-	if err := a.Release(ctx, second.ID); err != nil {
-		t.Fatal(err)
-	}
-	// A dies before its writer gives the dead lease's room back.
-	g := f.Gate()
-	t.Cleanup(g.Release) // before A's Close
-	entries, _ := os.ReadDir(dir)
+	entries, _ := os.ReadDir(x.dir)
 	names := 0
 	for _, e := range entries {
 		if strings.HasSuffix(e.Name(), ".journal") {
@@ -252,11 +289,28 @@ func TestFailedJournalSyncReleasedRequestChargedNothing(t *testing.T) {
 	if names != 1 {
 		t.Fatalf("lease journal names when A dies: %d; want the dead lease's", names)
 	}
-	c.Advance(time.Minute)
-	if _, err := b.Recover(ctx, c.Now()); err != nil {
-		t.Fatal(err)
-	}
-	if used, reserved := usedReserved(t, b); used != 30 || reserved != 0 {
+	if used, reserved := x.recoverDead(t); used != 30 || reserved != 0 {
 		t.Fatalf("after recovering A: used %d, reserved %d; want 30 (the released request charged nothing), 0", used, reserved)
+	}
+}
+
+// Durable, a carve whose fdatasync failed while its caller's context was
+// being cancelled is still decided again on the store's path (not cut
+// short by the caller), and, the caller having gone, that reservation is
+// released and the caller gets its context's error: recovery after the
+// owner dies finds the journal's unsettled admission and the store's
+// released row of the same id, and charges the request nothing. (Were the
+// re-decision cut short, no row would tell recovery, and the request,
+// whose Reserve failed, would be charged its estimate.)
+func TestFailedJournalSyncCancelledCallerChargedNothing(t *testing.T) {
+	callerCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	x := newSyncFailure(t, cancel) // the caller leaves as its carve's sync fails
+	if r, err := x.a.ReserveWith(callerCtx, x.req, x.opts); !errors.Is(err, context.Canceled) {
+		t.Fatalf("reserve whose caller left as its carve's sync failed: %v, %v; want context.Canceled", r, err)
+	}
+	x.checkRefused(t)
+	if used, reserved := x.recoverDead(t); used != 30 || reserved != 0 {
+		t.Fatalf("after recovering A: used %d, reserved %d; want 30 (the request whose Reserve failed charged nothing), 0", used, reserved)
 	}
 }

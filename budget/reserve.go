@@ -3,6 +3,7 @@ package budget
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -170,9 +171,19 @@ func (t *Tracker) ReserveWith(ctx context.Context, req Request, opts ReserveOpti
 		// Carved from a lease whose journal failed: decided again on the
 		// store's path, a reservation of its own, under the same id (args
 		// keep it): if the carve's record did land (its sync failed), a
-		// recovery charges the one request once.
+		// recovery charges the one request once. Not cut short by the
+		// caller: its admission may be journaled, and only the store's row
+		// of its id tells recovery to leave it alone; a caller that has
+		// gone gets its row released (charged nothing) and its error.
 		args.lease = false
-		r, err = t.do(ctx, newOp(opReserve, args))
+		bg := context.WithoutCancel(ctx)
+		r, err = t.do(bg, newOp(opReserve, args))
+		if err == nil && ctx.Err() != nil {
+			if rerr := t.Release(bg, r.res.ID); rerr != nil {
+				t.reportErr(fmt.Errorf("budget: releasing reservation %s of a caller that left: %w", r.res.ID, rerr))
+			}
+			return nil, ctx.Err()
+		}
 	}
 	if err != nil {
 		return nil, err

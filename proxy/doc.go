@@ -101,7 +101,12 @@
 //     is decided after it); then the handler returns, so the client's
 //     response completes, and the wait for the store write follows on a
 //     goroutine of its own (Middleware.Close waits for these), on a context
-//     the client leaving does not cancel: the usage
+//     the client leaving does not cancel. Two degraded cases are the
+//     exceptions, deliberate (usage is never dropped; a leased commit is
+//     durable before the client hears of it): a full writer queue blocks
+//     the queueing up to settleTimeout (30 s), and a leased commit whose
+//     lease journal is sealed after a failed write waits for its store
+//     write before the response ends. The usage
 //     is committed (recorded in check mode, with the end user; a commit and
 //     a charge on expiry take it from the reservation); a response without
 //     usage, or with an invalid one (a count or the billable sum over

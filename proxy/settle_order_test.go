@@ -28,59 +28,51 @@ func (w *journalWatcher) Unwrap() http.ResponseWriter { return w.ResponseWriter 
 // TestLeasedSettlementJournaledBeforeTheLastBytes: a leased request's
 // commit is in its lease's journal before the client's response ends: a
 // crash after the client heard of it charges it its actual usage. A whole
-// answer is held and written after the commit is journaled (the journal
-// is as large at its write as once the request is over); a stream's data
-// passes through as it arrives, and its end (the last chunk and the cost
-// trailers, sent when the handler returns) follows the commit's record.
+// answer is held and written after the commit is journaled, so the journal
+// is as large at its write as once the request is over.
+//
+// Streams are not covered: their data (the last event included, a held
+// one flushed by endStream) goes out before the settlement is known, and
+// their end (the terminating chunk and the cost trailers) is written by
+// net/http after the handler returns, whether the settlement was queued
+// before or after it; no write the handler makes can tell the orders
+// apart.
 func TestLeasedSettlementJournaledBeforeTheLastBytes(t *testing.T) {
-	for _, stream := range []bool{false, true} {
-		t.Run(map[bool]string{false: "whole", true: "stream"}[stream], func(t *testing.T) {
-			var at atomic.Int64
-			var journal string
-			size := func() int64 {
-				var n int64
-				names, _ := filepath.Glob(filepath.Join(journal, "*.gen"))
-				for _, name := range names {
-					if fi, err := os.Stat(name); err == nil {
-						n += fi.Size()
-					}
-				}
-				return n
+	var at atomic.Int64
+	var journal string
+	size := func() int64 {
+		var n int64
+		names, _ := filepath.Glob(filepath.Join(journal, "*.gen"))
+		for _, name := range names {
+			if fi, err := os.Stat(name); err == nil {
+				n += fi.Size()
 			}
-			around := func(h http.Handler) http.Handler {
-				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					h.ServeHTTP(&journalWatcher{ResponseWriter: w, size: size, at: &at}, r)
-					if stream {
-						at.Store(size()) // net/http ends the response now
-					}
-				})
-			}
-			e := newEnv(t, envOptions{mode: proxy.ModeReserve, around: around}, func(w http.ResponseWriter, r *http.Request) {
-				if stream {
-					w.Header().Set("Content-Type", "text/event-stream")
-					w.Write([]byte(`data: {"id":"c","object":"chat.completion.chunk","model":"gpt-4o","choices":[{"index":0,"delta":{"content":"ok"}}]}` + "\n\n"))
-					w.Write([]byte(`data: {"id":"c","object":"chat.completion.chunk","model":"gpt-4o","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":4}}` + "\n\ndata: [DONE]\n\n"))
-					return
-				}
-				writeJSON(w, 200, chatUsageJSON(9, 4))
-			})
-			journal = e.path + ".leases"
-			e.limit("global", "", "tokens", "daily", 1_000_000)
-			for i := range 3 { // the first takes the store's path, the rest a lease
-				before := e.db.Stats().Leased
-				r := e.do("/v1/chat/completions", chatBody("gpt-4o", 50, stream))
-				if r.status != 200 {
-					t.Fatalf("request %d: %d %s", i, r.status, r.body)
-				}
-				if e.db.Stats().Leased == before {
-					continue
-				}
-				if got, want := at.Load(), size(); got != want || want == 0 {
-					t.Fatalf("leased request %d: journal %d bytes at the answer's last write, %d once it was over; want them equal (the commit journaled first)", i, got, want)
-				}
-				return
-			}
-			t.Fatal("no request was answered from a lease")
+		}
+		return n
+	}
+	around := func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h.ServeHTTP(&journalWatcher{ResponseWriter: w, size: size, at: &at}, r)
 		})
 	}
+	e := newEnv(t, envOptions{mode: proxy.ModeReserve, around: around}, func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, chatUsageJSON(9, 4))
+	})
+	journal = e.path + ".leases"
+	e.limit("global", "", "tokens", "daily", 1_000_000)
+	for i := range 3 { // the first takes the store's path, the rest a lease
+		before := e.db.Stats().Leased
+		r := e.do("/v1/chat/completions", chatBody("gpt-4o", 50, false))
+		if r.status != 200 {
+			t.Fatalf("request %d: %d %s", i, r.status, r.body)
+		}
+		if e.db.Stats().Leased == before {
+			continue
+		}
+		if got, want := at.Load(), size(); got != want || want == 0 {
+			t.Fatalf("leased request %d: journal %d bytes at the answer's last write, %d once it was over; want them equal (the commit journaled first)", i, got, want)
+		}
+		return
+	}
+	t.Fatal("no request was answered from a lease")
 }

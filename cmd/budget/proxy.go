@@ -500,7 +500,7 @@ func (m *Main) startProxy(ctx context.Context, o proxyOptions) (_ *runningProxy,
 	p.keyStore = ks
 	cfg := budget.DefaultConfig()
 	cfg.Now = m.Now
-	cfg.OnError = func(err error) { o.log.Error("budget: write failed; retrying", "err", err) }
+	cfg.OnError = trackerErrorLog(o.log)
 	cfg.MaxRetryBackoff = o.maxWriteBackoff
 	m.proxyLeases(o, &cfg)
 	if p.tracker, err = budget.New(ctx, metrics.InstrumentStore(s), cfg); err != nil {
@@ -810,3 +810,17 @@ func (p *runningProxy) warnUnknownLimits(ctx context.Context, o proxyOptions) {
 
 // discardLogger logs nothing.
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// trackerErrorLog logs what the tracker reports (budget.Config.OnError):
+// a failed write, which the tracker retries, or a lease recovery charged
+// whole because its journal was not found (the error names the lease and
+// the journal directory), which is not retried and not a write failure.
+func trackerErrorLog(log *slog.Logger) func(error) {
+	return func(err error) {
+		if errors.Is(err, budget.ErrLeaseUnjournaled) {
+			log.Warn("budget: a lease was charged whole: its journal was not found", "err", err)
+			return
+		}
+		log.Error("budget: write failed; retrying", "err", err)
+	}
+}
