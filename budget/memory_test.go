@@ -107,18 +107,26 @@ func TestWriterMemoryBoundedByTheCounterCache(t *testing.T) {
 	}
 }
 
+// dailyDefaultTracker is a Tracker on a memstore whose clock stands at the
+// instant it returns, with one default daily limit no test reaches.
+func dailyDefaultTracker(t *testing.T) (*budget.Tracker, time.Time) {
+	t.Helper()
+	at := time.Date(2026, 3, 2, 9, 30, 0, 0, time.UTC)
+	tr := storeTracker(t, memstore.New(), func(c *budget.Config) { c.Now = func() time.Time { return at } })
+	max := int64(1 << 40)
+	if _, _, err := tr.SetLimit(context.Background(), budget.LimitSpec{ID: "dflt", Default: true, Window: "daily", Max: &max}); err != nil {
+		t.Fatal(err)
+	}
+	return tr, at
+}
+
 // Go's maps keep their largest table, so the writer rebuilds its window
 // maps once its queue is empty after a burst: a reserved window it keeps
 // survives the rebuild with its count and its hold, and the burst's
 // windows, gone from memory, still count.
 func TestWriterMapsRebuiltAfterABurst(t *testing.T) {
 	ctx := context.Background()
-	at := time.Date(2026, 3, 2, 9, 30, 0, 0, time.UTC)
-	tr := storeTracker(t, memstore.New(), func(c *budget.Config) { c.Now = func() time.Time { return at } })
-	max := int64(1 << 40)
-	if _, _, err := tr.SetLimit(ctx, budget.LimitSpec{ID: "dflt", Default: true, Window: "daily", Max: &max}); err != nil {
-		t.Fatal(err)
-	}
+	tr, at := dailyDefaultTracker(t)
 	res, err := tr.Reserve(ctx, budget.Request{Key: "hot", Provider: "openai", Model: "gpt-4o", Estimate: budget.Estimate{Tokens: 100}}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -201,12 +209,7 @@ func TestBatchesBoundedByTheirKeys(t *testing.T) {
 // only once they hold a small part of what they grew to.
 func TestWriterMapsKeptWhileTheirWindowsStay(t *testing.T) {
 	ctx := context.Background()
-	at := time.Date(2026, 3, 2, 9, 30, 0, 0, time.UTC)
-	tr := storeTracker(t, memstore.New(), func(c *budget.Config) { c.Now = func() time.Time { return at } })
-	max := int64(1 << 40)
-	if _, _, err := tr.SetLimit(ctx, budget.LimitSpec{ID: "dflt", Default: true, Window: "daily", Max: &max}); err != nil {
-		t.Fatal(err)
-	}
+	tr, at := dailyDefaultTracker(t)
 	const keys = 1200
 	for k := range keys {
 		if _, err := tr.Reserve(ctx, budget.Request{Key: "key-" + strconv.Itoa(k), Provider: "openai", Model: "gpt-4o", Estimate: budget.Estimate{Tokens: 1}}, time.Hour); err != nil {
