@@ -6,8 +6,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tokenbudget/tokenbudget/budget"
@@ -53,12 +55,19 @@ func checkEvents(ctx context.Context, r io.Reader, now time.Time, salt string) (
 	var mu sync.Mutex
 	var results []result
 	var wg sync.WaitGroup
+	// bad is the first chunk known to hold a bad line: the chunks after it
+	// cannot change the answer, so they are neither parsed nor read.
+	var bad atomic.Int64
+	bad.Store(math.MaxInt64)
 	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for ch := range in {
 				var res result
+				if int64(ch.seq) > bad.Load() {
+					continue // its result is never read
+				}
 				for i, b := range ch.lines {
 					n := ch.start + i
 					if len(b) == 0 {
@@ -67,6 +76,8 @@ func checkEvents(ctx context.Context, r io.Reader, now time.Time, salt string) (
 					u, err := parseLine(b, n, now, salt)
 					if err != nil {
 						res.errLine, res.err = n, fmt.Errorf("line %d: %w", n, err)
+						for b := bad.Load(); int64(ch.seq) < b && !bad.CompareAndSwap(b, int64(ch.seq)); b = bad.Load() {
+						}
 						break
 					}
 					res.c.add(n, u)
@@ -91,7 +102,7 @@ func checkEvents(ctx context.Context, r io.Reader, now time.Time, salt string) (
 			start += len(lines)
 			lines = make([][]byte, 0, checkChunk)
 		}
-		for n := 1; ; n++ {
+		for n := 1; bad.Load() == math.MaxInt64; n++ {
 			b, err := br.ReadBytes('\n')
 			if err != nil && err != io.EOF {
 				if len(lines) > 0 {
