@@ -88,3 +88,11 @@ func SetJournalPause(d time.Duration) time.Duration {
 	journalPause = d
 	return old
 }
+
+// SetBatchHook makes the writer call f as each try of a batch is about
+// to write its plan and once it has, until the returned function undoes
+// it. f runs on the writer goroutine: what it sees live is the batch's.
+func SetBatchHook(f func()) (undo func()) {
+	batchHook = f
+	return func() { batchHook = nil }
+}
