@@ -31,6 +31,8 @@ type writerState struct {
 
 	mem   memory // the store's state as of the writer's last commit
 	burst int    // the most windows mem held since its maps were rebuilt (shrinkMemory)
+	// visited is how many windows the last batch put in memory (batch.visit).
+	visited int
 
 	leaseLook    int64              // when the leases were last looked after (Unix nanos)
 	leaseCharges []*leasedRes       // carved reservations expired under ExpireCharge, to charge

@@ -104,12 +104,19 @@ func (b *batch) needWindow(n *needs, p *keyPlan, j int, l *Limit, who *Who, at t
 	}
 	l = l.forWho(who)
 	n.limits[l.ID] = true
+	n.windows++
 	r := b.refAt(l, at)
 	k := windowKey(l, r.Start)
 	// A limit with alert thresholds must know its total to see one
-	// crossed.
-	if cur, ok := n.refs[k]; !ok || len(l.Alerts) > 0 && !cur.reserve {
-		n.refs[k] = want{ref: r, reserve: len(l.Alerts) > 0}
+	// crossed. Without, a window the memory holds, or whose row it knows
+	// exists, needs no read: it is not added to n, whose entries cost
+	// ~200 bytes each for every window a batch counts in (issue 29).
+	reserve := len(l.Alerts) > 0
+	switch cur, ok := n.refs[k]; {
+	case ok && (cur.reserve || !reserve): // read as it must be already
+	case !ok && !reserve && b.recallWindow(k, r): // nothing to read
+	default:
+		n.refs[k] = want{ref: r, reserve: reserve}
 	}
 	if shared {
 		p.needSpan[j] = span{nsOf(r.Start), nsOf(r.End)}

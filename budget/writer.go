@@ -419,6 +419,10 @@ func (b *batch) try(ctx context.Context, tx Tx) error {
 	if err := b.decide(ctx, tx); err != nil {
 		return err
 	}
+	// The plans served load and decide only: dropped here, they are not
+	// live beside the write's arguments and rollups, nor beside the next
+	// batch while it queues (issue 29's peak RSS).
+	b.keys = nil
 	b.sortCounters()
 	// Exhausted windows are logged in the transaction that refused, even
 	// one that writes nothing else.
@@ -507,6 +511,7 @@ func (b *batch) landed() {
 	// Windows no reservation decides on leave memory; that their rows
 	// exist is all later events need.
 	b.t.w.burst = max(b.t.w.burst, len(m.windows))
+	b.t.w.visited = len(b.visited)
 	for _, k := range b.visited {
 		if w := m.windows[k]; w != nil && w.hot {
 			m.hotPairs[latestHash(w.l)] = struct{}{}
