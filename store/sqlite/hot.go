@@ -171,9 +171,12 @@ func (t *tx) Apply(ctx context.Context, w *budget.WriteSet) ([]bool, int64, erro
 // insertRows inserts n rows through the multi-row statement q (cols
 // columns), chunk rows per statement; row appends row i's values.
 func (t *tx) insertRows(ctx context.Context, q string, cols, n int, row func(i int, args []any) []any) error {
+	// One slice for every chunk: a statement is done with its arguments
+	// once it returns.
+	args := make([]any, 0, cols*min(chunk, n))
 	for lo := 0; lo < n; lo += chunk {
 		hi := min(lo+chunk, n)
-		args := make([]any, 0, cols*(hi-lo))
+		args = args[:0]
 		for i := lo; i < hi; i++ {
 			args = row(i, args)
 		}
@@ -259,9 +262,10 @@ func (t *tx) applyCounters(ctx context.Context, w *budget.WriteSet, inserted []b
 					return err
 				}
 			}
+			args := make([]any, 0, 4*min(chunk, len(cs))) // every chunk's (see insertRows)
 			for lo := 0; lo < len(cs); lo += chunk {
 				hi := min(lo+chunk, len(cs))
-				args := make([]any, 0, 4*(hi-lo))
+				args = args[:0]
 				for i := lo; i < hi; i++ {
 					r := &cs[i].Ref
 					args = append(args, r.Limit.ID, r.Limit.Subject, ns(r.Start), ds[i])

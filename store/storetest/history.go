@@ -15,6 +15,7 @@ import (
 func init() {
 	extra = append(extra,
 		suiteCase{"RollupsFollowTheEvents", testRollupsFollow},
+		suiteCase{"BatchOfManyRowsWritesEachOnce", testManyRowsOneBatch},
 		suiteCase{"ReportMatchesTheHistory", testReportMatches},
 		suiteCase{"PruneKeepsReportsAndCounters", testPrune},
 		suiteCase{"PruneRefusesWhatStillNeedsEvents", testPruneRefusals},
@@ -93,6 +94,51 @@ func testRollupsFollow(t *testing.T, newDB NewDB) {
 	}
 	if rows[0].NoPrice != 30 || rows[0].Cost == 0 {
 		t.Fatalf("key a: %d events without a price, cost %d; want 30 unpriced and a cost for the priced ones", rows[0].NoPrice, rows[0].Cost)
+	}
+}
+
+// A batch writes its rows in statements of a few dozen each: one batch of
+// 150 keys' events (one to three a key), creating their counters, then
+// another adding to them, each more rows than a statement holds with a
+// last statement part full, leave every counter and every rollup equal to
+// the events, and each key's usage its own.
+func testManyRowsOneBatch(t *testing.T, newDB NewDB) {
+	tr, _, _ := setup(t, newDB)
+	SetLimit(t, tr, budget.LimitSpec{ID: "per-key", Default: true, Window: "daily"}, 1<<40)
+	const keys = 150
+	for round := range 2 {
+		var evs []budget.Usage
+		for k := range keys {
+			for j := range k%3 + 1 {
+				evs = append(evs, budget.Usage{Key: fmt.Sprintf("key-%03d", k), RequestID: fmt.Sprintf("r%d-%d-%d", round, k, j),
+					Provider: "openai", Model: "gpt-4o", Input: int64(k + 1), At: T0.Add(time.Duration(round*3+j) * time.Minute)})
+			}
+		}
+		RecordSync(t, tr, evs...)
+	}
+	if drift, err := tr.Verify(ctx); err != nil || len(drift) != 0 {
+		t.Fatalf("Verify = %d drifted (first %+v), %v; want every counter equal to its events", len(drift), first(drift), err)
+	}
+	if drift, err := tr.VerifyRollups(ctx); err != nil || len(drift) != 0 {
+		t.Fatalf("VerifyRollups = %d drifted (first %+v), %v; want the rollups equal to the events", len(drift), first(drift), err)
+	}
+	for _, k := range []int{0, 63, 64, 65, 127, 128, 149} {
+		d, err := tr.CheckAt(ctx, budget.Request{Key: fmt.Sprintf("key-%03d", k), Provider: "openai", Model: "gpt-4o"}, T0.Add(10*time.Minute))
+		if err != nil || len(d.Limits) != 1 {
+			t.Fatalf("check key %d: %+v, %v", k, d, err)
+		}
+		if want := int64(2 * (k%3 + 1) * (k + 1)); d.Limits[0].Used != want {
+			t.Errorf("key %d used %d; want %d", k, d.Limits[0].Used, want)
+		}
+	}
+	rows, err := tr.Report(ctx, budget.ReportQuery{Since: T0.AddDate(0, 0, -1), Until: T0.AddDate(0, 0, 1), By: []budget.Dim{budget.DimKey}})
+	if err != nil || len(rows) != keys {
+		t.Fatalf("report by key: %d rows, %v; want %d", len(rows), err, keys)
+	}
+	for k, r := range rows {
+		if r.Values[0] != fmt.Sprintf("key-%03d", k) || r.Requests != int64(2*(k%3+1)) {
+			t.Errorf("report row %d = %s, %d requests; want key-%03d, %d", k, r.Values[0], r.Requests, k, 2*(k%3+1))
+		}
 	}
 }
 

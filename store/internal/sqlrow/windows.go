@@ -119,8 +119,11 @@ func ApplyCounters(w *budget.WriteSet, inserted []bool, create func([]*budget.Co
 			existed[i] = found[j]
 		}
 	}
-	var cs, opt []*budget.CounterWrite
-	var ds, optDs []int64
+	// Sized once: most counters of a batch are added to (appended one by
+	// one, a batch of 8,192 keys' counters were copied five times over).
+	cs, ds := make([]*budget.CounterWrite, 0, len(w.Counters)), make([]int64, 0, len(w.Counters))
+	var opt []*budget.CounterWrite
+	var optDs []int64
 	for i := range w.Counters {
 		switch c := &w.Counters[i]; {
 		case deltas[i] == 0:
