@@ -256,8 +256,9 @@ type batch struct {
 	// without them. The writer keeps the map across tries.
 	dups map[string]bool
 	// windows loaded or recalled into memory for this batch: those not hot
-	// leave it once the batch lands
-	visited []cache.Key
+	// leave it once the batch lands (by their keys: a window read over an
+	// unknown one of this batch replaces it)
+	visited []*memWindow
 	// filled by write
 	inserted []bool
 	// again marks events the store had from prev, this batch's own try
@@ -559,7 +560,7 @@ func (b *batch) loadNeeds(ctx context.Context, tx Tx, n *needs) error {
 			w.hot = n.refs[keys[i]].reserve
 			w.known = !r.NoSeed || ws.Stored
 			m.windows[keys[i]] = w
-			b.visit(keys[i])
+			b.visit(w)
 			if r.Limit.Metric == MetricConcurrent {
 				continue
 			}
@@ -579,14 +580,21 @@ func (b *batch) loadNeeds(ctx context.Context, tx Tx, n *needs) error {
 	return nil
 }
 
-// visit notes that window k was put in memory for this batch. The slice
+// visit notes that window w was put in memory for this batch. The slice
 // starts at the size the last batch's grew to: appended one by one from
-// nothing, a batch of 8,192 keys' windows copied them five times over.
-func (b *batch) visit(k cache.Key) {
+// nothing, a batch of 8,192 keys' windows copied them five times over. It
+// holds the windows, not their keys (8 bytes each, not 40).
+func (b *batch) visit(w *memWindow) {
 	if b.visited == nil {
-		b.visited = make([]cache.Key, 0, max(b.t.w.visited, 16))
+		b.visited = make([]*memWindow, 0, max(b.t.w.visited, 16))
 	}
-	b.visited = append(b.visited, k)
+	b.visited = append(b.visited, w)
+}
+
+// key is w's key in memory.windows (windowKey of its limit and start; a
+// lease's window starts at 0).
+func (w *memWindow) key() cache.Key {
+	return cache.Key{LimitID: w.l.ID, Subject: w.l.Subject, Start: w.start}
 }
 
 // recallWindow reports whether window k (of ref r), which only takes
@@ -605,7 +613,7 @@ func (b *batch) recallWindow(k cache.Key, r WindowRef) bool {
 	w := newMemWindow(r, WindowState{Stored: stored})
 	w.known, w.ended = false, !stored
 	m.windows[k] = w
-	b.visit(k)
+	b.visit(w)
 	return true
 }
 

@@ -511,12 +511,13 @@ func (b *batch) landed() {
 	// exist is all later events need.
 	b.t.w.burst = max(b.t.w.burst, len(m.windows))
 	b.t.w.visited = len(b.visited)
-	for _, k := range b.visited {
-		if w := m.windows[k]; w != nil && w.hot {
+	for _, v := range b.visited {
+		if w := m.windows[v.key()]; w != nil && w.hot {
 			m.hotPairs[latestHash(w.l)] = struct{}{}
 		}
 	}
-	for _, k := range b.visited {
+	for _, v := range b.visited {
+		k := v.key() // v, or a window read over it in this batch
 		w := m.windows[k]
 		if w == nil || w.hot {
 			continue
