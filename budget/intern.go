@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // What the keys' cache entries share. A gateway caches one entry per key,
@@ -28,6 +30,22 @@ const maxInterned = 1 << 14
 type limDef struct {
 	proto Limit
 	for_  limitFor
+	// win is the last window computed for the definition, which every key
+	// sharing it reuses while the instants checked stay in it: written
+	// once per window, not once per key.
+	win atomic.Pointer[span]
+}
+
+// windowAt is d's window holding at, from memory while at stays in the
+// last one computed.
+func (d *limDef) windowAt(at time.Time) span {
+	if w := d.win.Load(); w != nil && w.has(at.UnixNano()) {
+		return *w
+	}
+	start, end := d.proto.Window.Bounds(at)
+	w := &span{start: nsOf(start), end: nsOf(end)}
+	d.win.Store(w)
+	return *w
 }
 
 // limitFor says whose key limitInto writes into a definition.

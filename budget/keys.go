@@ -34,16 +34,23 @@ type placement struct{ team, org string }
 func (kl *keyLimits) team() string { return kl.placed.team }
 func (kl *keyLimits) org() string  { return kl.placed.org }
 
-// limSlot is one limit of a key: its id, its definition, and the last
-// window it was seen in.
+// limSlot is one limit of a key: its id, its definition, and the counter
+// of the window it was last checked in.
+//
+// The window's bounds are the definition's (limDef.windowAt, shared by
+// every key with the same definition); the counter is current for them
+// while its key's Start is their start. A counter's key never changes, so
+// a reader that loads c once never pairs one window's bounds with another
+// window's counter, and a warm check finds its counter with no object of
+// the slot's own beyond the pointer.
 type limSlot struct {
 	id  string
 	def *limDef
-	cur atomic.Pointer[curWindow]
+	c   atomic.Pointer[cache.Counter]
 }
 
-// curWindow is a limit's last window (Unix nanos) and, once looked up, its
-// counter.
+// curWindow is a limit's window holding an instant (Unix nanos) and, when
+// the limit's slot holds it, the window's counter.
 type curWindow struct {
 	start, end int64
 	c          *cache.Counter
@@ -192,18 +199,18 @@ type routeSet [routeSlots]*route
 
 var routeSeed = maphash.MakeSeed()
 
-// window is limit i's window holding at, with its counter when known:
-// remembered while at stays in it, so a warm check skips the calendar
-// arithmetic and the counter cache.
-func (kl *keyLimits) window(i int, at time.Time) *curWindow {
-	ns := at.UnixNano()
-	if w := kl.lims[i].cur.Load(); w != nil && ns >= w.start && ns < w.end {
-		return w
+// window is limit i's window holding at, with its counter when the slot
+// holds the window's: the bounds are remembered (by the definition) while
+// at stays in them, so a warm caller skips the calendar arithmetic and
+// the counter cache.
+func (kl *keyLimits) window(i int, at time.Time) curWindow {
+	s := &kl.lims[i]
+	w := s.def.windowAt(at)
+	cw := curWindow{start: w.start, end: w.end}
+	if c := s.c.Load(); c != nil && c.Start() == w.start {
+		cw.c = c
 	}
-	start, end := kl.lims[i].def.proto.Window.Bounds(at)
-	w := &curWindow{start: nsOf(start), end: nsOf(end)}
-	kl.lims[i].cur.Store(w)
-	return w
+	return cw
 }
 
 // keyLimitsFor returns key's limits from the cache, re-reading them once

@@ -66,6 +66,12 @@ func (c *Counter) Key() Key {
 	return (*node[Key, Counter])(unsafe.Add(unsafe.Pointer(c), -counterOffset)).key
 }
 
+// Start is the window start of c's key (Key().Start), read without
+// copying the key.
+func (c *Counter) Start() int64 {
+	return (*node[Key, Counter])(unsafe.Add(unsafe.Pointer(c), -counterOffset)).key.Start
+}
+
 // counterOffset is where a Counter sits in its node.
 var counterOffset = int(unsafe.Offsetof(node[Key, Counter]{}.val))
 
