@@ -212,10 +212,15 @@ func (t *Tracker) status(ctx context.Context, kl *keyLimits, i int, who *Who, no
 	// st is reused from the caller's buffer: every field is set.
 	st.Max = l.MaxAt(now)
 	st.NextExpiry = time.Time{}
+	ns := now.UnixNano()
 	s := &kl.lims[i]
 	var w span // none for a concurrent limit: its counter's Start is 0
 	if l.Metric != MetricConcurrent {
-		w = s.def.windowAt(now)
+		if p := s.def.win.Load(); p != nil && p.has(ns) { // windowAt, inlined by hand
+			w = *p
+		} else {
+			w = s.def.newWindow(now)
+		}
 		st.WindowStart, st.ResetAt = time.Unix(0, w.start).UTC(), time.Unix(0, w.end).UTC()
 	} else {
 		st.WindowStart, st.ResetAt = time.Time{}, time.Time{}
@@ -244,7 +249,7 @@ func (t *Tracker) status(ctx context.Context, kl *keyLimits, i int, who *Who, no
 	if !each && c != held { // the slot's next warm check finds it there
 		s.c.Store(c)
 	}
-	reserved, n, next := c.Reserved(now.UnixNano())
+	reserved, n, next := c.Reserved(ns)
 	if l.Metric == MetricConcurrent {
 		st.Used, st.Reserved = n, 0
 		if next != 0 {

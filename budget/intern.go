@@ -43,6 +43,12 @@ func (d *limDef) windowAt(at time.Time) span {
 	if w := d.win.Load(); w != nil && w.has(at.UnixNano()) {
 		return *w
 	}
+	return d.newWindow(at)
+}
+
+// newWindow is windowAt's calendar arithmetic, which a check's warm path
+// skips (Tracker.status inlines windowAt's first lines).
+func (d *limDef) newWindow(at time.Time) span {
 	start, end := d.proto.Window.Bounds(at)
 	w := &span{start: nsOf(start), end: nsOf(end)}
 	d.win.Store(w)
