@@ -95,7 +95,7 @@ func (t *Tracker) place(ctx context.Context, tx Tx, who *Who) error {
 		return nil
 	}
 	w := &t.w
-	if e, ok := t.limits.Peek(who.Key); ok && e.Value.version == w.version {
+	if e, ok := t.limits.Peek(who.Key); ok && e.Value.version() == w.version {
 		who.Team, who.Org = e.Value.team(), e.Value.org()
 		return nil
 	}
@@ -127,7 +127,7 @@ func (t *Tracker) limitsFor(ctx context.Context, tx Tx, who *Who) ([]Limit, erro
 		return ls, nil
 	}
 	// The checks' cache is usually warm and current: no store read.
-	if e, ok := t.limits.Peek(who.Key); ok && e.Value.version == w.version && e.Value.team() == who.Team && e.Value.org() == who.Org {
+	if e, ok := t.limits.Peek(who.Key); ok && e.Value.version() == w.version && e.Value.team() == who.Team && e.Value.org() == who.Org {
 		if len(w.cached) >= maxCachedOut {
 			clear(w.cached)
 		}

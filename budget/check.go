@@ -204,7 +204,7 @@ func normalizeRequest(req Request) (Request, error) {
 func (t *Tracker) status(ctx context.Context, kl *keyLimits, i int, who *Who, now time.Time, clock int64, st *Status) error {
 	l := &st.Limit
 	// A per-user (per-tag-value) limit's counter depends on the user (the
-	// value): the limit's slot remembers only its window, never a counter.
+	// value): the limit's slot never holds one.
 	each := l.Each()
 	if each {
 		l.Subject = l.subjectFor(who)
@@ -212,35 +212,28 @@ func (t *Tracker) status(ctx context.Context, kl *keyLimits, i int, who *Who, no
 	// st is reused from the caller's buffer: every field is set.
 	st.Max = l.MaxAt(now)
 	st.NextExpiry = time.Time{}
-	w := kl.lims[i].cur.Load()
-	fresh := w != nil
+	ns := now.UnixNano()
+	s := &kl.lims[i]
+	var w span // none for a concurrent limit: its counter's Start is 0
 	if l.Metric != MetricConcurrent {
-		ns := now.UnixNano()
-		if fresh = fresh && ns >= w.start && ns < w.end; !fresh {
-			start, end := l.Window.Bounds(now)
-			w = &curWindow{start: nsOf(start), end: nsOf(end)}
+		if p := s.def.win.Load(); p != nil && p.has(ns) { // windowAt, inlined by hand
+			w = *p
+		} else {
+			w = s.def.newWindow(now)
 		}
 		st.WindowStart, st.ResetAt = time.Unix(0, w.start).UTC(), time.Unix(0, w.end).UTC()
 	} else {
-		if !fresh {
-			w = &curWindow{}
-		}
 		st.WindowStart, st.ResetAt = time.Time{}, time.Time{}
 	}
 	// The counter's key, only when the slot has no live counter.
-	key := func() cache.Key {
-		k := cache.Key{LimitID: l.ID, Subject: l.Subject}
-		if l.Metric != MetricConcurrent {
-			k.Start = w.start
-		}
-		return k
-	}
-	c := w.c
+	key := func() cache.Key { return cache.Key{LimitID: l.ID, Subject: l.Subject, Start: w.start} }
+	var c, held *cache.Counter
 	if each {
 		c = t.counters.Peek(key())
-	} else if c == nil || c.Dead() {
+	} else if held = s.c.Load(); held != nil && !held.Dead() && held.Start() == w.start {
+		c = held
+	} else {
 		c = t.counters.Peek(key())
-		fresh = false
 	}
 	used := int64(-1)
 	if c == nil || !t.fresh(c.LoadedAt(), clock) {
@@ -249,19 +242,14 @@ func (t *Tracker) status(ctx context.Context, kl *keyLimits, i int, who *Who, no
 		if c, committed, err = t.loadCounter(ctx, l, key(), st.WindowStart, st.ResetAt); err != nil {
 			return err
 		}
-		fresh = fresh && each // a per-user slot holds no counter to renew
 		if c.LoadedAt() == 0 {
 			used = committed + c.Pending()
 		}
 	}
-	if !fresh { // one slot per new window or counter, with both
-		nw := &curWindow{start: w.start, end: w.end}
-		if !each {
-			nw.c = c
-		}
-		kl.lims[i].cur.Store(nw)
+	if !each && c != held { // the slot's next warm check finds it there
+		s.c.Store(c)
 	}
-	held, n, next := c.Reserved(now.UnixNano())
+	reserved, n, next := c.Reserved(ns)
 	if l.Metric == MetricConcurrent {
 		st.Used, st.Reserved = n, 0
 		if next != 0 {
@@ -272,7 +260,7 @@ func (t *Tracker) status(ctx context.Context, kl *keyLimits, i int, who *Who, no
 	if used < 0 {
 		used = c.Used()
 	}
-	st.Used, st.Reserved = used, held
+	st.Used, st.Reserved = used, reserved
 	return nil
 }
 

@@ -44,7 +44,7 @@ func SharedEntries(t *Tracker, a, b string) (defs, routes bool) {
 	for i := range ea.Value.lims {
 		defs = defs && ea.Value.lims[i].def == eb.Value.lims[i].def
 	}
-	return defs, ea.Value.routes.Load() == eb.Value.routes.Load()
+	return defs, ea.Value.meta.Load() == eb.Value.meta.Load()
 }
 
 // WriterMemory is how many windows the writer keeps a stored mark for in

@@ -4,15 +4,18 @@ import (
 	"encoding/binary"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // What the keys' cache entries share. A gateway caches one entry per key,
 // and most keys have the same few limits: the defaults every key gets, a
 // team's, or the same limits set on each key by a provisioning script. So
 // a key's entry holds each limit as its id and a pointer to a definition
-// (limDef) shared by every key with the same one, the routes its requests
-// took are shared by the keys whose limits give the same, and a key's team
-// and organisation, and the (provider, model) pairs, are held once.
+// (limDef) shared by every key with the same one, the rest of the entry
+// (its limits version, team, organisation and the routes its requests
+// took: keyMeta) is shared by the keys with the same, and the (provider,
+// model) pairs are held once.
 //
 // The tables are the tracker's own (a route's parking memo is per
 // tracker), written on the cache's slow path only, under one mutex. Each
@@ -28,6 +31,28 @@ const maxInterned = 1 << 14
 type limDef struct {
 	proto Limit
 	for_  limitFor
+	// win is the last window computed for the definition, which every key
+	// sharing it reuses while the instants checked stay in it: written
+	// once per window, not once per key.
+	win atomic.Pointer[span]
+}
+
+// windowAt is d's window holding at, from memory while at stays in the
+// last one computed.
+func (d *limDef) windowAt(at time.Time) span {
+	if w := d.win.Load(); w != nil && w.has(at.UnixNano()) {
+		return *w
+	}
+	return d.newWindow(at)
+}
+
+// newWindow is windowAt's calendar arithmetic, which a check's warm path
+// skips (Tracker.status inlines windowAt's first lines).
+func (d *limDef) newWindow(at time.Time) span {
+	start, end := d.proto.Window.Bounds(at)
+	w := &span{start: nsOf(start), end: nsOf(end)}
+	d.win.Store(w)
+	return *w
 }
 
 // limitFor says whose key limitInto writes into a definition.
@@ -62,18 +87,16 @@ type sharedRoute struct {
 type interner struct {
 	mu     sync.Mutex
 	defs   map[defKey]*limDef
-	places map[[2]string]*placement
 	pairs  map[[2]string]*routeNames
 	routes map[sharedRoute]*route
-	sets   map[routeSet]*routeSet
+	metas  map[keyMeta]*keyMeta
 }
 
 func (in *interner) init() {
 	in.defs = make(map[defKey]*limDef)
-	in.places = make(map[[2]string]*placement)
 	in.pairs = make(map[[2]string]*routeNames)
 	in.routes = make(map[sharedRoute]*route)
-	in.sets = make(map[routeSet]*routeSet)
+	in.metas = make(map[keyMeta]*keyMeta)
 }
 
 // hold returns m's value for k under mu, else v, which it keeps there
@@ -110,11 +133,6 @@ func (in *interner) def(l *Limit) *limDef {
 	return hold(&in.mu, in.defs, k, d)
 }
 
-// placement is team and org, held once.
-func (in *interner) placement(team, org string) *placement {
-	return hold(&in.mu, in.places, [2]string{team, org}, &placement{team: team, org: org})
-}
-
 // routeNames are provider and model as sent, validated and normalised.
 func (in *interner) routeNames(provider, model string) (*routeNames, error) {
 	in.mu.Lock()
@@ -144,7 +162,7 @@ func (in *interner) route(names *routeNames, idx []int32, usd bool) *route {
 	return hold(&in.mu, in.routes, k, &route{routeNames: names, idx: idx, usd: usd})
 }
 
-// routeSet is set, held once.
-func (in *interner) routeSet(set routeSet) *routeSet {
-	return hold(&in.mu, in.sets, set, &set)
+// meta is m, held once.
+func (in *interner) meta(m keyMeta) *keyMeta {
+	return hold(&in.mu, in.metas, m, &m)
 }

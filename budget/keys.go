@@ -12,8 +12,8 @@ import (
 )
 
 // keyLimits is the cached definitions of one API key, in listing order,
-// with the last window each limit was seen in (so a warm check skips the
-// calendar arithmetic) and the routes its requests took (so a warm check
+// with the counter each limit was last checked on (so a warm check skips
+// the counter cache) and the routes its requests took (so a warm check
 // neither validates nor normalises names again, nor matches scopes).
 //
 // It is kept small, since a gateway caches one per key: each limit is its
@@ -21,29 +21,45 @@ import (
 // intern.go), and a Limit is written out (limitInto) only where one is
 // shown or handed on.
 type keyLimits struct {
-	version int64      // the store's limits version they were read at
-	key     string     // the key, validated and normalised: the cache's key
-	placed  *placement // the key's team and organisation then (interned)
-	lims    []limSlot
-	routes  atomic.Pointer[routeSet]
+	key  string // the key, validated and normalised: the cache's key
+	lims []limSlot
+	// meta is the rest, shared by every key with the same (intern.go) and
+	// replaced whole when the key's requests take a new route.
+	meta atomic.Pointer[keyMeta]
 }
 
-// placement is a key's team and organisation ("" for none).
-type placement struct{ team, org string }
+// keyMeta is what a key's entry holds besides its key and limits: the
+// store's limits version they were read at, the key's team and
+// organisation then ("" for none), and the routes its requests took. Keys
+// of one team with the same routes share one, so a key's own entry is 48
+// bytes.
+type keyMeta struct {
+	version   int64
+	team, org string
+	routes    routeSet
+}
 
-func (kl *keyLimits) team() string { return kl.placed.team }
-func (kl *keyLimits) org() string  { return kl.placed.org }
+func (kl *keyLimits) version() int64 { return kl.meta.Load().version }
+func (kl *keyLimits) team() string   { return kl.meta.Load().team }
+func (kl *keyLimits) org() string    { return kl.meta.Load().org }
 
-// limSlot is one limit of a key: its id, its definition, and the last
-// window it was seen in.
+// limSlot is one limit of a key: its id, its definition, and the counter
+// of the window it was last checked in.
+//
+// The window's bounds are the definition's (limDef.windowAt, shared by
+// every key with the same definition); the counter is current for them
+// while its key's Start is their start. A counter's key never changes, so
+// a reader that loads c once never pairs one window's bounds with another
+// window's counter, and a warm check finds its counter with no object of
+// the slot's own beyond the pointer.
 type limSlot struct {
 	id  string
 	def *limDef
-	cur atomic.Pointer[curWindow]
+	c   atomic.Pointer[cache.Counter]
 }
 
-// curWindow is a limit's last window (Unix nanos) and, once looked up, its
-// counter.
+// curWindow is a limit's window holding an instant (Unix nanos) and, when
+// the limit's slot holds it, the window's counter.
 type curWindow struct {
 	start, end int64
 	c          *cache.Counter
@@ -51,7 +67,8 @@ type curWindow struct {
 
 func (t *Tracker) newKeyLimits(key string, ls []Limit, version int64, team, org string) *keyLimits {
 	sortLimits(ls)
-	kl := &keyLimits{version: version, key: key, placed: t.interned.placement(team, org), lims: make([]limSlot, len(ls))}
+	kl := &keyLimits{key: key, lims: make([]limSlot, len(ls))}
+	kl.meta.Store(t.interned.meta(keyMeta{version: version, team: team, org: org}))
 	for i := range ls {
 		kl.lims[i].id, kl.lims[i].def = ls[i].ID, t.interned.def(&ls[i])
 	}
@@ -129,12 +146,10 @@ type parkMemo struct {
 // routeFor is the route of a request sent with provider and model as
 // they are, from kl's memory or, the first time, validated and built.
 func (t *Tracker) routeFor(kl *keyLimits, provider, model string) (*route, error) {
-	set := kl.routes.Load()
-	if set != nil {
-		for _, r := range set {
-			if r != nil && r.rawProvider == provider && r.rawModel == model {
-				return r, nil
-			}
+	m := kl.meta.Load()
+	for _, r := range m.routes {
+		if r != nil && r.rawProvider == provider && r.rawModel == model {
+			return r, nil
 		}
 	}
 	names, err := t.interned.routeNames(provider, model)
@@ -146,7 +161,7 @@ func (t *Tracker) routeFor(kl *keyLimits, provider, model string) (*route, error
 	// Every user-scope limit stays a candidate: Applies then sees a user
 	// that matches it; every tag-scope limit too, decided by the request's
 	// tags per check.
-	who := Who{Key: kl.key, Team: kl.team(), Org: kl.org()}
+	who := Who{Key: kl.key, Team: m.team, Org: m.org}
 	var l Limit
 	for i := range kl.lims {
 		kl.limitInto(i, &l)
@@ -168,22 +183,19 @@ func (t *Tracker) routeFor(kl *keyLimits, provider, model string) (*route, error
 	r := t.interned.route(names, idx, usd)
 	// An empty slot first, else the one a hash of the pair picks, so a
 	// key's few pairs settle in distinct slots; a collision only costs a
-	// rebuild. The set is replaced whole (a check racing this one may
-	// lose its route, which costs it a rebuild) and shared by the keys
-	// whose requests took the same routes.
-	var next routeSet
-	if set != nil {
-		next = *set
-	}
+	// rebuild. The set is replaced whole, with the key's meta (a check
+	// racing this one may lose its route, which costs it a rebuild), and
+	// shared by the keys whose requests took the same routes.
+	next := *m
 	slot := maphash.String(routeSeed, provider+"\x00"+model) % routeSlots
-	for i := range next {
-		if next[i] == nil {
+	for i := range next.routes {
+		if next.routes[i] == nil {
 			slot = uint64(i)
 			break
 		}
 	}
-	next[slot] = r
-	kl.routes.Store(t.interned.routeSet(next))
+	next.routes[slot] = r
+	kl.meta.Store(t.interned.meta(next))
 	return r, nil
 }
 
@@ -192,18 +204,18 @@ type routeSet [routeSlots]*route
 
 var routeSeed = maphash.MakeSeed()
 
-// window is limit i's window holding at, with its counter when known:
-// remembered while at stays in it, so a warm check skips the calendar
-// arithmetic and the counter cache.
-func (kl *keyLimits) window(i int, at time.Time) *curWindow {
-	ns := at.UnixNano()
-	if w := kl.lims[i].cur.Load(); w != nil && ns >= w.start && ns < w.end {
-		return w
+// window is limit i's window holding at, with its counter when the slot
+// holds the window's: the bounds are remembered (by the definition) while
+// at stays in them, so a warm caller skips the calendar arithmetic and
+// the counter cache.
+func (kl *keyLimits) window(i int, at time.Time) curWindow {
+	s := &kl.lims[i]
+	w := s.def.windowAt(at)
+	cw := curWindow{start: w.start, end: w.end}
+	if c := s.c.Load(); c != nil && c.Start() == w.start {
+		cw.c = c
 	}
-	start, end := kl.lims[i].def.proto.Window.Bounds(at)
-	w := &curWindow{start: nsOf(start), end: nsOf(end)}
-	kl.lims[i].cur.Store(w)
-	return w
+	return cw
 }
 
 // keyLimitsFor returns key's limits from the cache, re-reading them once

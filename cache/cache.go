@@ -33,29 +33,59 @@ type Hold struct {
 
 // Counter is one limit window as this process sees it: what the store had
 // when last read or written, plus what this process has queued since.
+//
+// It is 40 bytes, so that a node (key and Counter) is 80, a size class of
+// its own, not 96: a gateway caches a few per key. Its mutex is therefore
+// one of a fixed set shared by address (lock), and its small fields share
+// one word (state).
 type Counter struct {
-	mu sync.Mutex // orders commits, refreshes, pending changes and eviction
-	// used is the committed total plus pending, changed as one under mu,
-	// so a reader loads one word and sees a commit's delta in exactly one
-	// of them.
+	// used is the committed total plus pending, changed as one under the
+	// lock, so a reader loads one word and sees a commit's delta in
+	// exactly one of them.
 	used     atomic.Int64
 	pending  atomic.Int64
 	loadedAt atomic.Int64 // Unix nanos of the last store read; 0 = never read
 	holds    atomic.Pointer[[]Hold]
-	// seq is 32 bits, beside the other small fields, so that a node (key
-	// and Counter) is 96 bytes, a size class of its own, not 104 in the
-	// 112 class: it is only compared for equality across one store read,
-	// which 2^31 commits to one window would have to span to mistake a
-	// wrapped seq for the one it took.
-	seq atomic.Uint32
-	// dead: dropped from the cache and not pinned, no longer the live
-	// object; set under mu, read without it.
-	dead     atomic.Bool
-	inflight int16 // commits in progress that touch this counter (a writer has one or two)
-	// row is the writer's mark that the window's row exists in the store:
-	// the writer's memory epoch it learnt so in, 0 for never (see Row).
-	row atomic.Uint32
+	// state is, from the top bit down:
+	//   - seq (32 bits): the commit sequence, odd while a commit is in
+	//     flight. It is only compared for equality across one store read,
+	//     which 2^31 commits to one window would have to span to mistake a
+	//     wrapped seq for the one it took.
+	//   - row (24 bits): the writer's mark that the window's row exists in
+	//     the store, as the low 24 bits of its memory epoch (see Row).
+	//   - inflight (7 bits): commits in progress that touch the counter (a
+	//     writer has one or two); changed under the lock.
+	//   - dead (1 bit): dropped from the cache and not pinned, no longer
+	//     the live object; set under the lock, read without it.
+	state atomic.Uint64
 }
+
+const (
+	deadBit     = 1
+	inflightOne = 1 << 1
+	inflightMax = 1<<7 - 1
+	rowShift    = 8
+	rowMask     = 1<<24 - 1
+	seqOne      = 1 << 32
+)
+
+// counterLocks are the Counters' mutexes, a counter's picked by its
+// address: a counter's critical sections are a few loads and stores, and
+// none takes another counter's lock, so sharing one is safe and rarely
+// contended. Each sits on a cache line of its own.
+var counterLocks [1 << 10]struct {
+	sync.Mutex
+	_ [64 - 8]byte
+}
+
+// lock is c's mutex, which orders commits, refreshes, pending changes and
+// eviction.
+func (c *Counter) lock() *sync.Mutex {
+	h := uint64(uintptr(unsafe.Pointer(c))) * 0x9e3779b97f4a7c15
+	return &counterLocks[h>>(64-10)].Mutex
+}
+
+func (c *Counter) inflight() uint64 { return c.state.Load() >> 1 & inflightMax }
 
 // Key is the key c is cached under. A Counter exists only in its table
 // node, beside its key (Acquire makes it there, and Counters hands out no
@@ -66,6 +96,12 @@ func (c *Counter) Key() Key {
 	return (*node[Key, Counter])(unsafe.Add(unsafe.Pointer(c), -counterOffset)).key
 }
 
+// Start is the window start of c's key (Key().Start), read without
+// copying the key.
+func (c *Counter) Start() int64 {
+	return (*node[Key, Counter])(unsafe.Add(unsafe.Pointer(c), -counterOffset)).key.Start
+}
+
 // counterOffset is where a Counter sits in its node.
 var counterOffset = int(unsafe.Offsetof(node[Key, Counter]{}.val))
 
@@ -74,8 +110,9 @@ func (c *Counter) Used() int64 { return c.used.Load() }
 
 // Committed is the last total known to be in the store.
 func (c *Counter) Committed() int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	mu := c.lock()
+	mu.Lock()
+	defer mu.Unlock()
 	return c.used.Load() - c.pending.Load()
 }
 
@@ -107,7 +144,7 @@ func (c *Counter) Reserved(now int64) (sum, count, next int64) {
 
 // Seq is the counter's commit sequence, taken before a store read and
 // handed back to Refresh. It is odd while a local commit is in flight.
-func (c *Counter) Seq() uint64 { return uint64(c.seq.Load()) }
+func (c *Counter) Seq() uint64 { return c.state.Load() / seqOne }
 
 // Refresh installs what was read from the store at loadedAt, unless a local
 // commit began or ended since seq was taken: then the read may or may not
@@ -117,9 +154,10 @@ func (c *Counter) Refresh(seq uint64, committed int64, holds []Hold, loadedAt in
 	if seq%2 == 1 {
 		return false
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if uint64(c.seq.Load()) != seq {
+	mu := c.lock()
+	mu.Lock()
+	defer mu.Unlock()
+	if c.Seq() != seq {
 		return false
 	}
 	c.used.Store(committed + c.pending.Load())
@@ -135,9 +173,10 @@ func (c *Counter) Refresh(seq uint64, committed int64, holds []Hold, loadedAt in
 // AddPending adds a queued delta. It returns false when the counter was
 // evicted before the delta landed: the caller must Acquire the live one.
 func (c *Counter) AddPending(delta int64) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.dead.Load() {
+	mu := c.lock()
+	mu.Lock()
+	defer mu.Unlock()
+	if c.Dead() {
 		return false
 	}
 	c.pending.Add(delta)
@@ -149,20 +188,26 @@ func (c *Counter) AddPending(delta int64) bool {
 // it once per counter per commit: seq is odd from the first BeginCommit to
 // the last EndCommit.
 func (c *Counter) BeginCommit() {
-	c.mu.Lock()
-	if c.inflight == 0 {
-		c.seq.Add(1)
+	mu := c.lock()
+	mu.Lock()
+	if n := c.inflight(); n == 0 {
+		c.state.Add(seqOne + inflightOne)
+	} else if n < inflightMax {
+		c.state.Add(inflightOne)
+	} else {
+		mu.Unlock()
+		panic("cache: too many commits in flight on one counter")
 	}
-	c.inflight++
-	c.mu.Unlock()
+	mu.Unlock()
 }
 
 // EndCommit settles a commit: pending loses what was queued for it, and,
 // when the commit succeeded, committed gains what the store added. seq
 // moves on so no refresh read during the commit is installed.
 func (c *Counter) EndCommit(queued, applied int64, ok bool) {
-	c.mu.Lock()
-	c.inflight--
+	mu := c.lock()
+	mu.Lock()
+	c.state.Add(^uint64(inflightOne - 1)) // less one
 	if ok {
 		c.pending.Add(-queued)
 		if c.loadedAt.Load() == 0 {
@@ -170,37 +215,54 @@ func (c *Counter) EndCommit(queued, applied int64, ok bool) {
 		}
 		c.used.Add(applied - queued)
 	}
-	if c.inflight == 0 {
-		c.seq.Add(1)
+	if c.inflight() == 0 {
+		c.state.Add(seqOne)
 	}
-	c.mu.Unlock()
+	mu.Unlock()
 }
 
 // UpdateHolds replaces the holds through fn under the counter's lock, for a
 // local reservation, commit or release.
+//
+// fn runs under the counter's lock: it must not call another counter.
 func (c *Counter) UpdateHolds(fn func([]Hold) []Hold) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	mu := c.lock()
+	mu.Lock()
+	defer mu.Unlock()
 	var cur []Hold
 	if p := c.holds.Load(); p != nil {
 		cur = *p
 	}
 	next := fn(append([]Hold(nil), cur...))
 	c.holds.Store(&next)
-	c.seq.Add(2) // a refresh read before this change must not overwrite it
+	c.state.Add(2 * seqOne) // a refresh read before this change must not overwrite it
 }
 
 // Row reports whether the writer marked, in its memory epoch epoch, that
 // the window's row exists in the store. It lets the writer keep that for
 // as many windows as the cache holds, at no cost beyond the counter's.
-func (c *Counter) Row(epoch uint32) bool { return epoch != 0 && c.row.Load() == epoch }
+// Only the epoch's low 24 bits are kept: a mark 2^24 epochs old is taken
+// for a current one, which the writer's store write then finds missing
+// (a conflict, and a retry), as it does its other hashed marks.
+func (c *Counter) Row(epoch uint32) bool {
+	e := uint64(epoch) & rowMask
+	return e != 0 && c.state.Load()>>rowShift&rowMask == e
+}
 
 // MarkRow records that the window's row exists in the store, as the
 // writer knows it in its memory epoch epoch (a new epoch forgets every
 // mark).
-func (c *Counter) MarkRow(epoch uint32) { c.row.Store(epoch) }
+func (c *Counter) MarkRow(epoch uint32) {
+	e := uint64(epoch) & rowMask
+	for {
+		old := c.state.Load()
+		if c.state.CompareAndSwap(old, old&^(rowMask<<rowShift)|e<<rowShift) {
+			return
+		}
+	}
+}
 
-func (c *Counter) busy() bool { return c.pending.Load() != 0 || c.inflight != 0 }
+func (c *Counter) busy() bool { return c.pending.Load() != 0 || c.inflight() != 0 }
 
 // Counters is a bounded cache of Counters that never loses a busy one.
 //
@@ -225,18 +287,19 @@ func NewCounters(size int) *Counters {
 // marked dead so late AddPending calls go to its successor.
 func (cs *Counters) evict(n *node[Key, Counter]) {
 	c := &n.val
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	mu := c.lock()
+	mu.Lock()
+	defer mu.Unlock()
 	if c.busy() {
 		cs.pinned.Store(n.key, n)
 		return
 	}
-	c.dead.Store(true)
+	c.state.Or(deadBit)
 }
 
 // Dead reports whether the counter was evicted: a holder of the pointer
 // must look the key up again.
-func (c *Counter) Dead() bool { return c.dead.Load() }
+func (c *Counter) Dead() bool { return c.state.Load()&deadBit != 0 }
 
 // Peek returns the cached counter for k without touching recency, or nil.
 func (cs *Counters) Peek(k Key) *Counter {
@@ -263,16 +326,17 @@ func (cs *Counters) Acquire(k Key) *Counter {
 	if p, ok := cs.pinned.Load(k); ok {
 		n := p.(*node[Key, Counter])
 		c := &n.val
-		// Under c.mu, so Unpin cannot retire c between the check and the
+		// Under c.lock(), so Unpin cannot retire c between the check and the
 		// move back into the table.
-		c.mu.Lock()
-		if !c.dead.Load() {
+		mu := c.lock()
+		mu.Lock()
+		if !c.Dead() {
 			cs.pinned.CompareAndDelete(k, n)
-			c.mu.Unlock()
+			mu.Unlock()
 			cs.insert(n)
 			return c
 		}
-		c.mu.Unlock()
+		mu.Unlock()
 	}
 	// Unmarked: a counter is kept over others once used again, so a scan
 	// of keys used once does not flush the ones in use.
@@ -295,10 +359,11 @@ func (cs *Counters) Unpin(k Key, c *Counter) {
 	if !ok || &p.(*node[Key, Counter]).val != c {
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	mu := c.lock()
+	mu.Lock()
+	defer mu.Unlock()
 	if !c.busy() && cs.pinned.CompareAndDelete(k, p) {
-		c.dead.Store(true)
+		c.state.Or(deadBit)
 	}
 }
 
