@@ -93,6 +93,11 @@ func TestWriterMemoryBoundedByTheCounterCache(t *testing.T) {
 	if _, err := tr.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Windows whose rows it knew of were put in memory unread (recalled):
+	// they leave it with the batch too.
+	if now, _ := budget.WriterWindows(tr); now != 0 {
+		t.Errorf("after a batch over 800 stored windows the writer holds %d windows; want none", now)
+	}
 	tr.InvalidateLimits("")
 	for _, k := range []int{0, 1, 398, 399} {
 		d, err := tr.CheckAt(ctx, budget.Request{Key: "key-" + strconv.Itoa(k), Provider: "openai", Model: "gpt-4o"}, at)
@@ -104,6 +109,43 @@ func TestWriterMemoryBoundedByTheCounterCache(t *testing.T) {
 				t.Errorf("key-%d %s: used %d; want 3", k, st.Limit.ID, st.Used)
 			}
 		}
+	}
+}
+
+// An event and a reservation on a window whose row the writer knows
+// exists, in one batch: the event puts it in memory unread, the
+// reservation reads it over that. The window read stays in memory, hot
+// (reservations decide on it), not dropped with the one it replaced.
+func TestReservedWindowReadOverARecalledOneStays(t *testing.T) {
+	ctx := context.Background()
+	at := time.Date(2026, 3, 2, 9, 30, 0, 0, time.UTC)
+	tr := storeTracker(t, memstore.New(), func(c *budget.Config) {
+		c.Now = func() time.Time { return at }
+		c.BatchInterval = time.Hour // a batch closes when the reservation, waited on, joins it
+	})
+	max := int64(1 << 40)
+	if _, _, err := tr.SetLimit(ctx, budget.LimitSpec{ID: "dflt", Default: true, Window: "daily", Max: &max}); err != nil {
+		t.Fatal(err)
+	}
+	u := budget.Usage{Key: "k", Provider: "openai", Model: "gpt-4o", Input: 1, At: at}
+	if _, err := tr.RecordSync(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	if now, _ := budget.WriterWindows(tr); now != 0 {
+		t.Fatalf("after one event the writer holds %d windows; want none", now)
+	}
+	if err := tr.Record(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Reserve(ctx, budget.Request{Key: "k", Provider: "openai", Model: "gpt-4o", Estimate: budget.Estimate{Tokens: 100}}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if now, _ := budget.WriterWindows(tr); now != 1 {
+		t.Errorf("after an event and a reservation on one window the writer holds %d windows; want the reserved one", now)
+	}
+	d, err := tr.CheckAt(ctx, budget.Request{Key: "k", Provider: "openai", Model: "gpt-4o"}, at)
+	if err != nil || len(d.Limits) != 1 || d.Limits[0].Used != 2 || d.Limits[0].Reserved != 100 {
+		t.Errorf("k: %+v, %v; want used 2, reserved 100", d.Limits, err)
 	}
 }
 
