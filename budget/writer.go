@@ -432,15 +432,15 @@ func (b *batch) try(ctx context.Context, tx Tx) error {
 		}
 		return nil
 	}
-	if batchHook != nil {
-		batchHook()
+	if h := b.t.batchHook.Load(); h != nil {
+		(*h)()
 	}
 	inserted, deleted, err := tx.Apply(ctx, &b.ws)
 	if err != nil {
 		return err
 	}
-	if batchHook != nil {
-		batchHook()
+	if h := b.t.batchHook.Load(); h != nil {
+		(*h)()
 	}
 	b.inserted = inserted
 	b.again = b.prevEvents(inserted)
@@ -481,11 +481,6 @@ func (b *batch) try(ctx context.Context, tx Tx) error {
 	b.ran = true
 	return nil
 }
-
-// batchHook, when a test sets it (SetBatchHook), is called on the writer
-// goroutine as a try is about to write its plan and once it has: what the
-// batch holds then is what a memory test measures.
-var batchHook func()
 
 // landed brings the memory in line with what was committed: duplicates
 // added nothing, settled reservations are forgotten.
