@@ -25,6 +25,9 @@ type keyPlan struct {
 	placement bool
 	ls        []Limit
 	needSpan  []span       // load: the window last added to needs
+	// needEach is, for a limit with a counter per user or tag value
+	// (Each), whose counter needSpan is (made at the first such limit).
+	needEach []string
 	decided   []decidedWin // decide: the window last counted in
 }
 
@@ -96,10 +99,16 @@ func (b *batch) limits(ctx context.Context, tx Tx, p *keyPlan, who *Who) ([]Limi
 }
 
 // needWindow adds limit j's window at at to n (l is ls[j] for who) unless
-// the key's last event already added that one.
+// the key's last event already added that one: the same limit's window
+// of the same span, and for a limit with a counter per user or tag value,
+// of the same one (a key's events from one user count n.windows once, so
+// what it sizes is not sized by event).
 func (b *batch) needWindow(n *needs, p *keyPlan, j int, l *Limit, who *Who, at time.Time) {
-	shared := p != nil && !l.Each() // one window per limit for every event of the key
-	if shared && p.needSpan[j].has(nsOf(at)) {
+	each, v := l.Each(), ""
+	if each {
+		v = l.eachValue(who)
+	}
+	if p != nil && p.needSpan[j].has(nsOf(at)) && (!each || p.needEach[j] == v) {
 		return
 	}
 	l = l.forWho(who)
@@ -118,8 +127,14 @@ func (b *batch) needWindow(n *needs, p *keyPlan, j int, l *Limit, who *Who, at t
 	default:
 		n.refs[k] = want{ref: r, reserve: reserve}
 	}
-	if shared {
+	if p != nil {
 		p.needSpan[j] = span{nsOf(r.Start), nsOf(r.End)}
+		if each {
+			if p.needEach == nil {
+				p.needEach = make([]string, len(p.ls))
+			}
+			p.needEach[j] = v
+		}
 	}
 }
 
