@@ -533,12 +533,11 @@ func (b *batch) loadNeeds(ctx context.Context, tx Tx, n *needs) error {
 	var need []WindowRef
 	var keys []cache.Key
 	for k, r := range n.refs {
-		w := m.windows[k]
-		switch {
-		case w != nil && (w.known || !r.reserve):
+		// A window that only takes events is here only if recallWindow
+		// found it unrecallable when it was added, and nothing marks a
+		// row stored between then and now: no second look.
+		if w := m.windows[k]; w != nil && (w.known || !r.reserve) {
 			w.hot = w.hot || r.reserve
-			continue
-		case w == nil && !r.reserve && b.recallWindow(k, r.ref):
 			continue
 		}
 		ref := r.ref
