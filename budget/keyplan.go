@@ -25,9 +25,6 @@ type keyPlan struct {
 	placement bool
 	ls        []Limit
 	needSpan  []span       // load: the window last added to needs
-	// needEach is, for a limit with a counter per user or tag value
-	// (Each), whose counter needSpan is (made at the first such limit).
-	needEach []string
 	decided   []decidedWin // decide: the window last counted in
 }
 
@@ -108,7 +105,7 @@ func (b *batch) needWindow(n *needs, p *keyPlan, j int, l *Limit, who *Who, at t
 	if each {
 		v = l.eachValue(who)
 	}
-	if p != nil && p.needSpan[j].has(nsOf(at)) && (!each || p.needEach[j] == v) {
+	if p != nil && p.needSpan[j].has(nsOf(at)) && (!each || b.needEach[p][j] == v) {
 		return
 	}
 	l = l.forWho(who)
@@ -130,12 +127,25 @@ func (b *batch) needWindow(n *needs, p *keyPlan, j int, l *Limit, who *Who, at t
 	if p != nil {
 		p.needSpan[j] = span{nsOf(r.Start), nsOf(r.End)}
 		if each {
-			if p.needEach == nil {
-				p.needEach = make([]string, len(p.ls))
-			}
-			p.needEach[j] = v
+			b.noteEach(p, j, v)
 		}
 	}
+}
+
+// noteEach notes that limit j of plan p (Each) last added the window of
+// v's counter. The values are the batch's, not the plans': a field more
+// would take a plan from 112 bytes to the next size class, 144, for every
+// key of every batch, most of which have no such limit.
+func (b *batch) noteEach(p *keyPlan, j int, v string) {
+	vs := b.needEach[p]
+	if vs == nil {
+		if b.needEach == nil {
+			b.needEach = make(map[*keyPlan][]string)
+		}
+		vs = make([]string, len(p.ls))
+		b.needEach[p] = vs
+	}
+	vs[j] = v
 }
 
 // countedWindow is the memory's window of limit j (ls[j] for who, which

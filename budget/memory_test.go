@@ -265,3 +265,46 @@ func TestWriterMapsKeptWhileTheirWindowsStay(t *testing.T) {
 		t.Errorf("with %d reserved windows the writer holds %d windows, %d since its maps were rebuilt; want all %d, not rebuilt", keys, now, since, keys)
 	}
 }
+
+// A key's events from several users in one batch, on limits with a
+// counter per user and per tag value: the writer notes a key's window once
+// for its events in a row from one user or value (what it sizes the
+// batch's counters by), and each user's and value's window still counts
+// exactly its own events.
+func TestEachUsersWindowCountsItsEventsOfABatch(t *testing.T) {
+	ctx := context.Background()
+	at := time.Date(2026, 3, 2, 9, 30, 0, 0, time.UTC)
+	tr := storeTracker(t, memstore.New(), func(c *budget.Config) { c.Now = func() time.Time { return at } })
+	max := int64(1 << 40)
+	for _, s := range []budget.LimitSpec{{Key: "k", Scope: "user", ScopeValue: budget.AllUsers, Window: "daily", Max: &max},
+		{Key: "k", Scope: "tag", ScopeValue: "team=" + budget.AllValues, Window: "daily", Max: &max}} {
+		if _, _, err := tr.SetLimit(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ev := func(user, team string, input int64) budget.Usage {
+		return budget.Usage{Key: "k", User: user, Tags: budget.Tags("team=" + team), Provider: "openai", Model: "gpt-4o", Input: input, At: at}
+	}
+	if _, err := tr.RecordSync(ctx, ev("alice", "a", 1), ev("alice", "a", 2), ev("bob", "a", 4), ev("alice", "b", 8), ev("bob", "b", 16)); err != nil {
+		t.Fatal(err)
+	}
+	tr.InvalidateLimits("")
+	for _, c := range []struct {
+		user, team     string
+		byUser, byTeam int64
+	}{{"alice", "a", 11, 7}, {"bob", "b", 20, 24}} {
+		d, err := tr.CheckAt(ctx, budget.Request{Key: "k", User: c.user, Tags: budget.Tags("team=" + c.team), Provider: "openai", Model: "gpt-4o"}, at)
+		if err != nil || len(d.Limits) != 2 {
+			t.Fatalf("%s, team %s: %+v, %v; want 2 limits", c.user, c.team, d.Limits, err)
+		}
+		for _, st := range d.Limits {
+			want := c.byUser
+			if st.Limit.Scope == budget.ScopeTag {
+				want = c.byTeam
+			}
+			if st.Used != want {
+				t.Errorf("%s, team %s, limit %s: used %d; want %d", c.user, c.team, st.Limit.ScopeValue, st.Used, want)
+			}
+		}
+	}
+}

@@ -427,7 +427,7 @@ func (b *batch) try(ctx context.Context, tx Tx) error {
 	// The plans served load and decide only: dropped here, they are not
 	// live beside the write's arguments and rollups, nor beside the next
 	// batch while it queues (issue 29's peak RSS).
-	b.keys = nil
+	b.keys, b.needEach = nil, nil
 	b.sortCounters()
 	// Exhausted windows are logged in the transaction that refused, even
 	// one that writes nothing else.
