@@ -40,7 +40,7 @@ func TestRollupsSumEachDayAndDimensionsOnceWhateverTheirHash(t *testing.T) {
 	if got := w.Rollups(inserted); !reflect.DeepEqual(got, want) {
 		t.Errorf("Rollups:\n got %+v\nwant %+v", got, want)
 	}
-	if got := w.rollups(inserted, func(*Usage) uint64 { return 7 }); !reflect.DeepEqual(got, want) {
+	if got := w.rollups(inserted, func(rollupKey) uint64 { return 7 }); !reflect.DeepEqual(got, want) {
 		t.Errorf("rollups, every identity hashing alike:\n got %+v\nwant %+v", got, want)
 	}
 	if got := w.Rollups(make([]bool, len(w.Events))); got != nil {
