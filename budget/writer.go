@@ -665,7 +665,7 @@ func (t *Tracker) publish(b *batch, sums map[*cache.Counter]int64) {
 		}
 	}
 	for c, queued := range sums {
-		k := c.Key() // pinned since its event was queued: still its key
+		k := c.Key() // a counter's key never changes: it is its cache node's
 		c.EndCommit(queued, applied[k], true)
 		delete(applied, k)
 		t.counters.Unpin(k, c)
