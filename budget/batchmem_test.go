@@ -14,19 +14,18 @@ import (
 
 // BenchmarkWriterBatchMemory measures what the writer's batch costs in
 // memory, the part of Memory100kKeys' peak the batch holds, without that
-// benchmark's run-to-run spread, on SQLite, for two shapes of batch:
-//
-//   - ManyKeys: 8,192 keys (maxBatchKeys) with 3 limits of their own
-//     (global daily, provider 1h, model 1m), every counter cached and its
-//     row written, then one event a key over and over, as Memory100kKeys'
-//     second round records: a batch closes at 8,192 keys and holds one
-//     event of each.
-//   - OneKey: one key with a daily limit and a daily limit per end user,
-//     all its events from one user: a batch closes at BatchSize (16,384
-//     events) and holds 3 counters' worth of windows. What the batch sizes
-//     by its events, not its counters, shows here.
+// benchmark's run-to-run spread, on SQLite:
 //
 //	go test -run '^$' -bench WriterBatchMemory -benchtime 65536x ./budget
+//
+// It measures two shapes of batch. ManyKeys: 8,192 keys (maxBatchKeys)
+// with 3 limits of their own (global daily, provider 1h, model 1m), every
+// counter cached and its row written, then one event a key over and over,
+// as Memory100kKeys' second round records: a batch closes at 8,192 keys
+// and holds one event of each. OneKey: one key with a daily limit and a
+// daily limit per end user, all its events from one user: a batch closes
+// at BatchSize (16,384 events) and counts in 2 windows; what the batch
+// sizes by its events rather than its windows shows here.
 //
 // B/event is what the Record calls and the writer allocate an event
 // (the allocation rate the collector paces against); batch_live_B/event is
