@@ -31,7 +31,9 @@ type writerState struct {
 
 	mem   memory // the store's state as of the writer's last commit
 	burst int    // the most windows mem held since its maps were rebuilt (shrinkMemory)
-	// visited is how many windows the last batch put in memory (batch.visit).
+	// visited is how many windows the last batch put in memory: the next
+	// batch sizes its visited slice by it (batch.visit), where appending
+	// from nothing copied a full batch's windows five times over.
 	visited int
 
 	leaseLook    int64              // when the leases were last looked after (Unix nanos)

@@ -308,6 +308,9 @@ type batch struct {
 	// events' WriteSet adds, so an event's few adds cost no allocation.
 	keys map[string]*keyPlan
 	adds []CounterAdd
+	// needEach is, for the plans with a limit with a counter per user or
+	// tag value (Each), whose counter their needSpan is (noteEach).
+	needEach map[*keyPlan][]string
 	// counters is how many counters load found the events count in (see
 	// needs.windows).
 	counters int
@@ -340,7 +343,7 @@ func (o *op) active() bool { return !o.skip && o.kind != opFlush }
 // the limits locked and their windows read, with providers and prices when
 // a kind needs them.
 func (b *batch) load(ctx context.Context, tx Tx) error {
-	b.keys = nil // a try's plans are its own: the memory may have been forgotten
+	b.keys, b.needEach = nil, nil // a try's plans are its own: the memory may have been forgotten
 	if err := b.recall(ctx, tx); err != nil {
 		return err
 	}
@@ -533,12 +536,11 @@ func (b *batch) loadNeeds(ctx context.Context, tx Tx, n *needs) error {
 	var need []WindowRef
 	var keys []cache.Key
 	for k, r := range n.refs {
-		w := m.windows[k]
-		switch {
-		case w != nil && (w.known || !r.reserve):
+		// A window that only takes events is here only if recallWindow
+		// found it unrecallable when it was added, and nothing marks a
+		// row stored between then and now: no second look.
+		if w := m.windows[k]; w != nil && (w.known || !r.reserve) {
 			w.hot = w.hot || r.reserve
-			continue
-		case w == nil && !r.reserve && b.recallWindow(k, r.ref):
 			continue
 		}
 		ref := r.ref

@@ -89,10 +89,10 @@ func SetJournalPause(d time.Duration) time.Duration {
 	return old
 }
 
-// SetBatchHook makes the writer call f as each try of a batch is about
+// SetBatchHook makes tr's writer call f as each try of a batch is about
 // to write its plan and once it has, until the returned function undoes
 // it. f runs on the writer goroutine: what it sees live is the batch's.
-func SetBatchHook(f func()) (undo func()) {
-	batchHook = f
-	return func() { batchHook = nil }
+func SetBatchHook(tr *Tracker, f func()) (undo func()) {
+	tr.batchHook.Store(&f)
+	return func() { tr.batchHook.Store(nil) }
 }

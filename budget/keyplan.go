@@ -96,10 +96,16 @@ func (b *batch) limits(ctx context.Context, tx Tx, p *keyPlan, who *Who) ([]Limi
 }
 
 // needWindow adds limit j's window at at to n (l is ls[j] for who) unless
-// the key's last event already added that one.
+// the key's last event already added that one: the same limit's window
+// of the same span, and for a limit with a counter per user or tag value,
+// of the same one (a key's events from one user count n.windows once, so
+// what it sizes is not sized by event).
 func (b *batch) needWindow(n *needs, p *keyPlan, j int, l *Limit, who *Who, at time.Time) {
-	shared := p != nil && !l.Each() // one window per limit for every event of the key
-	if shared && p.needSpan[j].has(nsOf(at)) {
+	each, v := l.Each(), ""
+	if each {
+		v = l.eachValue(who)
+	}
+	if p != nil && p.needSpan[j].has(nsOf(at)) && (!each || b.needEach[p][j] == v) {
 		return
 	}
 	l = l.forWho(who)
@@ -118,9 +124,28 @@ func (b *batch) needWindow(n *needs, p *keyPlan, j int, l *Limit, who *Who, at t
 	default:
 		n.refs[k] = want{ref: r, reserve: reserve}
 	}
-	if shared {
+	if p != nil {
 		p.needSpan[j] = span{nsOf(r.Start), nsOf(r.End)}
+		if each {
+			b.noteEach(p, j, v)
+		}
 	}
+}
+
+// noteEach notes that limit j of plan p (Each) last added the window of
+// v's counter. The values are the batch's, not the plans': a field more
+// would take a plan from 112 bytes to the next size class, 144, for every
+// key of every batch, most of which have no such limit.
+func (b *batch) noteEach(p *keyPlan, j int, v string) {
+	vs := b.needEach[p]
+	if vs == nil {
+		if b.needEach == nil {
+			b.needEach = make(map[*keyPlan][]string)
+		}
+		vs = make([]string, len(p.ls))
+		b.needEach[p] = vs
+	}
+	vs[j] = v
 }
 
 // countedWindow is the memory's window of limit j (ls[j] for who, which

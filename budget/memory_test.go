@@ -93,6 +93,11 @@ func TestWriterMemoryBoundedByTheCounterCache(t *testing.T) {
 	if _, err := tr.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Windows whose rows it knew of were put in memory unread (recalled):
+	// they leave it with the batch too.
+	if now, _ := budget.WriterWindows(tr); now != 0 {
+		t.Errorf("after a batch over 800 stored windows the writer holds %d windows; want none", now)
+	}
 	tr.InvalidateLimits("")
 	for _, k := range []int{0, 1, 398, 399} {
 		d, err := tr.CheckAt(ctx, budget.Request{Key: "key-" + strconv.Itoa(k), Provider: "openai", Model: "gpt-4o"}, at)
@@ -104,6 +109,43 @@ func TestWriterMemoryBoundedByTheCounterCache(t *testing.T) {
 				t.Errorf("key-%d %s: used %d; want 3", k, st.Limit.ID, st.Used)
 			}
 		}
+	}
+}
+
+// An event and a reservation on a window whose row the writer knows
+// exists, in one batch: the event puts it in memory unread, the
+// reservation reads it over that. The window read stays in memory, hot
+// (reservations decide on it), not dropped with the one it replaced.
+func TestReservedWindowReadOverARecalledOneStays(t *testing.T) {
+	ctx := context.Background()
+	at := time.Date(2026, 3, 2, 9, 30, 0, 0, time.UTC)
+	tr := storeTracker(t, memstore.New(), func(c *budget.Config) {
+		c.Now = func() time.Time { return at }
+		c.BatchInterval = time.Hour // a batch closes when the reservation, waited on, joins it
+	})
+	max := int64(1 << 40)
+	if _, _, err := tr.SetLimit(ctx, budget.LimitSpec{ID: "dflt", Default: true, Window: "daily", Max: &max}); err != nil {
+		t.Fatal(err)
+	}
+	u := budget.Usage{Key: "k", Provider: "openai", Model: "gpt-4o", Input: 1, At: at}
+	if _, err := tr.RecordSync(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	if now, _ := budget.WriterWindows(tr); now != 0 {
+		t.Fatalf("after one event the writer holds %d windows; want none", now)
+	}
+	if err := tr.Record(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Reserve(ctx, budget.Request{Key: "k", Provider: "openai", Model: "gpt-4o", Estimate: budget.Estimate{Tokens: 100}}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if now, _ := budget.WriterWindows(tr); now != 1 {
+		t.Errorf("after an event and a reservation on one window the writer holds %d windows; want the reserved one", now)
+	}
+	d, err := tr.CheckAt(ctx, budget.Request{Key: "k", Provider: "openai", Model: "gpt-4o"}, at)
+	if err != nil || len(d.Limits) != 1 || d.Limits[0].Used != 2 || d.Limits[0].Reserved != 100 {
+		t.Errorf("k: %+v, %v; want used 2, reserved 100", d.Limits, err)
 	}
 }
 
@@ -221,5 +263,48 @@ func TestWriterMapsKeptWhileTheirWindowsStay(t *testing.T) {
 	}
 	if now, since := budget.WriterWindows(tr); now != keys || since < keys {
 		t.Errorf("with %d reserved windows the writer holds %d windows, %d since its maps were rebuilt; want all %d, not rebuilt", keys, now, since, keys)
+	}
+}
+
+// A key's events from several users in one batch, on limits with a
+// counter per user and per tag value: the writer notes a key's window once
+// for its events in a row from one user or value (what it sizes the
+// batch's counters by), and each user's and value's window still counts
+// exactly its own events.
+func TestEachUsersWindowCountsItsEventsOfABatch(t *testing.T) {
+	ctx := context.Background()
+	at := time.Date(2026, 3, 2, 9, 30, 0, 0, time.UTC)
+	tr := storeTracker(t, memstore.New(), func(c *budget.Config) { c.Now = func() time.Time { return at } })
+	max := int64(1 << 40)
+	for _, s := range []budget.LimitSpec{{Key: "k", Scope: "user", ScopeValue: budget.AllUsers, Window: "daily", Max: &max},
+		{Key: "k", Scope: "tag", ScopeValue: "team=" + budget.AllValues, Window: "daily", Max: &max}} {
+		if _, _, err := tr.SetLimit(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ev := func(user, team string, input int64) budget.Usage {
+		return budget.Usage{Key: "k", User: user, Tags: budget.Tags("team=" + team), Provider: "openai", Model: "gpt-4o", Input: input, At: at}
+	}
+	if _, err := tr.RecordSync(ctx, ev("alice", "a", 1), ev("alice", "a", 2), ev("bob", "a", 4), ev("alice", "b", 8), ev("bob", "b", 16)); err != nil {
+		t.Fatal(err)
+	}
+	tr.InvalidateLimits("")
+	for _, c := range []struct {
+		user, team     string
+		byUser, byTeam int64
+	}{{"alice", "a", 11, 7}, {"bob", "b", 20, 24}} {
+		d, err := tr.CheckAt(ctx, budget.Request{Key: "k", User: c.user, Tags: budget.Tags("team=" + c.team), Provider: "openai", Model: "gpt-4o"}, at)
+		if err != nil || len(d.Limits) != 2 {
+			t.Fatalf("%s, team %s: %+v, %v; want 2 limits", c.user, c.team, d.Limits, err)
+		}
+		for _, st := range d.Limits {
+			want := c.byUser
+			if st.Limit.Scope == budget.ScopeTag {
+				want = c.byTeam
+			}
+			if st.Used != want {
+				t.Errorf("%s, team %s, limit %s: used %d; want %d", c.user, c.team, st.Limit.ScopeValue, st.Used, want)
+			}
+		}
 	}
 }

@@ -1,7 +1,6 @@
 package budget
 
 import (
-	"encoding/binary"
 	"hash/maphash"
 	"slices"
 	"time"
@@ -59,34 +58,37 @@ type Rollup struct {
 	Totals
 }
 
-// rollupKey is a Rollup's identity.
+// rollupKey is a Rollup's identity: its day (the UTC midnight, Unix
+// nanos) and dimensions. It is the one definition Rollups groups events
+// by, hashing and comparing it whole, so a dimension added here is one
+// everywhere.
 type rollupKey struct {
 	day                                   int64
 	key, team, org, user, provider, model string
 	tags                                  Tags
 }
 
+// rollupKeyOf is the identity of the rollup row u adds to.
+func rollupKeyOf(u *Usage) rollupKey {
+	return rollupKey{utcDay(u.At) * int64(24*time.Hour), u.Key, u.Team, u.Org, u.User, u.Provider, u.Model, u.Tags}
+}
+
 // Rollups are the rollup rows the inserted events of w add to (inserted[i]
 // for w.Events[i]), one per day and dimensions, in the order first seen.
 //
-// The groups are found through a hash of each event's dimensions to its
-// group's index rather than a map keyed by the dimensions themselves: a
-// batch of 100,000 keys' events held ~4 MB of such keys and the rows grew
-// by appending, while this holds 16 bytes a group in the map and sizes the
-// rows once (issue 29's peak RSS: the batch's memory is live beside the
-// caches when the collector marks, and the heap may grow to twice that).
+// The groups are found through a hash of each event's identity (rollupKey)
+// to its group's index rather than a map keyed by the identities
+// themselves: a batch of 8,192 keys' events (maxBatchKeys) would hold
+// ~1 MB of such keys, 120 bytes each, while this holds 16 bytes a group in
+// the map and sizes the rows once (issue 29's peak RSS: the batch's memory
+// is live beside the caches when the collector marks, and the heap may
+// grow to twice that).
 func (w *WriteSet) Rollups(inserted []bool) []Rollup {
-	var h maphash.Hash
-	h.SetSeed(rollupSeed)
-	return w.rollups(inserted, func(u *Usage) uint64 {
-		h.Reset()
-		hashRollup(&h, u)
-		return h.Sum64()
-	})
+	return w.rollups(inserted, func(k rollupKey) uint64 { return maphash.Comparable(rollupSeed, k) })
 }
 
 // rollups is Rollups grouping by hash (equal identities hash equal).
-func (w *WriteSet) rollups(inserted []bool, hash func(*Usage) uint64) []Rollup {
+func (w *WriteSet) rollups(inserted []bool, hash func(rollupKey) uint64) []Rollup {
 	idx := make(map[uint64]int32)
 	var first, next []int32 // per group: its first event; the next group of its hash (-1: none)
 	group := make([]int32, len(w.Events))
@@ -94,12 +96,12 @@ func (w *WriteSet) rollups(inserted []bool, hash func(*Usage) uint64) []Rollup {
 		if !inserted[i] {
 			continue
 		}
-		u := &w.Events[i].Usage
-		hu := hash(u)
+		k := rollupKeyOf(&w.Events[i].Usage)
+		hu := hash(k)
 		j, ok := idx[hu]
 		g, last := int32(-1), int32(-1)
 		for ok && j >= 0 {
-			if sameRollup(u, &w.Events[first[j]].Usage) {
+			if k == rollupKeyOf(&w.Events[first[j]].Usage) {
 				g = j
 				break
 			}
@@ -152,24 +154,6 @@ func utcDay(t time.Time) int64 {
 		d--
 	}
 	return d
-}
-
-// hashRollup writes u's rollup identity (day and dimensions) to h; equal
-// identities hash equal, and sameRollup settles a collision.
-func hashRollup(h *maphash.Hash, u *Usage) {
-	var d [8]byte
-	binary.LittleEndian.PutUint64(d[:], uint64(utcDay(u.At)))
-	h.Write(d[:])
-	for _, s := range [...]string{u.Key, u.Team, u.Org, u.User, u.Provider, u.Model, string(u.Tags)} {
-		h.WriteString(s)
-		h.WriteByte(0)
-	}
-}
-
-// sameRollup reports whether a and b add to the same rollup row.
-func sameRollup(a, b *Usage) bool {
-	return a.Key == b.Key && a.Team == b.Team && a.Org == b.Org && a.User == b.User &&
-		a.Provider == b.Provider && a.Model == b.Model && a.Tags == b.Tags && utcDay(a.At) == utcDay(b.At)
 }
 
 // Amount is what the totals add to a limit of metric m (as Usage.Amount).

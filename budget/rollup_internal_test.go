@@ -22,23 +22,25 @@ func TestRollupsSumEachDayAndDimensionsOnceWhateverTheirHash(t *testing.T) {
 		ev("a", "m", "t=1", day.Add(3*time.Hour), 16, false),            // other tags
 		ev("a", "m", "", day.Add(5*time.Hour), 32, false),               // not inserted
 		ev("a", "n", "", day.Add(-time.Nanosecond), 64, false),          // the day before, another model
+		ev("b", "m", "", day.Add(6*time.Hour), 128, false),              // b's row again, second of its chain when hashes collide
+		ev("a", "n", "", day.Add(-time.Hour), 256, false),               // the last row again, at its chain's end
 	}}
-	inserted := []bool{true, true, true, true, true, false, true}
+	inserted := []bool{true, true, true, true, true, false, true, true, true}
 	row := func(key, model string, tags Tags, d time.Time, requests, input, noPrice int64) Rollup {
 		return Rollup{Day: d, Key: key, Provider: "openai", Model: model, Tags: tags,
 			Totals: Totals{Requests: requests, Input: input, NoPrice: noPrice}}
 	}
 	want := []Rollup{
 		row("a", "m", "", day, 2, 5, 1),
-		row("b", "m", "", day, 1, 2, 1),
+		row("b", "m", "", day, 2, 130, 1),
 		row("a", "m", "", day.AddDate(0, 0, 1), 1, 8, 0),
 		row("a", "m", "t=1", day, 1, 16, 0),
-		row("a", "n", "", day.AddDate(0, 0, -1), 1, 64, 0),
+		row("a", "n", "", day.AddDate(0, 0, -1), 2, 320, 0),
 	}
 	if got := w.Rollups(inserted); !reflect.DeepEqual(got, want) {
 		t.Errorf("Rollups:\n got %+v\nwant %+v", got, want)
 	}
-	if got := w.rollups(inserted, func(*Usage) uint64 { return 7 }); !reflect.DeepEqual(got, want) {
+	if got := w.rollups(inserted, func(rollupKey) uint64 { return 7 }); !reflect.DeepEqual(got, want) {
 		t.Errorf("rollups, every identity hashing alike:\n got %+v\nwant %+v", got, want)
 	}
 	if got := w.Rollups(make([]bool, len(w.Events))); got != nil {

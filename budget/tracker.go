@@ -204,6 +204,10 @@ type Tracker struct {
 	// horizon is the prune horizon as last read (Unix nanos, 0: none):
 	// Record refuses events before it.
 	horizon atomic.Int64
+	// batchHook, when a test sets it (SetBatchHook), is called on the
+	// writer goroutine as a try is about to write its plan and once it
+	// has: what the batch holds then is what a memory test measures.
+	batchHook atomic.Pointer[func()]
 }
 
 // New starts a Tracker over store. It recovers expired reservations once
