@@ -87,6 +87,39 @@ func TestCounterStateFieldsAreIndependent(t *testing.T) {
 	}
 }
 
+// More commits in flight on one counter than its state word counts (none
+// can be: only the tracker's writer commits, one or two at a time) spill
+// into a side count instead of panicking the process, and seq stays odd
+// until the last of them ends, so no refresh read during them installs.
+func TestCommitsInFlightPastTheFieldSpill(t *testing.T) {
+	var c Counter
+	c.AddPending(5)
+	const n = inflightMax + 73
+	for range n {
+		c.BeginCommit()
+	}
+	seq := c.Seq()
+	if seq != 1 || c.inflight() != inflightMax {
+		t.Fatalf("after %d begins: seq %d, inflight %d; want 1, %d", n, seq, c.inflight(), inflightMax)
+	}
+	for i := range n - 1 {
+		c.EndCommit(0, 0, true)
+		if s := c.Seq(); s != seq || c.Refresh(s, 100, nil, 1) {
+			t.Fatalf("after %d of %d ends: seq %d (want %d), or a refresh installed", i+1, n, s, seq)
+		}
+	}
+	c.EndCommit(5, 5, true)
+	spilled.Lock()
+	_, left := spilled.n[&c]
+	spilled.Unlock()
+	if s := c.Seq(); s != 2 || c.inflight() != 0 || left || c.Pending() != 0 {
+		t.Fatalf("after every end: seq %d, inflight %d, spilled entry left %v, pending %d; want 2, 0, false, 0", s, c.inflight(), left, c.Pending())
+	}
+	if !c.Refresh(2, 100, nil, 1) || c.Used() != 100 {
+		t.Fatalf("a refresh after the commits did not install: used %d", c.Used())
+	}
+}
+
 // The cache holds at most its size however many keys pass through it,
 // and so does its slot array: memory follows the size, not the keys seen.
 func TestCountersBoundedByTheirSize(t *testing.T) {
