@@ -20,8 +20,12 @@ import (
 // The tables are the tracker's own (a route's parking memo is per
 // tracker), written on the cache's slow path only, under one mutex. Each
 // is bounded: past maxInterned entries it starts over, which costs only
-// sharing, since what was handed out stays valid (every value is
-// immutable, but for a route's parking memo, which checks its generation).
+// sharing, since what was handed out stays valid. Every value is
+// immutable but two memos, each an atomic pointer to an immutable value
+// that a reader checks before use, so a racing or stale one costs a
+// recomputation, never a wrong answer: a route's parking memo, which
+// checks its generation, and a definition's window (limDef.win), which
+// checks that it holds the instant asked about.
 
 // maxInterned bounds each table.
 const maxInterned = 1 << 14

@@ -275,9 +275,15 @@ func (c *Counter) UpdateHolds(fn func([]Hold) []Hold) {
 // Row reports whether the writer marked, in its memory epoch epoch, that
 // the window's row exists in the store. It lets the writer keep that for
 // as many windows as the cache holds, at no cost beyond the counter's.
-// Only the epoch's low 24 bits are kept: a mark 2^24 epochs old is taken
-// for a current one, which the writer's store write then finds missing
-// (a conflict, and a retry), as it does its other hashed marks.
+// Only the epoch's low 24 bits are kept, so a mark 2^24 epochs old is
+// taken for a current one. Usually the row it marked still exists, and
+// the mark is true. At worst the row is gone: the write's UPDATE then
+// hits fewer rows than planned, the store returns ErrConflict, and the
+// writer plans the batch again after forget() has moved the epoch on (a
+// retry, never a wrong count), as with its other hashed marks. The
+// writer's epoch moves once per failed or retried write and once per
+// batch after another process wrote, so at 200 such batches a second it
+// wraps in about 23 hours.
 func (c *Counter) Row(epoch uint32) bool {
 	e := uint64(epoch) & rowMask
 	return e != 0 && c.state.Load()>>rowShift&rowMask == e
