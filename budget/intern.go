@@ -20,8 +20,12 @@ import (
 // The tables are the tracker's own (a route's parking memo is per
 // tracker), written on the cache's slow path only, under one mutex. Each
 // is bounded: past maxInterned entries it starts over, which costs only
-// sharing, since what was handed out stays valid (every value is
-// immutable, but for a route's parking memo, which checks its generation).
+// sharing, since what was handed out stays valid. Every value is
+// immutable but two memos, each an atomic pointer to an immutable value
+// that a reader checks before use, so a racing or stale one costs a
+// recomputation, never a wrong answer: a route's parking memo, which
+// checks its generation, and a definition's window (limDef.win), which
+// checks that it holds the instant asked about.
 
 // maxInterned bounds each table.
 const maxInterned = 1 << 14
@@ -47,12 +51,26 @@ func (d *limDef) windowAt(at time.Time) span {
 }
 
 // newWindow is windowAt's calendar arithmetic, which a check's warm path
-// skips (Tracker.status inlines windowAt's first lines).
+// skips (Tracker.status inlines windowAt's first lines). It memoises only
+// a window later than the memo's: usage for requests that began before a
+// boundary keeps arriving with instants in the old window, and a check
+// may ask about any instant, and each putting the old window back would
+// send the next current check (on every key sharing the definition) to
+// the arithmetic and an allocation, and write a line every core reads.
 func (d *limDef) newWindow(at time.Time) span {
 	start, end := d.proto.Window.Bounds(at)
-	w := &span{start: nsOf(start), end: nsOf(end)}
-	d.win.Store(w)
-	return *w
+	w := span{start: nsOf(start), end: nsOf(end)}
+	for {
+		old := d.win.Load()
+		if old != nil && old.start >= w.start {
+			return w
+		}
+		p := new(span)
+		*p = w
+		if d.win.CompareAndSwap(old, p) {
+			return w
+		}
+	}
 }
 
 // limitFor says whose key limitInto writes into a definition.

@@ -2,6 +2,7 @@ package budget
 
 import (
 	"testing"
+	"time"
 	"unsafe"
 )
 
@@ -18,5 +19,41 @@ func TestKeyEntryAndSlotSizes(t *testing.T) {
 	}
 	if n := unsafe.Sizeof(limSlot{}); n > 32 {
 		t.Errorf("a limit's slot is %d bytes; want at most 32 (3 slots are the 96-byte class)", n)
+	}
+}
+
+// Usage for requests that began before a boundary arrives after it with
+// instants in the old window, and a check may ask about any instant: the
+// definition's window memo, shared by every key with the definition, must
+// stay on the current window, or the next current check on any of those
+// keys redoes the calendar arithmetic and allocates.
+func TestPastInstantKeepsTheCurrentWindowMemo(t *testing.T) {
+	d := &limDef{proto: Limit{Window: Window{Kind: Daily}}}
+	now := time.Date(2026, 12, 7, 0, 0, 1, 0, time.UTC)
+	past := now.Add(-2 * time.Second) // before midnight
+	cur := d.windowAt(now)
+	memo := d.win.Load()
+	if memo == nil || *memo != cur || !cur.has(now.UnixNano()) {
+		t.Fatalf("after a check at %v the memo is %v; want %v holding it", now, memo, cur)
+	}
+	w := d.windowAt(past)
+	if want := (span{start: nsOf(now.Add(-24*time.Hour - time.Second)), end: cur.start}); w != want {
+		t.Fatalf("window at %v = %v; want %v", past, w, want)
+	}
+	if d.win.Load() != memo {
+		t.Fatalf("a window at the past instant %v replaced the memo of the current one", past)
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		d.windowAt(past)
+		if d.windowAt(now) != cur {
+			t.Fatal("the current window changed")
+		}
+	}); n != 0 {
+		t.Errorf("a past window then the current one allocate %v times; want 0", n)
+	}
+	// A later window replaces the memo.
+	next := now.Add(24 * time.Hour)
+	if w := d.windowAt(next); d.win.Load() == memo || *d.win.Load() != w || !w.has(next.UnixNano()) {
+		t.Fatalf("after a check at %v the memo is %v; want its window %v", next, d.win.Load(), w)
 	}
 }

@@ -54,7 +54,8 @@ type Counter struct {
 	//   - row (24 bits): the writer's mark that the window's row exists in
 	//     the store, as the low 24 bits of its memory epoch (see Row).
 	//   - inflight (7 bits): commits in progress that touch the counter (a
-	//     writer has one or two); changed under the lock.
+	//     writer has one or two; past 127 they spill, see spilled);
+	//     changed under the lock.
 	//   - dead (1 bit): dropped from the cache and not pinned, no longer
 	//     the live object; set under the lock, read without it.
 	state atomic.Uint64
@@ -190,13 +191,13 @@ func (c *Counter) AddPending(delta int64) bool {
 func (c *Counter) BeginCommit() {
 	mu := c.lock()
 	mu.Lock()
-	if n := c.inflight(); n == 0 {
+	switch n := c.inflight(); {
+	case n == 0:
 		c.state.Add(seqOne + inflightOne)
-	} else if n < inflightMax {
+	case n < inflightMax:
 		c.state.Add(inflightOne)
-	} else {
-		mu.Unlock()
-		panic("cache: too many commits in flight on one counter")
+	default:
+		spill(c, 1)
 	}
 	mu.Unlock()
 }
@@ -207,7 +208,9 @@ func (c *Counter) BeginCommit() {
 func (c *Counter) EndCommit(queued, applied int64, ok bool) {
 	mu := c.lock()
 	mu.Lock()
-	c.state.Add(^uint64(inflightOne - 1)) // less one
+	if c.inflight() < inflightMax || !spill(c, -1) {
+		c.state.Add(^uint64(inflightOne - 1)) // less one
+	}
 	if ok {
 		c.pending.Add(-queued)
 		if c.loadedAt.Load() == 0 {
@@ -219,6 +222,37 @@ func (c *Counter) EndCommit(queued, applied int64, ok bool) {
 		c.state.Add(seqOne)
 	}
 	mu.Unlock()
+}
+
+// spilled counts the commits in flight on a counter past the inflightMax
+// its state word holds. None can be: only the tracker's one writer
+// goroutine commits, and it has at most two commits in flight on a
+// counter. The map is there so that a broken invariant costs a lock and
+// a map entry, not the process (a panic) or a refresh that counts an
+// in-flight delta twice (a count that wrapped to 0 and made seq even).
+var spilled struct {
+	sync.Mutex
+	n map[*Counter]int
+}
+
+// spill adds d to c's spilled commits, under c's lock, and reports
+// whether it did: never taking it below 0.
+func spill(c *Counter, d int) bool {
+	spilled.Lock()
+	defer spilled.Unlock()
+	n := spilled.n[c] + d
+	switch {
+	case n < 0:
+		return false
+	case n == 0:
+		delete(spilled.n, c)
+	default:
+		if spilled.n == nil {
+			spilled.n = make(map[*Counter]int)
+		}
+		spilled.n[c] = n
+	}
+	return true
 }
 
 // UpdateHolds replaces the holds through fn under the counter's lock, for a
@@ -241,9 +275,15 @@ func (c *Counter) UpdateHolds(fn func([]Hold) []Hold) {
 // Row reports whether the writer marked, in its memory epoch epoch, that
 // the window's row exists in the store. It lets the writer keep that for
 // as many windows as the cache holds, at no cost beyond the counter's.
-// Only the epoch's low 24 bits are kept: a mark 2^24 epochs old is taken
-// for a current one, which the writer's store write then finds missing
-// (a conflict, and a retry), as it does its other hashed marks.
+// Only the epoch's low 24 bits are kept, so a mark 2^24 epochs old is
+// taken for a current one. Usually the row it marked still exists, and
+// the mark is true. At worst the row is gone: the write's UPDATE then
+// hits fewer rows than planned, the store returns ErrConflict, and the
+// writer plans the batch again after forget() has moved the epoch on (a
+// retry, never a wrong count), as with its other hashed marks. The
+// writer's epoch moves once per failed or retried write and once per
+// batch after another process wrote, so at 200 such batches a second it
+// wraps in about 23 hours.
 func (c *Counter) Row(epoch uint32) bool {
 	e := uint64(epoch) & rowMask
 	return e != 0 && c.state.Load()>>rowShift&rowMask == e

@@ -176,3 +176,22 @@ func TestCounterKnowsItsKey(t *testing.T) {
 		t.Fatalf("Acquire after pinning = %p with key %v; want %p with %v", c, c.Key(), busy, k)
 	}
 }
+
+// A holds change made after a refresh read began moves seq on, so that
+// read, which may not include the change, is not installed over it.
+func TestRefreshRejectedAfterHoldsChange(t *testing.T) {
+	c := cache.NewCounters(4).Acquire(key(0))
+	seq := c.Seq()
+	c.UpdateHolds(func(h []cache.Hold) []cache.Hold {
+		return append(h, cache.Hold{ID: "r1", Amount: 7, ExpiresAt: 100})
+	})
+	if c.Refresh(seq, 50, nil, 1) {
+		t.Fatal("a refresh read taken before a holds change was installed")
+	}
+	if sum, n, _ := c.Reserved(0); sum != 7 || n != 1 || c.LoadedAt() != 0 {
+		t.Fatalf("after the rejected refresh: reserved %d in %d holds, loaded at %d; want 7 in 1, 0", sum, n, c.LoadedAt())
+	}
+	if !c.Refresh(c.Seq(), 50, nil, 1) || c.Used() != 50 {
+		t.Fatalf("a refresh taken after the change was not installed: used %d", c.Used())
+	}
+}

@@ -1,0 +1,21 @@
+package budget
+
+import "github.com/tokenbudget/tokenbudget/cache"
+
+// SlotCounter is the counter that limit id's slot in key's cached entry
+// holds for a warm check (nil when none), and the counter cache's counter
+// for the same window (nil when none).
+func SlotCounter(t *Tracker, key, id string) (slot, cached *cache.Counter) {
+	e, ok := t.limits.Peek(key)
+	if !ok {
+		return nil, nil
+	}
+	for i := range e.Value.lims {
+		if s := &e.Value.lims[i]; s.id == id {
+			if slot = s.c.Load(); slot != nil {
+				cached = t.counters.Peek(slot.Key())
+			}
+		}
+	}
+	return slot, cached
+}
