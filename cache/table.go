@@ -22,7 +22,7 @@ import (
 // per sweep, so a hot entry is not written on every read) and the hand
 // passes over set bits, clearing them, to the first node not used since it
 // last passed. The bits are the array's, one per slot, not the nodes': a
-// node is its key and value alone (a Counter's is 96 bytes, not 112).
+// node is its key and value alone (a Counter's is 80 bytes, not 96).
 type table[K comparable, V any] struct {
 	slots atomic.Pointer[slotArray[K, V]]
 	hash  func(K) uint64
