@@ -219,7 +219,7 @@ func (t *Tracker) status(ctx context.Context, kl *keyLimits, i int, who *Who, no
 		if p := s.def.win.Load(); p != nil && p.has(ns) { // windowAt, inlined by hand
 			w = *p
 		} else {
-			w = s.def.newWindow(now)
+			w = s.def.newWindow(now, clock)
 		}
 		st.WindowStart, st.ResetAt = time.Unix(0, w.start).UTC(), time.Unix(0, w.end).UTC()
 	} else {

@@ -210,7 +210,7 @@ var routeSeed = maphash.MakeSeed()
 // the counter cache.
 func (kl *keyLimits) window(i int, at time.Time) curWindow {
 	s := &kl.lims[i]
-	w := s.def.windowAt(at)
+	w := s.def.windowAt(at, 0) // Record's: it leaves the memo to the checks
 	cw := curWindow{start: w.start, end: w.end}
 	if c := s.c.Load(); c != nil && c.Start() == w.start {
 		cw.c = c
