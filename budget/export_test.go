@@ -89,6 +89,13 @@ func SetJournalPause(d time.Duration) time.Duration {
 	return old
 }
 
+// SetPlanFault makes tr's writer plan as a wrong skip rule would (see
+// Tracker.planFault) until undo.
+func SetPlanFault(tr *Tracker) (undo func()) {
+	tr.planFault.Store(true)
+	return func() { tr.planFault.Store(false) }
+}
+
 // SetBatchHook makes tr's writer call f as each try of a batch is about
 // to write its plan and once it has, until the returned function undoes
 // it. f runs on the writer goroutine: what it sees live is the batch's.

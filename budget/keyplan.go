@@ -105,7 +105,7 @@ func (b *batch) needWindow(n *needs, p *keyPlan, j int, l *Limit, who *Who, at t
 	if each {
 		v = l.eachValue(who)
 	}
-	if p != nil && p.needSpan[j].has(nsOf(at)) && (!each || b.needEach[p][j] == v) {
+	if !b.plain && p != nil && p.needSpan[j].has(nsOf(at)) && (!each || b.needEach[p][j] == v || b.t.planFault.Load()) {
 		return
 	}
 	l = l.forWho(who)

@@ -308,3 +308,36 @@ func TestEachUsersWindowCountsItsEventsOfABatch(t *testing.T) {
 		}
 	}
 }
+
+// A wrong rule for skipping windows a key's earlier event already planned
+// leaves a window unloaded at decide. That try fails, and the next plans
+// every event's windows afresh: the batch lands, counted right, instead of
+// the writer retrying the same plan forever while every later event waits.
+func TestWriterRecoversFromAWindowItsPlanSkipped(t *testing.T) {
+	at := time.Date(2026, 3, 2, 9, 30, 0, 0, time.UTC)
+	tr := storeTracker(t, memstore.New(), func(c *budget.Config) { c.Now = func() time.Time { return at } })
+	max := int64(1 << 40)
+	if _, _, err := tr.SetLimit(context.Background(), budget.LimitSpec{Key: "k", Scope: "user", ScopeValue: budget.AllUsers, Window: "daily", Max: &max}); err != nil {
+		t.Fatal(err)
+	}
+	defer budget.SetPlanFault(tr)()
+	// A guard, not a wait: without the recovery RecordSync never returns.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ev := func(user string, input int64) budget.Usage {
+		return budget.Usage{Key: "k", User: user, Provider: "openai", Model: "gpt-4o", Input: input, At: at}
+	}
+	if _, err := tr.RecordSync(ctx, ev("alice", 1), ev("bob", 2), ev("alice", 4)); err != nil {
+		t.Fatalf("RecordSync with a wrong skip rule: %v; want the batch landed on the next try", err)
+	}
+	if st := tr.Stats(); st.Failures == 0 {
+		t.Errorf("stats %+v: want the try that found the window unloaded counted as failed", st)
+	}
+	tr.InvalidateLimits("")
+	for user, want := range map[string]int64{"alice": 5, "bob": 2} {
+		d, err := tr.CheckAt(context.Background(), budget.Request{Key: "k", User: user, Provider: "openai", Model: "gpt-4o"}, at)
+		if err != nil || len(d.Limits) != 1 || d.Limits[0].Used != want {
+			t.Errorf("%s: %+v, %v; want used %d", user, d.Limits, err, want)
+		}
+	}
+}

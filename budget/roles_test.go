@@ -23,7 +23,13 @@ func storeTracker(t *testing.T, s budget.Store, mod func(*budget.Config)) *budge
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { tr.Close(context.Background()) })
+	// A deadline, so a writer stuck on a batch fails the test rather
+	// than hanging it until go test's own timeout hides why.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		tr.Close(ctx)
+	})
 	return tr
 }
 

@@ -208,6 +208,10 @@ type Tracker struct {
 	// writer goroutine as a try is about to write its plan and once it
 	// has: what the batch holds then is what a memory test measures.
 	batchHook atomic.Pointer[func()]
+	// planFault, when a test sets it (SetPlanFault), makes needWindow skip
+	// a per-user or per-tag window whatever its value, as a wrong skip rule
+	// would: the writer must recover (batch.plain).
+	planFault atomic.Bool
 }
 
 // New starts a Tracker over store. It recovers expired reservations once

@@ -163,9 +163,10 @@ func (t *Tracker) process(ops []*op) bool {
 	// server may have committed it (a connection cut after COMMIT), so the
 	// next try first asks the store whether it landed, by the ids it wrote.
 	var prev *batch
+	plain := false
 	for attempt := 1; ; attempt++ {
 		ctx := context.Background()
-		b = &batch{t: t, ops: ops, dups: dups, prev: prev}
+		b = &batch{t: t, ops: ops, dups: dups, prev: prev, plain: plain}
 		tries := 0
 		err := t.store.Update(ctx, func(tx Tx) error {
 			if tries++; tries > 1 {
@@ -208,6 +209,9 @@ func (t *Tracker) process(ops []*op) bool {
 			conflicts++
 			attempt--
 			continue
+		}
+		if errors.As(err, new(*internalError)) {
+			plain = true
 		}
 		t.failed(ops, err, attempt)
 		if cx := t.closing(); cx != nil && cx.Err() != nil {
