@@ -127,7 +127,7 @@ func TestSlotKeepsItsWindowsCounter(t *testing.T) {
 	tr := checkTracker(t)
 	ctx := context.Background()
 	req := budget.Request{Key: "k", Provider: "openai", Model: "gpt-4o"}
-	now := time.Now()
+	now := time.Date(2026, 12, 7, 12, 30, 30, 0, time.UTC) // mid-minute: a millisecond on is the same model window
 	buf := make([]budget.Status, 0, 8)
 	if _, err := tr.CheckInto(ctx, req, now, buf); err != nil {
 		t.Fatal(err)
