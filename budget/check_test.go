@@ -151,3 +151,57 @@ func TestSlotKeepsItsWindowsCounter(t *testing.T) {
 		t.Fatalf("after a check in a later window the slot holds %p, the cache %p; want the later window's, not %p", next, cached, slot)
 	}
 }
+
+// The window a limit's definition remembers is shared by every key with
+// the definition: a check about another day, or usage of a request that
+// began yesterday, must leave it on the day the tracker's clock is in,
+// or every current check on those keys redoes the calendar arithmetic.
+func TestWindowMemoFollowsTheTrackersClock(t *testing.T) {
+	ctx := context.Background()
+	at := time.Date(2026, 12, 7, 12, 30, 30, 0, time.UTC)
+	tr := storeTracker(t, memstore.New(), func(c *budget.Config) { c.Now = func() time.Time { return at } })
+	max := int64(1000)
+	if _, _, err := tr.SetLimit(ctx, budget.LimitSpec{ID: "day", Key: "k", Window: "daily", Max: &max}); err != nil {
+		t.Fatal(err)
+	}
+	today := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC).UnixNano()
+	memo := func(step string) {
+		t.Helper()
+		if start, _, ok := budget.WindowMemo(tr, "k", "day"); !ok || start != today {
+			t.Fatalf("after %s the memo starts at %v (set %v); want the clock's day, %v", step, time.Unix(0, start).UTC(), ok, time.Unix(0, today).UTC())
+		}
+	}
+	req := budget.Request{Key: "k", Provider: "openai", Model: "gpt-4o"}
+	if _, err := tr.CheckAt(ctx, req, at); err != nil {
+		t.Fatal(err)
+	}
+	memo("a check now")
+	if _, err := tr.CheckAt(ctx, req, at.Add(48*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	memo("a check two days ahead")
+	if _, err := tr.RecordSync(ctx, budget.Usage{Key: "k", Provider: "openai", Model: "gpt-4o", Input: 1, At: at.Add(-25 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Record(ctx, budget.Usage{Key: "k", Provider: "openai", Model: "gpt-4o", Input: 1, At: at.Add(-25 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	memo("usage from yesterday")
+	// Record reads the clock only for an event without its instant; that
+	// clock's window is remembered too (a limit no check has decided yet).
+	if _, _, err := tr.SetLimit(ctx, budget.LimitSpec{ID: "mini", Key: "k", Scope: "model", ScopeValue: "gpt-4o-mini", Window: "daily", Max: &max}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.CheckAt(ctx, req, at); err != nil { // caches the key's entry, not the mini limit's window
+		t.Fatal(err)
+	}
+	if _, _, ok := budget.WindowMemo(tr, "k", "mini"); ok {
+		t.Fatal("a check on gpt-4o remembered the gpt-4o-mini limit's window")
+	}
+	if err := tr.Record(ctx, budget.Usage{Key: "k", Provider: "openai", Model: "gpt-4o-mini", Input: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if start, _, ok := budget.WindowMemo(tr, "k", "mini"); !ok || start != today {
+		t.Fatalf("after usage without its instant the mini limit's memo starts at %v (set %v); want %v", time.Unix(0, start).UTC(), ok, time.Unix(0, today).UTC())
+	}
+}

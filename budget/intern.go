@@ -61,8 +61,8 @@ func (d *limDef) windowAt(at time.Time, clock int64) span {
 // send every current check on every key sharing the definition to the
 // arithmetic (~430 ns and an allocation, against ~2 ns) until it moved
 // back, writing a line every core reads. A caller without the clock
-// (Record, which skips reading it) computes and leaves the memo to the
-// checks.
+// (Record of an event that carries its instant, which skips reading it)
+// computes and leaves the memo to the checks.
 func (d *limDef) newWindow(at time.Time, clock int64) span {
 	start, end := d.proto.Window.Bounds(at)
 	w := span{start: nsOf(start), end: nsOf(end)}

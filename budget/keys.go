@@ -207,10 +207,11 @@ var routeSeed = maphash.MakeSeed()
 // window is limit i's window holding at, with its counter when the slot
 // holds the window's: the bounds are remembered (by the definition) while
 // at stays in them, so a warm caller skips the calendar arithmetic and
-// the counter cache.
-func (kl *keyLimits) window(i int, at time.Time) curWindow {
+// the counter cache. clock is the tracker's clock if the caller read it,
+// else 0 (see limDef.newWindow).
+func (kl *keyLimits) window(i int, at time.Time, clock int64) curWindow {
 	s := &kl.lims[i]
-	w := s.def.windowAt(at, 0) // Record's: it leaves the memo to the checks
+	w := s.def.windowAt(at, clock)
 	cw := curWindow{start: w.start, end: w.end}
 	if c := s.c.Load(); c != nil && c.Start() == w.start {
 		cw.c = c

@@ -85,8 +85,10 @@ func (t *Tracker) releaseQueued(ctx context.Context, id string) (o *op, mem bool
 // the event).
 func (t *Tracker) RecordQueued(ctx context.Context, u Usage) (wait func(context.Context) error, err error) {
 	var now time.Time
+	var clock int64 // read only for an event without its instant
 	if u.At.IsZero() {
 		now = t.now() // the clock costs as much as the rest of Record
+		clock = now.UnixNano()
 	}
 	if u, err = u.Normalize(now); err != nil {
 		return nil, err
@@ -98,7 +100,7 @@ func (t *Tracker) RecordQueued(ctx context.Context, u Usage) (wait func(context.
 	if t.cfg.Durable {
 		o.done = make(chan opResult, 1)
 	}
-	if err := t.enqueue(ctx, o); err != nil {
+	if err := t.enqueueAt(ctx, o, clock); err != nil {
 		return nil, err
 	}
 	if o.done == nil {

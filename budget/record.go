@@ -196,7 +196,7 @@ func (t *Tracker) RecordSync(ctx context.Context, events ...Usage) ([]bool, erro
 	}
 	// One operation for the whole call: one transaction, however many events.
 	o := &op{kind: opUsage, evs: evs, done: make(chan opResult, 1), out: new(opResult)}
-	if err := t.enqueue(ctx, o); err != nil {
+	if err := t.enqueueAt(ctx, o, now.UnixNano()); err != nil {
 		return nil, err
 	}
 	r := t.wait(ctx, o)
@@ -217,14 +217,19 @@ func (t *Tracker) Flush(ctx context.Context) (FlushResult, error) {
 
 // enqueue hands o to the writer, adding an event's pending deltas first so
 // that a check on another goroutine never misses it.
-func (t *Tracker) enqueue(ctx context.Context, o *op) error {
+func (t *Tracker) enqueue(ctx context.Context, o *op) error { return t.enqueueAt(ctx, o, 0) }
+
+// enqueueAt is enqueue by a caller that read the tracker's clock (Unix
+// nanos; 0 when it did not): an event's window that holds it is memoised
+// for the checks (limDef.newWindow).
+func (t *Tracker) enqueueAt(ctx context.Context, o *op, clock int64) error {
 	t.closeMu.RLock()
 	defer t.closeMu.RUnlock()
 	if t.closed {
 		return ErrClosed
 	}
 	if o.kind == opUsage {
-		t.addPending(o)
+		t.addPending(o, clock)
 	}
 	select {
 	case t.queue <- o:
@@ -256,17 +261,17 @@ func (t *Tracker) unqueue(o *op) {
 // addPending overlays o's events on the cached counters of their keys'
 // limits. Without cached limits nothing is overlaid: an event shows once
 // written.
-func (t *Tracker) addPending(o *op) {
+func (t *Tracker) addPending(o *op, clock int64) {
 	if o.evs == nil {
-		t.addPendingEvent(o, &o.ev)
+		t.addPendingEvent(o, &o.ev, clock)
 		return
 	}
 	for i := range o.evs {
-		t.addPendingEvent(o, &o.evs[i])
+		t.addPendingEvent(o, &o.evs[i], clock)
 	}
 }
 
-func (t *Tracker) addPendingEvent(o *op, ev *Usage) {
+func (t *Tracker) addPendingEvent(o *op, ev *Usage, clock int64) {
 	e, ok := t.limits.Peek(ev.Key)
 	if !ok {
 		return
@@ -297,7 +302,7 @@ func (t *Tracker) addPendingEvent(o *op, ev *Usage) {
 		if !l.countsEvent(&who, ev.Provider, model, ev.At) {
 			continue
 		}
-		w := kl.window(i, ev.At)
+		w := kl.window(i, ev.At, clock)
 		k := cache.Key{LimitID: l.ID, Subject: l.subjectFor(&who), Start: w.start}
 		d := ev.Amount(l.Metric)
 		c := w.c
