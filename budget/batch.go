@@ -242,9 +242,9 @@ type batch struct {
 	t *Tracker
 	// plain plans every event's windows, skipping none that an earlier
 	// event of its key added (needWindow): set after a try found a window
-	// unloaded at decide, which only a wrong skip can cause, so that such
-	// a bug costs one failed try, not a writer that retries the same plan
-	// forever while every event after it waits.
+	// unloaded at decide (an internal error, typically a wrong skip), so
+	// that such a bug costs one failed try, not a writer that retries the
+	// same plan forever while every event after it waits.
 	plain   bool
 	ops     []*op
 	now     time.Time

@@ -28,7 +28,9 @@ func storeTracker(t *testing.T, s budget.Store, mod func(*budget.Config)) *budge
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		tr.Close(ctx)
+		if err := tr.Close(ctx); err != nil {
+			t.Errorf("Close: %v", err)
+		}
 	})
 	return tr
 }
