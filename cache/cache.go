@@ -93,15 +93,16 @@ func (c *Counter) inflight() uint64 { return c.state.Load() >> 1 & inflightMax }
 // other), so whoever keeps a counter finds its key without a copy of it:
 // an event queued for the writer keeps its counters as pointers alone (16
 // bytes each instead of 56, with up to QueueSize events queued).
-func (c *Counter) Key() Key {
-	return (*node[Key, Counter])(unsafe.Add(unsafe.Pointer(c), -counterOffset)).key
+func (c *Counter) Key() Key { return c.node().key }
+
+// node is the table node c sits in.
+func (c *Counter) node() *node[Key, Counter] {
+	return (*node[Key, Counter])(unsafe.Add(unsafe.Pointer(c), -counterOffset))
 }
 
 // Start is the window start of c's key (Key().Start), read without
 // copying the key.
-func (c *Counter) Start() int64 {
-	return (*node[Key, Counter])(unsafe.Add(unsafe.Pointer(c), -counterOffset)).key.Start
-}
+func (c *Counter) Start() int64 { return c.node().key.Start }
 
 // counterOffset is where a Counter sits in its node.
 var counterOffset = int(unsafe.Offsetof(node[Key, Counter]{}.val))
