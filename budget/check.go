@@ -230,7 +230,7 @@ func (t *Tracker) status(ctx context.Context, kl *keyLimits, i int, who *Who, no
 	var c, held *cache.Counter
 	if each {
 		c = t.counters.Peek(key())
-	} else if held = s.c.Load(); held != nil && !held.Dead() && held.Start() == w.start {
+	} else if held = s.counter(w.start); held != nil && !held.Dead() {
 		c = held
 	} else {
 		c = t.counters.Peek(key())

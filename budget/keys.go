@@ -212,11 +212,16 @@ var routeSeed = maphash.MakeSeed()
 func (kl *keyLimits) window(i int, at time.Time, clock int64) curWindow {
 	s := &kl.lims[i]
 	w := s.def.windowAt(at, clock)
-	cw := curWindow{start: w.start, end: w.end}
-	if c := s.c.Load(); c != nil && c.Start() == w.start {
-		cw.c = c
+	return curWindow{start: w.start, end: w.end, c: s.counter(w.start)}
+}
+
+// counter is the slot's counter if it is the one of the window starting
+// at start (Unix nanos), else nil.
+func (s *limSlot) counter(start int64) *cache.Counter {
+	if c := s.c.Load(); c != nil && c.Start() == start {
+		return c
 	}
-	return cw
+	return nil
 }
 
 // keyLimitsFor returns key's limits from the cache, re-reading them once
