@@ -233,6 +233,13 @@ func (t *Tracker) process(ops []*op) bool {
 	return true
 }
 
+// hookBatch calls the test's batch hook (SetBatchHook), if one is set.
+func (t *Tracker) hookBatch() {
+	if h := t.batchHook.Load(); h != nil {
+		(*h)()
+	}
+}
+
 // claim takes ops for one commit: the withdrawable ones whose callers
 // gave up are skipped, and the pending deltas the events queued are summed
 // per cached counter (what the batch queued on it), each counter begun
@@ -442,16 +449,12 @@ func (b *batch) try(ctx context.Context, tx Tx) error {
 		}
 		return nil
 	}
-	if h := b.t.batchHook.Load(); h != nil {
-		(*h)()
-	}
+	b.t.hookBatch()
 	inserted, deleted, err := tx.Apply(ctx, &b.ws)
 	if err != nil {
 		return err
 	}
-	if h := b.t.batchHook.Load(); h != nil {
-		(*h)()
-	}
+	b.t.hookBatch()
 	b.inserted = inserted
 	b.again = b.prevEvents(inserted)
 	conflict := false
