@@ -70,7 +70,7 @@ type rollupKey struct {
 
 // rollupKeyOf is the identity of the rollup row u adds to.
 func rollupKeyOf(u *Usage) rollupKey {
-	return rollupKey{utcDay(u.At) * int64(24*time.Hour), u.Key, u.Team, u.Org, u.User, u.Provider, u.Model, u.Tags}
+	return rollupKey{Day(u.At).UnixNano(), u.Key, u.Team, u.Org, u.User, u.Provider, u.Model, u.Tags}
 }
 
 // Rollups are the rollup rows the inserted events of w add to (inserted[i]
@@ -145,16 +145,6 @@ func (w *WriteSet) rollups(inserted []bool, hash func(rollupKey) uint64) []Rollu
 }
 
 var rollupSeed = maphash.MakeSeed()
-
-// utcDay is the number of the UTC day that holds t (Day's day).
-func utcDay(t time.Time) int64 {
-	s := t.Unix()
-	d := s / 86400
-	if s%86400 < 0 {
-		d--
-	}
-	return d
-}
 
 // Amount is what the totals add to a limit of metric m (as Usage.Amount).
 func (t *Totals) Amount(m Metric) int64 {
